@@ -1,0 +1,44 @@
+"""Command line: ``perf-callbacks report PATH`` and ``perf-callbacks nsys -- python train.py ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``perf-callbacks`` command."""
+    parser = argparse.ArgumentParser(prog="perf-callbacks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_report(sub)
+    _add_nsys(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("report", help="analyse traces: verdict, top ops, GPU utilization, stragglers")
+    p.add_argument("path", help="a trace file, a window folder of per-rank traces, or a whole output_dir")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    p.set_defaults(func=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    raise NotImplementedError("perf-callbacks report: being built in perf_callbacks.analysis")
+
+
+def _add_nsys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("nsys", help="print (or run) the Nsight Systems command that captures the profiling window")
+    p.add_argument("--run", action="store_true", help="run the command instead of printing it")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ...")
+    p.set_defaults(func=_run_nsys)
+
+
+def _run_nsys(args: argparse.Namespace) -> int:
+    raise NotImplementedError("perf-callbacks nsys: being built")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""One configuration for every entry point: Python keywords, LightningCLI YAML and a standalone YAML file.
+
+Example:
+    >>> from perf_callbacks.config import PerfConfig
+    >>> cfg = PerfConfig.from_dict({"schedule": {"active": 2}, "record_shapes": True})
+    >>> cfg.schedule.active, cfg.schedule.skip_first
+    (2, 10)
+    >>> PerfConfig.from_dict({"shedule": {}})
+    Traceback (most recent call last):
+    ...
+    perf_callbacks.exceptions.PerfConfigError: unknown key 'shedule' (did you mean 'schedule'?); valid keys: ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perf_callbacks.exceptions import PerfConfigError
+
+ACTIVITIES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """When the profiler records, counted in optimizer steps; same meaning as ``torch.profiler.schedule``.
+
+    Args:
+        wait: steps to idle at the start of each cycle.
+        warmup: steps the profiler runs but discards (it settles its own overhead).
+        active: steps recorded and exported; must be >= 1.
+        repeat: number of cycles; 0 repeats until training ends.
+        skip_first: steps ignored before the first cycle (compilation, cudnn autotune, allocator growth).
+    """
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1
+    skip_first: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("wait", "warmup", "repeat", "skip_first"):
+            _check_int(f"schedule.{name}", getattr(self, name), minimum=0)
+        _check_int("schedule.active", self.active, minimum=1)
+
+
+@dataclass(frozen=True)
+class PerfConfig:
+    """Settings shared by ``GPUPerfCallback`` and ``AcceleratePerfHook``.
+
+    Args:
+        output_dir: where traces and summaries go. Default: ``<trainer log dir>/perf`` (Lightning) or
+            ``<project_dir>/perf`` (Accelerate), else ``./perf``.
+        schedule: profiler schedule by optimizer step (``wait``, ``warmup``, ``active``, ``repeat``, ``skip_first``).
+        activities: ``["cpu"]``, ``["cuda"]`` or both; default: CPU, plus CUDA when available.
+        record_shapes: record operator input shapes (adds host overhead inside windows).
+        profile_memory: record tensor allocations inside windows.
+        with_stack: record Python stacks (large traces, large host overhead inside windows).
+        with_flops: estimate FLOPs of matmul and conv operators.
+        ranks: global ranks that profile and export traces; default: all ranks.
+        max_trace_mb: largest uncompressed trace a window may write; a larger one is not exported, with a warning.
+        nvtx: emit NVTX ranges for steps and phases (about 0.1 us per range; no-op when no tool is attached).
+        nvtx_domain: NVTX domain name shown by Nsight Systems.
+        nvtx_modules: inside windows only, add an NVTX range per ``nn.Module`` forward.
+        nsys_capture: call ``cudaProfilerStart``/``Stop`` around the profiling window (or ``nsys_steps``) so that
+            ``nsys profile --capture-range=cudaProfilerApi`` records exactly those steps.
+        nsys_steps: ``[first, last]`` optimizer steps for the Nsight capture instead of the torch.profiler window.
+        log_every_n_steps: memory and timing log interval; default: the Trainer's ``log_every_n_steps`` (50 elsewhere).
+        memory: log allocated/reserved/peak device memory (host RSS on CPU-only runs).
+        nvml: also log GPU utilization and power through NVML when ``nvidia-ml-py`` is installed.
+        degradation_threshold: warn when an interval's median step time exceeds the early baseline by this fraction.
+        data_wait_threshold: warn when data wait exceeds this share of step time over the first ``data_wait_steps``.
+        data_wait_steps: optimizer steps measured for the data-wait check.
+        check_dataloaders: inspect DataLoaders (num_workers, pin_memory, sharding) when training starts.
+        summary: analyse rank 0's trace at the end of each window and print a summary.
+        top_k: operators shown in the summary.
+    """
+
+    output_dir: str | None = None
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    activities: tuple[str, ...] | None = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    ranks: tuple[int, ...] | None = None
+    max_trace_mb: float = 512.0
+    nvtx: bool = True
+    nvtx_domain: str = "perf_callbacks"
+    nvtx_modules: bool = False
+    nsys_capture: bool = False
+    nsys_steps: tuple[int, int] | None = None
+    log_every_n_steps: int | None = None
+    memory: bool = True
+    nvml: bool = True
+    degradation_threshold: float = 0.2
+    data_wait_threshold: float = 0.10
+    data_wait_steps: int = 50
+    check_dataloaders: bool = True
+    summary: bool = True
+    top_k: int = 5
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        if self.activities is not None:
+            bad = [a for a in self.activities if a not in ACTIVITIES]
+            if bad or not self.activities:
+                raise PerfConfigError(f"activities must be a non-empty list of {list(ACTIVITIES)}, got {bad or []}")
+        if self.ranks is not None and any(r < 0 for r in self.ranks):
+            raise PerfConfigError(f"ranks must be global ranks >= 0, got {list(self.ranks)}")
+        if self.max_trace_mb <= 0:
+            raise PerfConfigError(f"max_trace_mb must be > 0, got {self.max_trace_mb}")
+        if self.nsys_steps is not None and not (len(self.nsys_steps) == 2 and 0 <= self.nsys_steps[0] <= self.nsys_steps[1]):
+            raise PerfConfigError(f"nsys_steps must be [first, last] with 0 <= first <= last, got {list(self.nsys_steps)}")
+        if self.log_every_n_steps is not None and self.log_every_n_steps < 1:
+            raise PerfConfigError(f"log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
+        for name in ("degradation_threshold", "data_wait_threshold"):
+            if getattr(self, name) <= 0:
+                raise PerfConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("data_wait_steps", "top_k"):
+            if getattr(self, name) < 1:
+                raise PerfConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.nvtx_domain:
+            raise PerfConfigError("nvtx_domain must be a non-empty string")
+
+    @classmethod
+    def from_dict(cls, options: Mapping[str, Any]) -> PerfConfig:
+        """Build a config from plain data (keyword arguments or parsed YAML), checking every key and type."""
+        if not isinstance(options, Mapping):
+            raise PerfConfigError(f"perf-callbacks config must be a mapping of options, got {type(options).__name__}")
+        _check_keys(options, _field_names(cls), where="")
+        values = dict(options)
+        schedule = values.get("schedule")
+        if schedule is None:
+            values.pop("schedule", None)
+        elif isinstance(schedule, Mapping):
+            _check_keys(schedule, _field_names(ScheduleConfig), where="schedule.")
+            values["schedule"] = ScheduleConfig(**schedule)
+        elif not isinstance(schedule, ScheduleConfig):
+            raise PerfConfigError(
+                f"schedule must be a mapping with keys {_field_names(ScheduleConfig)}, got {type(schedule).__name__}"
+            )
+        for name in ("activities", "ranks", "nsys_steps"):
+            if isinstance(values.get(name), list):
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> PerfConfig:
+        """Read a standalone YAML file whose top-level keys are this config's keys.
+
+        A file written for LightningCLI (``init_args:``) or nested under a ``perf_callbacks:`` key is accepted too.
+        """
+        import yaml
+
+        text = Path(path).read_text()
+        data = yaml.safe_load(text) or {}
+        if isinstance(data, Mapping):
+            data = data.get("perf_callbacks", data)
+            data = data.get("init_args", data) if isinstance(data, Mapping) else data
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, the inverse of :meth:`from_dict`."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> PerfConfig:
+        """A copy with some options changed, validated again."""
+        return PerfConfig.from_dict({**self.to_dict(), **changes})
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _check_keys(options: Mapping[str, Any], valid: list[str], where: str) -> None:
+    for key in options:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f" (did you mean '{where}{close[0]}'?)" if close else ""
+            raise PerfConfigError(f"unknown key '{where}{key}'{hint}; valid keys: {', '.join(where + v for v in valid)}")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PerfConfigError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise PerfConfigError(f"{name} must be >= {minimum}, got {value}")
+
+
+_SCALAR_TYPES: dict[str, tuple[type, ...]] = {
+    "output_dir": (str, os.PathLike, type(None)),
+    "record_shapes": (bool,),
+    "profile_memory": (bool,),
+    "with_stack": (bool,),
+    "with_flops": (bool,),
+    "max_trace_mb": (int, float),
+    "nvtx": (bool,),
+    "nvtx_domain": (str,),
+    "nvtx_modules": (bool,),
+    "nsys_capture": (bool,),
+    "log_every_n_steps": (int, type(None)),
+    "memory": (bool,),
+    "nvml": (bool,),
+    "degradation_threshold": (int, float),
+    "data_wait_threshold": (int, float),
+    "data_wait_steps": (int,),
+    "check_dataloaders": (bool,),
+    "summary": (bool,),
+    "top_k": (int,),
+}
+_SEQUENCE_TYPES: dict[str, type] = {"activities": str, "ranks": int, "nsys_steps": int}
+
+
+def _check_types(cfg: PerfConfig) -> None:
+    for name, types in _SCALAR_TYPES.items():
+        value = getattr(cfg, name)
+        numeric = int in types or float in types
+        if (numeric and bool not in types and isinstance(value, bool)) or not isinstance(value, types):
+            want = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+            raise PerfConfigError(f"{name} must be {want}, got {value!r} ({type(value).__name__})")
+    for name, item_type in _SEQUENCE_TYPES.items():
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        if not isinstance(value, tuple) or any(
+            isinstance(v, bool) or not isinstance(v, item_type) for v in value
+        ):
+            raise PerfConfigError(f"{name} must be a list of {item_type.__name__}, got {value!r}")
+    if not isinstance(cfg.schedule, ScheduleConfig):
+        raise PerfConfigError(f"schedule must be a mapping, got {type(cfg.schedule).__name__}")
