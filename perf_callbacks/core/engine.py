@@ -1,0 +1,357 @@
+"""The engine: one training run on one rank, driven by four calls per micro-batch.
+
+An adapter (Lightning, Accelerate) maps its framework's hooks onto::
+
+    batch_start(step)        # step = optimizer steps completed so far (Lightning's trainer.global_step)
+    phase("backward") ...    # optional phase ranges: forward, backward, optimizer_step
+    batch_end(stepped)       # stepped: this micro-batch finished an optimizer step
+    close(exc)               # end of training, or an exception (then the partial trace is flushed)
+
+A step is "opened" when the previous one closes (or at the first batch), so its NVTX range and its
+``ProfilerStep#N`` span include the data wait before it, as in a plain ``for batch in loader: ...; prof.step()`` loop.
+Outside profiling windows a micro-batch costs a few ``perf_counter`` reads, integer compares and cached NVTX
+push/pops; memory is read only at logging steps and nothing synchronises with the device.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.dataloader import Finding, data_wait_finding
+from perf_callbacks.core.memory import MemorySampler
+from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
+from perf_callbacks.core.schedule import Action, Schedule
+from perf_callbacks.core.stats import DataWaitCheck, DegradationDetector, StepStats
+from perf_callbacks.core.summary import WindowReporter
+from perf_callbacks.core.traces import TraceLayout, compress_trace
+from perf_callbacks.exceptions import (
+    DataLoaderWarning,
+    InstrumentUnavailableWarning,
+    PerformanceDegradationWarning,
+    PerfWarning,
+    ShardingWarning,
+    TraceSizeWarning,
+)
+
+log = logging.getLogger(__name__)
+
+MetricsFn = Callable[[dict[str, float], int], None]
+TextFn = Callable[[str, str, int], None]
+
+
+@dataclass
+class RunContext:
+    """What the adapter knows about the run.
+
+    Args:
+        output_dir: resolved output directory.
+        run_name: the same on every rank of this run (see ``traces.new_run_name``).
+        rank: global rank.
+        world_size: number of ranks.
+        device: this rank's device (CUDA device, or None/CPU).
+        log_every_n_steps: memory and timing log interval, in optimizer steps.
+        log_metrics: receives ``{"perf/...": value}`` and the step; None disables metric logging.
+        log_text: receives (tag, text, step) for the window summary; optional.
+        data_loader: name and num_workers of the training loader, quoted by the data-wait warning.
+    """
+
+    output_dir: Path
+    run_name: str
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device | None = None
+    log_every_n_steps: int = 50
+    log_metrics: MetricsFn | None = None
+    log_text: TextFn | None = None
+    data_loader: tuple[str, int | None] = ("train_dataloader", None)
+    distributed_initialized: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PerfEngine:
+    """Composes schedule, profiler, NVTX, memory sampling, step statistics and trace files.
+
+    Args:
+        config: the validated configuration.
+        ctx: the run's context, filled in by the adapter.
+    """
+
+    def __init__(self, config: PerfConfig, ctx: RunContext) -> None:
+        self.config, self.ctx = config, ctx
+        self.is_main = ctx.rank == 0
+        self.schedule = Schedule(config.schedule)
+        self.layout = TraceLayout(ctx.output_dir, ctx.run_name)
+        self.nvtx = NvtxRanges(config.nvtx_domain, enabled=config.nvtx)
+        self.cuda = ctx.device is not None and ctx.device.type == "cuda"
+        self.memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
+        self.stats = StepStats()
+        self.degradation = DegradationDetector(config.degradation_threshold)
+        self.data_wait_check = DataWaitCheck(config.data_wait_steps, config.data_wait_threshold)
+        traced = config.ranks is None or ctx.rank in config.ranks
+        self.profiling = traced
+        self.reporter = WindowReporter(config, ctx, is_reporter=traced and ctx.rank == min(config.ranks or [0]))
+        self.session: ProfilerSession | None = None
+        self.window: tuple[int, int] | None = None
+        self.exported: list[Path] = []
+        self._warned: set[str] = set()
+        self._open: int | None = None
+        self._in_window = False
+        self._t_open = 0.0
+        self._t_last_end: float | None = None
+        self._wait = 0.0
+        self._val = 0.0
+        self._t_val = 0.0
+        self._phase: str | None = None
+        self._phase_rf: Any = None
+        self._window_times: list[float] = []
+        self._window_wait = 0.0
+        self._closed = False
+
+    # ---- hot path: once per micro-batch ---------------------------------------------------------------------
+    def batch_start(self, step: int) -> None:
+        """A micro-batch of optimizer step ``step`` starts; closes the data wait that preceded it."""
+        t = time.perf_counter()
+        if self._t_last_end is not None:
+            self._wait += t - self._t_last_end
+            self._t_last_end = None
+        if self._open != step:
+            if self._open is not None:  # steps skipped (e.g. a resumed run): drop the stale step
+                self._abandon_step()
+            self._open_step(step, t)
+        self.phase("forward")
+
+    def batch_end(self, stepped: bool, samples: int | None = None) -> None:
+        """A micro-batch ended; ``stepped`` is True when it completed an optimizer step."""
+        t = time.perf_counter()
+        self.end_phase()
+        if stepped and self._open is not None:
+            step = self._open
+            self._close_step(step, t, samples)
+            self._open_step(step + 1, t)
+        self._t_last_end = t
+        self.phase("data_wait")
+
+    def phase(self, name: str) -> None:
+        """End the current phase range and open ``name`` (NVTX always; ``record_function`` inside windows)."""
+        if self._phase is not None:
+            self.end_phase()
+        self._phase = name
+        self.nvtx.push(name)
+        if self._in_window:
+            self._phase_rf = _enter_record_function(f"perf_callbacks.{name}")
+
+    def end_phase(self) -> None:
+        """Close the current phase range, if any."""
+        if self._phase is None:
+            return
+        self._phase = None
+        self.nvtx.pop()
+        if self._phase_rf is not None:
+            rf, self._phase_rf = self._phase_rf, None
+            rf.__exit__(None, None, None)
+
+    def validation_start(self) -> None:
+        """Validation inside training: its own range, and its time is left out of step time and data wait."""
+        self._t_val = time.perf_counter()
+        self.phase("validation")
+
+    def validation_end(self) -> None:
+        """Validation finished; the data wait of the next step starts now."""
+        t = time.perf_counter()
+        if self._open is not None:
+            self._val += t - self._t_val
+        self.end_phase()
+        self._t_last_end = t
+        self.phase("data_wait")
+
+    # ---- once per optimizer step -------------------------------------------------------------------------------
+    def _open_step(self, step: int, t: float) -> None:
+        self._open, self._t_open, self._wait, self._val = step, t, 0.0, 0.0
+        self.nvtx.push_step(step)
+        action = self.schedule.action(step) if self.profiling else Action.NONE
+        self._in_window = action is not Action.NONE
+        if self._in_window:
+            self._guard("profiler", self._profiler_enter, step, action)
+
+    def _close_step(self, step: int, t: float, samples: int | None) -> None:
+        phase = self._phase
+        if phase is not None:
+            self.end_phase()
+        step_time = max(t - self._t_open - self._val, 0.0)
+        self.nvtx.pop()
+        if self._in_window:
+            if self.session is not None and self.session.recording:
+                self._window_times.append(step_time)
+            self._window_wait += self._wait
+        else:
+            self.stats.update(step_time, self._wait, samples)
+            share = self.data_wait_check.update(step, step_time, self._wait)
+            if share is not None:
+                self._warn_data_wait(share, step)
+        if (step + 1) % self.ctx.log_every_n_steps == 0:
+            self._guard("metrics", self._log_interval, step + 1)
+        if self.session is not None and self.schedule.action(step) is Action.RECORD_AND_SAVE:
+            self._guard("profiler", self._finish_window, None)
+        self._open, self._in_window = None, False
+
+    def _abandon_step(self) -> None:
+        self.end_phase()
+        self.nvtx.pop()
+        if self.session is not None:
+            self._guard("profiler", self._finish_window, None)
+        self._open, self._in_window = None, False
+
+    # ---- profiler windows ----------------------------------------------------------------------------------------
+    def _profiler_enter(self, step: int, action: Action) -> None:
+        if self.session is None:
+            if foreign_profiler_running():
+                self._disable(
+                    "profiler",
+                    "another torch.profiler/autograd profiler is already running; perf-callbacks stands aside and "
+                    "records no trace (stop your own profiler, or remove the callback)",
+                )
+                return
+            self.window = self.schedule.window(step)
+            self._window_times, self._window_wait = [], 0.0
+            self.session = ProfilerSession(self.config, self.cuda, self._distributed_info())
+        if action is Action.WARMUP:
+            self.session.prepare()
+        else:
+            self.session.start()
+        self.session.mark_step(step)
+
+    def _finish_window(self, error: BaseException | None) -> None:
+        session, window = self.session, self.window
+        self.session = None
+        if session is None or window is None:
+            return
+        recorded = session.recording
+        session.stop()
+        if not recorded:
+            return
+        path = self._export(session, window)
+        if path is not None:
+            self.reporter.report(path, window, self._window_times, self._window_wait, error, self.memory)
+
+    def _export(self, session: ProfilerSession, window: tuple[int, int]) -> Path | None:
+        wdir = self.layout.window_dir(*window)
+        wdir.mkdir(parents=True, exist_ok=True)
+        raw = self.layout.raw_path(wdir, self.ctx.rank)
+        try:
+            t0 = time.perf_counter()
+            session.export(raw)
+            size_mb = raw.stat().st_size / 1e6
+            if size_mb > self.config.max_trace_mb:
+                self._warn(
+                    "max_trace_mb",
+                    TraceSizeWarning,
+                    f"the trace of steps {window[0]}-{window[1]} on rank {self.ctx.rank} is {size_mb:.0f} MB, above "
+                    f"max_trace_mb={self.config.max_trace_mb:g}; it was not written. Lower schedule.active, turn off "
+                    "with_stack/record_shapes/profile_memory, or raise max_trace_mb",
+                    main_only=False,
+                )
+                return None
+            dist = None if self.ctx.distributed_initialized else self._distributed_info()
+            path = compress_trace(raw, self.layout.trace_path(wdir, self.ctx.rank), dist)
+            log.info("trace written to %s (%.1f MB raw, %.2f s)", path, size_mb, time.perf_counter() - t0)
+            self.exported.append(path)
+            return path
+        finally:
+            raw.unlink(missing_ok=True)
+
+    def _distributed_info(self) -> dict[str, Any] | None:
+        if self.ctx.distributed_initialized:
+            return None
+        return {"backend": "", "rank": self.ctx.rank, "world_size": self.ctx.world_size}
+
+    # ---- logging and checks ------------------------------------------------------------------------------------
+    def _log_interval(self, step: int) -> None:
+        metrics = self.stats.compute()
+        self.stats.reset()
+        if self.memory is not None:
+            metrics.update(self.memory.sample())
+        median = metrics.get("train/step_time_ms")
+        if median is not None:
+            ratio = self.degradation.check(median)
+            if ratio is not None:
+                self._warn(
+                    "degradation",
+                    PerformanceDegradationWarning,
+                    f"median step time {median:.1f} ms over the {self.ctx.log_every_n_steps} steps before step {step} "
+                    f"is {ratio - 1:.0%} above this run's early baseline ({self.degradation.baseline:.1f} ms); look for "
+                    "memory fragmentation (reserved >> allocated), a growing Python-side cache, or thermal throttling",
+                )
+        if self.ctx.log_metrics is not None and metrics:
+            self.ctx.log_metrics({f"perf/{k}": v for k, v in metrics.items()}, step)
+
+    def _warn_data_wait(self, share: float, step: int) -> None:
+        name, workers = self.ctx.data_loader
+        first = self.data_wait_check.first_step or 0
+        self._warn("data_wait", DataLoaderWarning, data_wait_finding(name, share, first, step, workers).message)
+
+    def report_findings(self, findings: list[Finding]) -> None:
+        """Warn once (rank 0) for each DataLoader finding."""
+        for f in findings:
+            category = ShardingWarning if f.code in ("not_sharded", "double_sharded") else DataLoaderWarning
+            self._warn(f"{f.code}:{f.loader}", category, f.message)
+
+    def _warn(self, key: str, category: type[PerfWarning], message: str, main_only: bool = True) -> None:
+        if key in self._warned or (main_only and not self.is_main):
+            return
+        self._warned.add(key)
+        warnings.warn(message, category, stacklevel=4)
+
+    def _disable(self, instrument: str, reason: str) -> None:
+        if instrument == "profiler":
+            self.profiling = False
+            self.session = None
+            self._in_window = False
+        elif instrument == "metrics":
+            self.memory = None
+        rank = f" on rank {self.ctx.rank}" if self.ctx.world_size > 1 else ""
+        self._warn(f"disabled:{instrument}", InstrumentUnavailableWarning, f"{instrument} disabled{rank}: {reason}",
+                   main_only=False)
+
+    def _guard(self, instrument: str, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
+            if instrument == "profiler" and self.session is not None:
+                session, self.session = self.session, None
+                _quiet(session.stop)
+            self._disable(instrument, f"{type(err).__name__}: {err}; training continues")
+
+    # ---- end of training ---------------------------------------------------------------------------------------
+    def close(self, exc: BaseException | None = None) -> None:
+        """Stop everything and flush: the partial trace of an interrupted window is exported. Never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        _quiet(self.end_phase)
+        _quiet(self.nvtx.pop_all)
+        if self.session is not None:
+            self._guard("profiler", self._finish_window, exc)
+        self._open, self._in_window = None, False
+
+
+def _enter_record_function(name: str) -> Any:
+    rf = torch.profiler.record_function(name)
+    rf.__enter__()
+    return rf
+
+
+def _quiet(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001
+        log.debug("ignored error during close", exc_info=True)

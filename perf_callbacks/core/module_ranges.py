@@ -1,0 +1,148 @@
+"""One NVTX range per ``nn.Module`` forward, named by the module's qualified name, while a window is open.
+
+:meth:`ModuleRanges.install` adds a forward pre-hook and a forward hook to every submodule of one model (never a
+global hook, so other models are untouched) and :meth:`ModuleRanges.remove` takes them all off again, so outside the
+window the model runs with no hooks at all. The ranges go to the same NVTX domain as :class:`NvtxRanges` with the
+``module`` category, so Nsight Systems nests ``encoder.layers.0.attn`` inside ``forward`` inside ``step``.
+
+The forward hooks are registered with ``always_call=True``, so they close their range even when ``forward`` raises. As
+a second guard, ranges still open are closed at the next forward of the root module and by :meth:`remove`, so pushes
+and pops always balance.
+
+Example:
+    >>> import torch
+    >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    >>> ranges = ModuleRanges(NvtxRanges())
+    >>> _ = ranges.install(model); _ = model(torch.zeros(1, 2)); ranges.remove()
+    >>> len(model._forward_pre_hooks), ranges.depth
+    (0, 0)
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+
+CATEGORY = "module"
+#: ARGB grey. An integer, because the nvtx package only knows a few colour names without matplotlib.
+COLOR = 0xFF9E9E9E
+
+
+class ModuleRanges:
+    """Per-module NVTX ranges for one model, installed and removed around a profiling window.
+
+    Args:
+        ranges: the step/phase ranges; module ranges use its domain and only exist while it is enabled.
+    """
+
+    def __init__(self, ranges: NvtxRanges) -> None:
+        self.ranges = ranges
+        self.depth = 0
+        self._domain: Any = None
+        self._attrs: dict[str, Any] = {}
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self._root: torch.nn.Module | None = None
+        self._failed = False
+
+    @property
+    def installed(self) -> bool:
+        """Whether hooks are currently on a model."""
+        return bool(self._handles)
+
+    def install(self, model: torch.nn.Module) -> int:
+        """Hook every submodule of ``model``; returns the number of hooked modules (0 when no NVTX tool listens)."""
+        self.remove()
+        domain = self._get_domain()
+        if domain is None:
+            return 0
+        try:
+            for name, module in model.named_modules():
+                qualified = name or type(module).__name__
+                if qualified not in self._attrs:
+                    self._attrs[qualified] = domain.get_event_attributes(
+                        message=qualified, color=COLOR, category=CATEGORY
+                    )
+                self._handles.append(module.register_forward_pre_hook(self._pre_hook(qualified)))
+                self._handles.append(module.register_forward_hook(self._post_hook, always_call=True))
+        except Exception as err:  # noqa: BLE001 - never harm training
+            self._fail(err)
+            return 0
+        self._root = model
+        return len(self._handles) // 2
+
+    def remove(self) -> None:
+        """Remove every hook and close ranges left open by a forward that raised."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._root = None
+        self._pop_open()
+
+    def _pre_hook(self, name: str) -> Any:
+        attrs = self._attrs[name]
+
+        def hook(module: torch.nn.Module, args: Any) -> None:
+            if module is self._root and self.depth:
+                self._pop_open()  # the previous forward raised before its forward hooks ran
+            try:
+                self._domain.push_range(attrs)
+                self.depth += 1
+            except Exception as err:  # noqa: BLE001
+                self._fail(err)
+
+        return hook
+
+    def _post_hook(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if self.depth == 0:
+            return
+        try:
+            self._domain.pop_range()
+            self.depth -= 1
+        except Exception as err:  # noqa: BLE001
+            self._fail(err)
+
+    def _pop_open(self) -> None:
+        while self.depth > 0 and self._domain is not None:
+            self._domain.pop_range()
+            self.depth -= 1
+        self.depth = 0
+
+    def _get_domain(self) -> Any:
+        """The ``nvtx.Domain`` of ``ranges``, or None when NVTX is off or no tool is attached (a no-op domain)."""
+        if self._failed or not self.ranges.enabled:
+            return None
+        if self._domain is None:
+            try:
+                import nvtx
+
+                domain = nvtx.get_domain(self.ranges.domain_name)
+            except Exception as err:  # noqa: BLE001
+                self._fail(err)
+                return None
+            if not isinstance(domain, nvtx.Domain):
+                return None
+            self._domain = domain
+        return self._domain
+
+    def _fail(self, err: BaseException) -> None:
+        try:
+            self._pop_open()
+        except Exception:  # noqa: BLE001, S110 - already failing; the warning below says so
+            pass
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._root = None
+        self._domain = None
+        self._failed = True
+        self.depth = 0
+        warnings.warn(
+            f"per-module NVTX ranges disabled: {type(err).__name__}: {err}. Training continues without them.",
+            InstrumentUnavailableWarning,
+            stacklevel=3,
+        )

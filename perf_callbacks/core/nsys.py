@@ -1,0 +1,127 @@
+"""The Nsight Systems capture window: ``cudaProfilerStart`` / ``cudaProfilerStop`` around chosen optimizer steps.
+
+Run the training under ``nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop ...`` (the command
+``perf-callbacks nsys`` prints it) and nsys records only what happens between :meth:`NsysCapture.start` and
+:meth:`NsysCapture.stop`: the profiling window, or ``nsys_steps=[first, last]``. Without CUDA (a CPU build, no device)
+the capture warns once and does nothing; a failing CUDA call switches it off with one warning and never raises.
+
+Example:
+    >>> capture = NsysCapture(enabled=True, ranks=None, rank=0)
+    >>> [step for step in range(6) if nsys_window(step, 2, 3)]
+    [2, 3]
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+
+log = logging.getLogger(__name__)
+
+
+def nsys_window(step: int, first: int, last: int) -> bool:
+    """Whether optimizer step ``step`` lies inside the capture ``[first, last]`` (both ends included)."""
+    return first <= step <= last
+
+
+class NsysCapture:
+    """Starts and stops the CUDA profiler API so that ``nsys --capture-range=cudaProfilerApi`` records a window.
+
+    Idempotent: a second :meth:`start` while capturing does nothing, :meth:`stop` without a capture does nothing and
+    :meth:`close` stops a capture that is still running.
+
+    Args:
+        enabled: when False every call is a no-op.
+        ranks: the global ranks that capture; ``None`` means every rank.
+        rank: this process's global rank.
+
+    Example:
+        >>> capture = NsysCapture(enabled=True, ranks={0}, rank=1)  # rank 1 is not selected: a no-op
+        >>> capture.start(10); capture.stop(12); capture.capturing
+        False
+    """
+
+    def __init__(self, enabled: bool, ranks: set[int] | None = None, rank: int = 0) -> None:
+        self.rank = rank
+        self._warn_here = rank == 0 or (ranks is not None and rank == min(ranks, default=rank))
+        self._enabled = enabled and (ranks is None or rank in ranks)
+        self._capturing = False
+        self._start_step: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this process takes part in the capture (False once disabled by a failure)."""
+        return self._enabled
+
+    @property
+    def capturing(self) -> bool:
+        """Whether ``cudaProfilerStart`` has been called and not yet matched by ``cudaProfilerStop``."""
+        return self._capturing
+
+    def start(self, step: int) -> None:
+        """Start the capture at optimizer step ``step`` (call it before the step's work)."""
+        if not self._enabled or self._capturing:
+            return
+        cuda = self._cuda()
+        if cuda is None:
+            return
+        try:
+            cuda.synchronize()  # earlier steps' kernels stay out of the capture
+            cuda.profiler.start()
+        except Exception as err:  # noqa: BLE001 - never harm training
+            self._disable(f"cudaProfilerStart failed at step {step}: {type(err).__name__}: {err}")
+            return
+        self._capturing = True
+        self._start_step = step
+        log.info("nsys capture started at step %d (rank %d)", step, self.rank)
+
+    def stop(self, step: int) -> None:
+        """Stop the capture after optimizer step ``step`` (call it after the step's work)."""
+        if not self._capturing:
+            return
+        self._capturing = False
+        cuda = self._cuda()
+        if cuda is None:
+            return
+        try:
+            cuda.synchronize()  # the last step's kernels finish inside the capture
+            cuda.profiler.stop()
+        except Exception as err:  # noqa: BLE001
+            self._disable(f"cudaProfilerStop failed at step {step}: {type(err).__name__}: {err}")
+            return
+        log.info("nsys capture stopped after step %d (steps %s-%d, rank %d)", step, self._start_step, step, self.rank)
+
+    def close(self) -> None:
+        """Stop a capture that is still running, e.g. when training ends inside the window."""
+        if self._capturing:
+            self.stop(self._start_step if self._start_step is not None else -1)
+
+    def _cuda(self) -> Any:
+        """``torch.cuda`` when it can drive the profiler API, else None (after disabling with a warning)."""
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                return torch.cuda
+            reason = (
+                "this torch build has no CUDA" if torch.version.cuda is None else "torch.cuda.is_available() is False"
+            )
+        except Exception as err:  # noqa: BLE001
+            reason = f"torch.cuda failed: {type(err).__name__}: {err}"
+        self._disable(f"nsys capture needs CUDA, but {reason}")
+        return None
+
+    def _disable(self, reason: str) -> None:
+        self._enabled = False
+        self._capturing = False
+        if self._warn_here:
+            warnings.warn(
+                f"{reason}. The Nsight Systems capture window is off and training continues; under "
+                "`nsys profile --capture-range=cudaProfilerApi` nothing will be recorded. Set nsys_capture=False "
+                "to silence this, or run on a CUDA device.",
+                InstrumentUnavailableWarning,
+                stacklevel=4,
+            )

@@ -1,0 +1,247 @@
+"""Lightning adapter: ``Trainer(callbacks=[GPUPerfCallback()])``. It maps Trainer hooks onto the engine, nothing else.
+
+Example:
+    >>> import lightning as L
+    >>> from perf_callbacks import GPUPerfCallback
+    >>> cb = GPUPerfCallback(schedule={"skip_first": 5, "active": 2})
+    >>> trainer = L.Trainer(callbacks=[cb], max_steps=1, logger=False, enable_progress_bar=False)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.data import extract_batch_size
+from typing_extensions import override
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.dataloader import inspect_loader
+from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.traces import new_run_name
+
+
+class GPUPerfCallback(Callback):
+    """Profiler windows by optimizer step, NVTX ranges, memory/timing logs, DataLoader checks and a verdict.
+
+    Every argument is a :class:`~perf_callbacks.PerfConfig` key (see its docstring); ``schedule`` is a mapping with
+    ``wait``, ``warmup``, ``active``, ``repeat`` and ``skip_first``. Bad values raise ``PerfConfigError`` here, at
+    construction. The same keys work from LightningCLI YAML (``trainer.callbacks``) and from
+    :meth:`from_yaml`.
+
+    Args:
+        output_dir: default ``<trainer.log_dir>/perf``, else ``<default_root_dir>/perf``.
+        schedule: profiler schedule by optimizer step (``trainer.global_step``).
+        activities: ``cpu`` and/or ``cuda``; default CPU plus CUDA when available.
+        record_shapes: record operator input shapes.
+        profile_memory: record allocations inside windows.
+        with_stack: record Python stacks inside windows.
+        with_flops: estimate FLOPs.
+        ranks: global ranks that profile; default all.
+        max_trace_mb: cap on one rank's uncompressed window trace.
+        nvtx: emit NVTX step and phase ranges.
+        nvtx_domain: NVTX domain name.
+        nvtx_modules: per-module NVTX ranges inside windows.
+        nsys_capture: cudaProfilerStart/Stop around the window for ``nsys --capture-range=cudaProfilerApi``.
+        nsys_steps: ``[first, last]`` steps for the Nsight capture instead of the profiler window.
+        log_every_n_steps: default ``trainer.log_every_n_steps``.
+        memory: log allocated/reserved/peak memory (host RSS on CPU).
+        nvml: log GPU utilization and power via NVML when available.
+        degradation_threshold: slowdown over the early baseline that triggers a warning.
+        data_wait_threshold: data-wait share of step time that triggers a warning.
+        data_wait_steps: steps measured for the data-wait check.
+        check_dataloaders: inspect the train DataLoader when training starts.
+        summary: print and save a summary at the end of each window (rank 0).
+        top_k: operators in the summary.
+    """
+
+    def __init__(
+        self,
+        output_dir: str | None = None,
+        schedule: dict[str, Any] | None = None,
+        activities: list[str] | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        ranks: list[int] | None = None,
+        max_trace_mb: float = 512.0,
+        nvtx: bool = True,
+        nvtx_domain: str = "perf_callbacks",
+        nvtx_modules: bool = False,
+        nsys_capture: bool = False,
+        nsys_steps: list[int] | None = None,
+        log_every_n_steps: int | None = None,
+        memory: bool = True,
+        nvml: bool = True,
+        degradation_threshold: float = 0.2,
+        data_wait_threshold: float = 0.1,
+        data_wait_steps: int = 50,
+        check_dataloaders: bool = True,
+        summary: bool = True,
+        top_k: int = 5,
+    ) -> None:
+        options = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.config = PerfConfig.from_dict(options)
+        self.engine: PerfEngine | None = None
+        self._step_at_start = 0
+        self._batch_size: int | None = None
+
+    @classmethod
+    def from_config(cls, config: PerfConfig) -> GPUPerfCallback:
+        """Build from an existing :class:`PerfConfig`."""
+        return cls(**config.to_dict())
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> GPUPerfCallback:
+        """Build from a standalone YAML file with the config keys at the top level."""
+        return cls.from_config(PerfConfig.from_yaml(path))
+
+    # ---- run lifecycle ---------------------------------------------------------------------------------------
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        ctx = RunContext(
+            output_dir=self._output_dir(trainer),
+            run_name=trainer.strategy.broadcast(new_run_name()),
+            rank=trainer.global_rank,
+            world_size=trainer.world_size,
+            device=trainer.strategy.root_device,
+            log_every_n_steps=self.config.log_every_n_steps or max(1, trainer.log_every_n_steps),
+            log_metrics=self._log_metrics(trainer) if trainer.is_global_zero else None,
+            log_text=self._log_text(trainer) if trainer.is_global_zero else None,
+            distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
+        )
+        self.engine = PerfEngine(self.config, ctx)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.engine is None or not self.config.check_dataloaders:
+            return
+        findings = []
+        for name, loader in _train_loaders(trainer.train_dataloader):
+            self.engine.ctx.data_loader = (name, getattr(loader, "num_workers", None))
+            findings += inspect_loader(
+                loader,
+                name,
+                world_size=trainer.world_size,
+                cuda=self.engine.cuda,
+                local_world_size=trainer.num_devices,
+            )
+        if not trainer._accelerator_connector.use_distributed_sampler:
+            findings = [_blame_flag(f) for f in findings]
+        self.engine.report_findings(findings)
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if self.engine is not None:
+            self.engine.close(exception)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and self.engine is not None:
+            self.engine.close()
+
+    # ---- per micro-batch -------------------------------------------------------------------------------------
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self.engine is None:
+            return
+        if self._batch_size is None:
+            self._batch_size = _batch_size(batch)
+        self._step_at_start = trainer.global_step
+        self.engine.batch_start(trainer.global_step)
+
+    @override
+    def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
+        if self.engine is not None:
+            self.engine.phase("backward")
+
+    @override
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.engine is not None:
+            self.engine.end_phase()
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        if self.engine is not None:
+            self.engine.phase("optimizer_step")
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self.engine is not None:
+            stepped = trainer.global_step != self._step_at_start
+            self.engine.batch_end(stepped, self._batch_size if stepped else None)
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.engine is not None and _fitting(trainer):
+            self.engine.validation_start()
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.engine is not None and _fitting(trainer):
+            self.engine.validation_end()
+
+    # ---- helpers -----------------------------------------------------------------------------------------------
+    def _output_dir(self, trainer: pl.Trainer) -> Path:
+        if self.config.output_dir is not None:
+            return Path(self.config.output_dir)
+        log_dir = trainer.log_dir if trainer.loggers else None
+        return Path(log_dir or trainer.default_root_dir) / "perf"
+
+    @staticmethod
+    def _log_metrics(trainer: pl.Trainer) -> Any:
+        def log_metrics(metrics: dict[str, float], step: int) -> None:
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
+
+        return log_metrics
+
+    @staticmethod
+    def _log_text(trainer: pl.Trainer) -> Any:
+        def log_text(tag: str, text: str, step: int) -> None:
+            for logger in trainer.loggers:
+                if isinstance(logger, TensorBoardLogger):
+                    logger.experiment.add_text(tag, text, global_step=step)
+
+        return log_text
+
+
+def _fitting(trainer: pl.Trainer) -> bool:
+    return trainer.state.fn == "fit" and not trainer.sanity_checking
+
+
+def _train_loaders(loaders: Any, name: str = "train_dataloader") -> list[tuple[str, Any]]:
+    if isinstance(loaders, dict):
+        return [pair for k, v in loaders.items() for pair in _train_loaders(v, f"{name}[{k!r}]")]
+    if isinstance(loaders, list | tuple):
+        return [pair for i, v in enumerate(loaders) for pair in _train_loaders(v, f"{name}[{i}]")]
+    return [(name, loaders)] if loaders is not None else []
+
+
+def _blame_flag(finding: Any) -> Any:
+    if finding.code != "not_sharded":
+        return finding
+    from dataclasses import replace
+
+    return replace(finding, message=finding.message + " (the Trainer has use_distributed_sampler=False)")
+
+
+def _batch_size(batch: Any) -> int | None:
+    try:
+        return int(extract_batch_size(batch))
+    except Exception:  # noqa: BLE001 - throughput is optional
+        return None
