@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+
+from perf_callbacks.core.nsys import NsysCapture, nsys_window
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> mock.MagicMock:
+    """A fake CUDA: is_available() True, and profiler start/stop + synchronize recorded in one call list."""
+    fake = mock.MagicMock()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", fake.synchronize)
+    monkeypatch.setattr(torch.cuda.profiler, "start", fake.start)
+    monkeypatch.setattr(torch.cuda.profiler, "stop", fake.stop)
+    return fake
+
+
+@pytest.fixture
+def no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def run_window(capture: NsysCapture, first: int, last: int) -> None:
+    capture.start(first)
+    capture.stop(last)
+
+
+def profiler_calls(fake: mock.MagicMock) -> list[str]:
+    return [name for name, _, _ in fake.mock_calls if name in ("start", "stop")]
+
+
+@pytest.mark.parametrize(("step", "expected"), [(2, False), (3, True), (4, True), (5, True), (6, False)])
+def test_nsys_window_includes_both_ends(step: int, expected: bool) -> None:
+    assert nsys_window(step, 3, 5) is expected
+
+
+def test_start_and_stop_happen_exactly_at_the_window_steps(cuda: mock.MagicMock) -> None:
+    capture = NsysCapture(enabled=True, ranks=None, rank=0)
+    seen: list[tuple[str, int]] = []
+    cuda.start.side_effect = lambda: seen.append(("start", step))
+    cuda.stop.side_effect = lambda: seen.append(("stop", step))
+
+    for step in range(10):  # what the engine does around each optimizer step
+        if nsys_window(step, 3, 5):
+            capture.start(step)
+        assert capture.capturing is nsys_window(step, 3, 5)
+        if step == 5:
+            capture.stop(step)
+    capture.close()
+
+    assert seen == [("start", 3), ("stop", 5)]
+    # synchronize before each call keeps other steps' kernels out of the capture
+    assert [name for name, _, _ in cuda.mock_calls] == ["synchronize", "start", "synchronize", "stop"]
+
+
+def test_idempotent(cuda: mock.MagicMock) -> None:
+    capture = NsysCapture(enabled=True)
+    capture.stop(0)  # stop without start: nothing
+    capture.start(1)
+    capture.start(2)  # already capturing: nothing
+    capture.stop(3)
+    capture.stop(4)
+    capture.close()
+
+    assert profiler_calls(cuda) == ["start", "stop"]
+
+
+def test_close_stops_a_running_capture(cuda: mock.MagicMock) -> None:
+    capture = NsysCapture(enabled=True)
+    capture.start(5)
+    capture.close()
+    capture.close()
+
+    assert profiler_calls(cuda) == ["start", "stop"]
+    assert not capture.capturing
+
+
+@pytest.mark.parametrize(("ranks", "rank", "expected"), [(None, 3, 1), ({0, 2}, 2, 1), ({0, 2}, 1, 0), (set(), 0, 0)])
+def test_only_selected_ranks_capture(cuda: mock.MagicMock, ranks: set[int] | None, rank: int, expected: int) -> None:
+    capture = NsysCapture(enabled=True, ranks=ranks, rank=rank)
+    capture.start(0)
+    capture.stop(0)
+
+    assert cuda.start.call_count == cuda.stop.call_count == expected
+    assert capture.enabled is bool(expected)
+
+
+def test_disabled_makes_no_cuda_call(cuda: mock.MagicMock) -> None:
+    capture = NsysCapture(enabled=False)
+    capture.start(0)
+    capture.close()
+
+    assert cuda.mock_calls == []
+
+
+def test_without_cuda_warns_once_and_does_nothing(no_cuda: None) -> None:
+    capture = NsysCapture(enabled=True)
+    with pytest.warns(InstrumentUnavailableWarning, match=r"nsys capture needs CUDA.*nsys_capture=False") as record:
+        capture.start(3)
+    capture.start(4)
+    capture.stop(5)
+    capture.close()
+
+    assert len(record) == 1
+    assert not capture.enabled
+    assert not capture.capturing
+
+
+def test_on_this_cpu_only_torch_the_real_call_never_raises() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    capture = NsysCapture(enabled=True)
+    with pytest.warns(InstrumentUnavailableWarning):
+        capture.start(0)
+    capture.stop(0)
+
+
+def test_without_cuda_other_ranks_stay_quiet(no_cuda: None) -> None:
+    capture = NsysCapture(enabled=True, ranks=None, rank=1)
+    capture.start(0)  # a warning would fail the test (PerfWarning is an error)
+
+    assert not capture.enabled
+
+
+@pytest.mark.parametrize("failing", ["start", "stop"])
+def test_a_failing_cuda_call_disables_with_one_warning(cuda: mock.MagicMock, failing: str) -> None:
+    getattr(cuda, failing).side_effect = RuntimeError("cudaErrorProfilerDisabled")
+    capture = NsysCapture(enabled=True)
+
+    with pytest.warns(InstrumentUnavailableWarning, match=f"cudaProfiler{failing.title()} failed.*ProfilerDisabled"):
+        run_window(capture, 1, 2)
+    capture.start(3)
+    capture.stop(4)
+    capture.close()
+
+    assert cuda.start.call_count == 1
+    assert cuda.stop.call_count == (1 if failing == "stop" else 0)
+    assert not capture.enabled
+    assert not capture.capturing
