@@ -116,6 +116,7 @@ class PerfEngine:
         self._window_times: list[float] = []
         self._window_wait = 0.0
         self._closed = False
+        self._wait_measured = False
 
     # ---- hot path: once per micro-batch ---------------------------------------------------------------------
     def batch_start(self, step: int) -> None:
@@ -184,20 +185,19 @@ class PerfEngine:
             self._guard("profiler", self._profiler_enter, step, action)
 
     def _close_step(self, step: int, t: float, samples: int | None) -> None:
-        phase = self._phase
-        if phase is not None:
-            self.end_phase()
+        self.end_phase()
         step_time = max(t - self._t_open - self._val, 0.0)
         self.nvtx.pop()
         if self._in_window:
             if self.session is not None and self.session.recording:
                 self._window_times.append(step_time)
-            self._window_wait += self._wait
-        else:
+                self._window_wait += self._wait
+        elif self._wait_measured:  # the run's first step has no preceding batch end to measure its data wait from
             self.stats.update(step_time, self._wait, samples)
             share = self.data_wait_check.update(step, step_time, self._wait)
             if share is not None:
                 self._warn_data_wait(share, step)
+        self._wait_measured = True
         if (step + 1) % self.ctx.log_every_n_steps == 0:
             self._guard("metrics", self._log_interval, step + 1)
         if self.session is not None and self.schedule.action(step) is Action.RECORD_AND_SAVE:

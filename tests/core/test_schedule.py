@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from perf_callbacks.config import ScheduleConfig
+from perf_callbacks.core.schedule import Action, Schedule
+
+
+@pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")
+@pytest.mark.parametrize(
+    ("wait", "warmup", "active", "repeat", "skip_first"),
+    list(itertools.product([0, 2], [0, 1], [1, 3], [0, 1, 2], [0, 5])),
+)
+def test_matches_torch_profiler_schedule(wait: int, warmup: int, active: int, repeat: int, skip_first: int) -> None:
+    ours = Schedule(ScheduleConfig(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first))
+    theirs = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+    for step in range(60):
+        assert ours.action(step).name == theirs(step).name, step
+
+
+def test_window_and_finished() -> None:
+    s = Schedule(ScheduleConfig(wait=1, warmup=1, active=3, repeat=2, skip_first=10))
+    recorded = [i for i in range(40) if s.action(i) in (Action.RECORD, Action.RECORD_AND_SAVE)]
+    assert recorded == [12, 13, 14, 17, 18, 19]
+    assert s.window(12) == s.window(14) == (12, 14)
+    assert s.window(11) == (12, 14)
+    assert s.window(18) == (17, 19)
+    assert not s.is_finished(19) and s.is_finished(20)
+    assert not Schedule(ScheduleConfig(repeat=0)).is_finished(10**9)
