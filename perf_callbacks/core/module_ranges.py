@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import Any
 
@@ -55,7 +56,7 @@ class ModuleRanges:
         return bool(self._handles)
 
     def install(self, model: torch.nn.Module) -> int:
-        """Hook every submodule of ``model``; returns the number of hooked modules (0 when no NVTX tool listens)."""
+        """Add range hooks to every submodule of ``model``; return how many (0 when no NVTX tool listens)."""
         self.remove()
         domain = self._get_domain()
         if domain is None:
@@ -113,7 +114,7 @@ class ModuleRanges:
         self.depth = 0
 
     def _get_domain(self) -> Any:
-        """The ``nvtx.Domain`` of ``ranges``, or None when NVTX is off or no tool is attached (a no-op domain)."""
+        """Return the ``nvtx.Domain`` of ``ranges``; None when NVTX is off or no tool is attached (a no-op domain)."""
         if self._failed or not self.ranges.enabled:
             return None
         if self._domain is None:
@@ -130,10 +131,8 @@ class ModuleRanges:
         return self._domain
 
     def _fail(self, err: BaseException) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already failing; the warning below says so
             self._pop_open()
-        except Exception:  # noqa: BLE001, S110 - already failing; the warning below says so
-            pass
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
