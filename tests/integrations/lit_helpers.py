@@ -1,0 +1,67 @@
+"""A tiny LightningModule and data for the Lightning adapter tests."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class TinyModel(L.LightningModule):
+    def __init__(self, fail_at_step: int | None = None) -> None:
+        super().__init__()
+        self.layer = nn.Linear(16, 4)
+        self.fail_at_step = fail_at_step
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self.fail_at_step is not None and self.trainer.global_step == self.fail_at_step:
+            raise ValueError(f"user error at step {self.fail_at_step}")
+        x, y = batch
+        return nn.functional.cross_entropy(self.layer(x), y)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        nn.functional.cross_entropy(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def loader(n: int = 256, batch_size: int = 8, num_workers: int = 0) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g))
+    return DataLoader(data, batch_size=batch_size, num_workers=num_workers)
+
+
+def trainer(tmp_path: Path, callbacks: list, **kwargs: object) -> L.Trainer:
+    defaults: dict[str, object] = {
+        "max_steps": 10,
+        "accelerator": "cpu",
+        "devices": 1,
+        "default_root_dir": str(tmp_path),
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "logger": False,
+        "num_sanity_val_steps": 0,
+        "limit_val_batches": 2,
+    }
+    defaults.update(kwargs)
+    return L.Trainer(callbacks=callbacks, **defaults)
+
+
+def events(path: Path) -> list[dict]:
+    return json.load(gzip.open(path))["traceEvents"]
+
+
+def profiler_steps(path: Path) -> list[int]:
+    return sorted(int(e["name"].split("#")[1]) for e in events(path) if e.get("name", "").startswith("ProfilerStep#"))
+
+
+def names(path: Path, prefix: str = "perf_callbacks.") -> list[str]:
+    return [e["name"] for e in events(path) if e.get("name", "").startswith(prefix)]

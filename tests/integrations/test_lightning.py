@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from perf_callbacks import DataLoaderWarning, GPUPerfCallback, PerfConfigError
+from tests.integrations.lit_helpers import TinyModel, loader, names, profiler_steps, trainer
+
+QUIET = {"check_dataloaders": False}
+
+
+def test_zero_argument_construction_and_bad_option() -> None:
+    assert GPUPerfCallback().config.schedule.active == 3
+    with pytest.raises(PerfConfigError, match="schedule.active must be >= 1, got 0"):
+        GPUPerfCallback(schedule={"active": 0})
+    with pytest.raises(PerfConfigError, match="unknown key 'schedule.steps'"):
+        GPUPerfCallback(schedule={"steps": 3})
+
+
+def test_profiler_steps_are_global_steps_with_accumulation_and_repeat(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 2, "wait": 0, "warmup": 1,
+                                                                      "active": 2, "repeat": 2}, **QUIET)
+    trainer(tmp_path, [cb], max_steps=10, accumulate_grad_batches=3).fit(TinyModel(), loader())
+    assert [p.parent.name for p in cb.engine.exported] == ["window-000003-000004", "window-000006-000007"]
+    assert [profiler_steps(p) for p in cb.engine.exported] == [[3, 4], [6, 7]]
+    phases = names(cb.engine.exported[0])
+    assert phases.count("perf_callbacks.forward") == 2 * 3
+    assert phases.count("perf_callbacks.backward") == 2 * 3
+    assert phases.count("perf_callbacks.optimizer_step") == 2
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_sanity_check_not_counted_and_validation_has_its_own_range(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 3, "wait": 0, "warmup": 1, "active": 3},
+                         **QUIET)
+    t = trainer(tmp_path, [cb], max_steps=10, num_sanity_val_steps=2, val_check_interval=5)
+    t.fit(TinyModel(), loader(), loader(n=32))
+    (path,) = cb.engine.exported
+    assert profiler_steps(path) == [4, 5, 6]
+    # validation runs after the 5th batch (end of step 4), inside the window, in its own range
+    assert names(path).count("perf_callbacks.validation") == 1
+
+
+def test_default_output_dir_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    cb = GPUPerfCallback(schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}, **QUIET)
+    trainer(tmp_path, [cb], logger=logger, log_every_n_steps=4, max_steps=9).fit(TinyModel(), loader())
+    (path,) = cb.engine.exported
+    assert path.is_relative_to(Path(logger.log_dir) / "perf")
+    assert path.name == "rank0.pt.trace.json.gz"
+    summary = (path.parent / "summary.txt").read_text()
+    assert summary.startswith("perf-callbacks summary: steps 3-4, rank 0")
+    assert "perf-callbacks summary: steps 3-4" in capsys.readouterr().out
+
+
+def test_metrics_go_to_tensorboard_every_n_steps(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    cb = GPUPerfCallback(schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}, **QUIET)
+    trainer(tmp_path, [cb], logger=logger, log_every_n_steps=4, max_steps=12).fit(TinyModel(), loader())
+    acc = EventAccumulator(logger.log_dir, size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert {"perf/train/step_time_ms", "perf/train/data_wait_fraction", "perf/memory/host_rss_mb"} <= set(tags)
+    assert [e.step for e in acc.Scalars("perf/memory/host_rss_mb")] == [4, 8, 12]
+    assert "perf/summary/text_summary" in acc.Tags()["tensors"]
+
+
+def test_num_workers_zero_warns_once_with_a_suggestion(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 100})
+    with pytest.warns(DataLoaderWarning, match=r"train_dataloader has num_workers=0.*try num_workers=\d+") as rec:
+        trainer(tmp_path, [cb], max_steps=3).fit(TinyModel(), loader())
+    assert len([w for w in rec if issubclass(w.category, DataLoaderWarning)]) == 1
+
+
+def test_no_warning_for_a_good_loader(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 100}, data_wait_steps=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataLoaderWarning)
+        trainer(tmp_path, [cb], max_steps=3).fit(TinyModel(), loader(num_workers=1))
+
+
+def test_user_exception_propagates_and_partial_trace_is_flushed(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 4},
+                         **QUIET)
+    with pytest.raises(ValueError, match="user error at step 5") as info:
+        trainer(tmp_path, [cb], max_steps=20).fit(TinyModel(fail_at_step=5), loader())
+    assert type(info.value) is ValueError
+    assert not torch.autograd.profiler._is_profiler_enabled
+    (path,) = cb.engine.exported
+    assert path.parent.name == "window-000003-000006"
+    assert profiler_steps(path) == [3, 4, 5]
+    assert "interrupted by ValueError" in (path.parent / "summary.txt").read_text()
+    assert cb.engine.nvtx.depth == 0
+
+
+def test_repeated_fit_into_the_same_output_dir_never_overwrites(tmp_path: Path) -> None:
+    out = tmp_path / "perf"
+    cb = GPUPerfCallback(output_dir=str(out), schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 1}, **QUIET)
+    for _ in range(2):
+        trainer(tmp_path, [cb], max_steps=3).fit(TinyModel(), loader())
+    runs = sorted(p for p in out.iterdir())
+    assert len(runs) == 2
+    assert all(len(list(r.rglob("*.pt.trace.json.gz"))) == 1 for r in runs)
+
+
+def test_resume_continues_the_schedule_by_global_step(tmp_path: Path) -> None:
+    sched = {"skip_first": 2, "wait": 1, "warmup": 0, "active": 1, "repeat": 0}  # records steps 3, 5, 7, ...
+    first = GPUPerfCallback(output_dir=str(tmp_path / "a"), schedule=sched, **QUIET)
+    t = trainer(tmp_path, [first], max_steps=6)
+    t.fit(TinyModel(), loader())
+    ckpt = tmp_path / "mid.ckpt"
+    t.save_checkpoint(ckpt)
+    second = GPUPerfCallback(output_dir=str(tmp_path / "b"), schedule=sched, **QUIET)
+    trainer(tmp_path, [second], max_steps=10).fit(TinyModel(), loader(), ckpt_path=str(ckpt))
+    assert [profiler_steps(p) for p in first.engine.exported] == [[3], [5]]
+    assert [profiler_steps(p) for p in second.engine.exported] == [[7], [9]]
+    # a checkpoint saved with the callback loads without it, and resuming a finished run does nothing
+    trainer(tmp_path, [], max_steps=6).fit(TinyModel(), loader(), ckpt_path=str(ckpt))
+    done = GPUPerfCallback(output_dir=str(tmp_path / "c"), schedule=sched, **QUIET)
+    trainer(tmp_path, [done], max_steps=6).fit(TinyModel(), loader(), ckpt_path=str(ckpt))
+    assert done.engine.exported == []
