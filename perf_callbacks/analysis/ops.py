@@ -1,0 +1,87 @@
+"""Top operators: self device time attributed to the launching CPU op through ``External id``, or self CPU time.
+
+Annotation spans (``ProfilerStep#N``, ``record_function`` names, ``gpu_user_annotation``) are never counted: they are
+not ops, and torch's ``key_averages()`` shows ``train_step`` at thousands of percent of self CUDA time because of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from perf_callbacks.analysis.events import RankTrace
+
+_MEMCPY = re.compile(r"Memcpy (\w+)")
+
+
+def top_ops(trace: RankTrace, k: int = 10) -> list[dict[str, Any]]:
+    """Return the ``k`` ops with the most self time: device time on GPU traces, CPU time on CPU-only traces.
+
+    Returns:
+        Dicts with ``name``, ``self_time_us``, ``fraction`` (of all self time counted), ``device`` and ``count``.
+    """
+    if trace.has_gpu:
+        times, counts = _device_self_times(trace)
+        device = "cuda"
+    else:
+        times, counts = _cpu_self_times(trace)
+        device = "cpu"
+    grand = sum(times.values()) or 1.0
+    ranked = sorted(times.items(), key=lambda kv: -kv[1])[:k]
+    return [
+        {"name": n, "self_time_us": round(t, 3), "fraction": t / grand, "device": device, "count": counts[n]}
+        for n, t in ranked
+    ]
+
+
+def copy_times(trace: RankTrace) -> dict[str, float]:
+    """Memcpy and memset microseconds by direction and host memory kind, e.g. ``HtoD/pageable``, ``memset``."""
+    out: dict[str, float] = defaultdict(float)
+    for ts, end, kind, name, *_ in trace.gpu:
+        if kind == "memset":
+            out["memset"] += end - ts
+        elif kind == "memcpy":
+            match = _MEMCPY.match(name)
+            direction = match.group(1) if match else "other"
+            memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else "device"
+            out[f"{direction}/{memory}"] += end - ts
+    return dict(out)
+
+
+def _device_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]:
+    times: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for ts, end, _kind, name, _dev, corr, ext in trace.gpu:
+        if ext == -1:
+            ext = trace.launches.get(corr, (0.0, -1))[1]
+        op = trace.ext_names.get(ext) or name
+        times[op] += end - ts
+        counts[op] += 1
+    return times, counts
+
+
+def _cpu_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]:
+    """Self time of each cpu_op: its duration minus that of its direct children on the same thread."""
+    times: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    by_thread: dict[Any, list[tuple[float, float, Any, str]]] = defaultdict(list)
+    for op in trace.cpu_ops:
+        by_thread[op[2]].append(op)
+    for ops in by_thread.values():
+        ops.sort(key=lambda o: (o[0], -o[1]))
+        stack: list[list[Any]] = []
+        for ts, end, _tid, name in ops:
+            while stack and stack[-1][1] <= ts:
+                _close(stack.pop(), times)
+            if stack:
+                stack[-1][2] -= min(end, stack[-1][1]) - ts
+            stack.append([ts, end, end - ts, name])
+            counts[name] += 1
+        while stack:
+            _close(stack.pop(), times)
+    return times, counts
+
+
+def _close(frame: list[Any], times: dict[str, float]) -> None:
+    times[frame[3]] += max(frame[2], 0.0)

@@ -1,0 +1,118 @@
+"""The results: one ``RankResult`` per rank and an ``AnalysisResult`` for the window, with JSON and scalar views."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from perf_callbacks.analysis.timeline import Timeline
+
+VERDICTS = ("compute_bound", "input_bound", "host_bound", "sync_bound", "copy_bound", "communication_bound")
+
+
+@dataclass
+class StepResult:
+    """One ``ProfilerStep#N``: its duration and the milliseconds of each timeline cause inside it."""
+
+    step: int
+    time_ms: float
+    causes_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RankResult:
+    """Metrics, verdict and recommendations for one rank. Fractions are of the window (see ``Timeline``)."""
+
+    rank: int
+    path: str
+    span_ms: float
+    gpu_utilization: float | None
+    kernel_busy_fraction: float | None
+    step_time_ms: float | None
+    data_wait_fraction: float
+    losses: dict[str, float]
+    steps: list[StepResult]
+    copies_ms: dict[str, float]
+    comm_ms: dict[str, float]
+    top_ops: list[dict[str, Any]]
+    peak_memory_bytes: int | None
+    device_memory_bytes: int | None
+    profiler_flags: list[str]
+    data_loader: str | None
+    collectives_ms: list[float]
+    sync_calls_ms: dict[str, float]
+    launches_per_step: float | None
+    verdict: str = "compute_bound"
+    recommendations: list[str] = field(default_factory=list)
+    timeline: Timeline | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view (the timeline is left out)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("timeline", "steps")}
+        out["steps"] = [s.__dict__ for s in self.steps]
+        return out
+
+
+@dataclass
+class AnalysisResult:
+    """What ``analyze`` returns for one window (the most recent one when given an ``output_dir``).
+
+    Args:
+        path: the window folder or trace file.
+        verdict: one of ``VERDICTS``: the cause of the largest removable loss.
+        gpu_utilization: mean over ranks of the device-busy fraction, None on CPU-only traces.
+        data_wait_fraction: mean over ranks of the share of the window spent waiting for data.
+        step_time_ms: median step time over all ranks.
+        top_ops: the top ops over all ranks.
+        peak_memory_bytes: highest device memory allocated on any rank, when memory was profiled.
+        recommendations: ranked, each naming its evidence and its fix.
+        ranks: one result per rank, sorted by rank.
+        stragglers: global ranks that reach collectives late.
+        imbalance_ratio: max / mean over ranks of step time minus collective wait (1.0 = balanced).
+        step_time_spread_ms: max - min over ranks of the median step time.
+        straggler_reasons: rank -> why it is late.
+        windows: summaries of every window found, most recent first.
+    """
+
+    path: str
+    verdict: str
+    gpu_utilization: float | None
+    data_wait_fraction: float
+    step_time_ms: float | None
+    top_ops: list[dict[str, Any]]
+    peak_memory_bytes: int | None
+    recommendations: list[str]
+    ranks: list[RankResult]
+    stragglers: list[int] = field(default_factory=list)
+    imbalance_ratio: float | None = None
+    step_time_spread_ms: float | None = None
+    straggler_reasons: dict[int, str] = field(default_factory=dict)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the ``perf-callbacks report --json`` object."""
+        out = {k: v for k, v in self.__dict__.items() if k != "ranks"}
+        out["ranks"] = [r.to_dict() for r in self.ranks]
+        out["straggler_reasons"] = {str(k): v for k, v in self.straggler_reasons.items()}
+        return out
+
+    def scalars(self) -> dict[str, float]:
+        """Flat ``perf/...`` numbers for TensorBoard; missing values are left out.
+
+        Example:
+            >>> r = AnalysisResult("x", "compute_bound", None, 0.25, 12.0, [], None, [], [])
+            >>> r.scalars()
+            {'perf/data_wait_fraction': 0.25, 'perf/step_time_ms': 12.0}
+        """
+        values: dict[str, float | None] = {
+            "perf/gpu_utilization": self.gpu_utilization,
+            "perf/data_wait_fraction": self.data_wait_fraction,
+            "perf/step_time_ms": self.step_time_ms,
+            "perf/peak_memory_gb": None if self.peak_memory_bytes is None else self.peak_memory_bytes / 1e9,
+            "perf/imbalance_ratio": self.imbalance_ratio,
+        }
+        for cause in ("sync", "host", "copy", "communication", "input"):
+            shares = [r.losses[cause] for r in self.ranks if cause in r.losses]
+            key = {"sync": "host_sync", "host": "launch_overhead", "input": "input_idle"}.get(cause, cause)
+            values[f"perf/{key}_fraction"] = sum(shares) / len(shares) if shares else None
+        return {k: float(v) for k, v in values.items() if v is not None}
