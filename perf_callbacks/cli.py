@@ -32,12 +32,34 @@ def _run_report(args: argparse.Namespace) -> int:
 def _add_nsys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("nsys", help="print (or run) the Nsight Systems command that captures the profiling window")
     p.add_argument("--run", action="store_true", help="run the command instead of printing it")
+    p.add_argument("-o", "--output", default="perf_callbacks", help="report name (default: %(default)s)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- python train.py ...")
     p.set_defaults(func=_run_nsys)
 
 
 def _run_nsys(args: argparse.Namespace) -> int:
-    raise NotImplementedError("perf-callbacks nsys: being built")
+    import shlex
+    import shutil
+    import subprocess
+
+    from perf_callbacks.core.nsys import nsys_command, nsys_guide
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        print("perf-callbacks nsys: give the training command after --, e.g. -- python train.py", file=sys.stderr)
+        return 2
+    command = nsys_command(cmd, args.output)
+    if not args.run:
+        print(shlex.join(command) + "\n\n" + nsys_guide(cmd, args.output))
+        return 0
+    if shutil.which("nsys") is None:
+        print(
+            "perf-callbacks nsys: `nsys` is not on PATH. Install Nsight Systems (the CUDA toolkit has it in "
+            f"/usr/local/cuda/bin) or add it to PATH, then run:\n  {shlex.join(command)}",
+            file=sys.stderr,
+        )
+        return 127
+    return subprocess.call(command)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,51 @@ Example:
 from __future__ import annotations
 
 import logging
+import shlex
 import warnings
 from typing import Any
 
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 log = logging.getLogger(__name__)
+
+
+#: Trace CUDA API + kernels, NVTX ranges and OS runtime calls; record only between cudaProfilerStart and Stop, and let
+#: the application run on after the capture (the default ``stop-shutdown`` would kill the training at the stop).
+#: ``--cuda-memory-usage`` is left off: nsys documents it as possibly causing significant runtime overhead.
+NSYS_FLAGS = ("-t", "cuda,nvtx,osrt", "--capture-range=cudaProfilerApi", "--capture-range-end=stop")
+
+
+def nsys_command(cmd: list[str], output: str = "perf_callbacks") -> list[str]:
+    """Build the ``nsys profile`` command line that records the capture window of training command ``cmd``.
+
+    Example:
+        >>> nsys_command(["python", "train.py"], "run1")[-6:]
+        ['-o', 'run1', '--force-overwrite', 'true', 'python', 'train.py']
+    """
+    return ["nsys", "profile", *NSYS_FLAGS, "-o", output, "--force-overwrite", "true", *cmd]
+
+
+def nsys_guide(cmd: list[str], output: str = "perf_callbacks") -> str:
+    """Explain, as shell comments, how to turn the capture on, read the report and capture several ranks."""
+    report = f"{output}.nsys-rep"
+    per_rank = shlex.join(nsys_command(cmd, output + ".%q{RANK}"))
+    return f"""\
+# Records only the steps between cudaProfilerStart and cudaProfilerStop, which perf-callbacks calls with
+#   nsys_capture: true          # in the config: around the profiling window
+#   nsys_steps: [first, last]   # optional: around these optimizer steps instead
+# Without nsys_capture nothing is recorded (nsys waits for a cudaProfilerStart that never comes).
+# Training runs on after the capture (--capture-range-end=stop).
+#
+# Read the report:
+#   nsys stats --report nvtx_sum,cuda_gpu_kern_sum {report}
+#   or open {report} in the Nsight Systems GUI: the NVTX row of domain "perf_callbacks" shows
+#   step (payload = step number) > data_wait / forward / backward / optimizer_step, the kernels of each range below.
+#
+# Several ranks: one report per rank, with nsys inside the launcher (%q{{RANK}} expands torchrun's RANK variable):
+#   torchrun --nproc-per-node=N --no-python {per_rank}
+#   `ranks: [0]` in the config limits the capture to rank 0.
+# Run it directly: perf-callbacks nsys --run -- {shlex.join(cmd)}"""
 
 
 def nsys_window(step: int, first: int, last: int) -> bool:
