@@ -1,0 +1,38 @@
+"""A 2-process DDP fit on CPU (gloo), run as a script: Lightning's ddp strategy re-launches this file per rank.
+
+Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R]
+Each rank writes OUT_DIR/result-rank{R}.json with the warnings it saw and the traces it exported.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import lightning as L
+
+from perf_callbacks import GPUPerfCallback, PerfWarning
+from tests.integrations.lit_helpers import TinyModel, loader
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    use_sampler = "--no-distributed-sampler" not in sys.argv
+    cb = GPUPerfCallback(output_dir=str(out / "perf"),
+                         schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2, "repeat": 2},
+                         data_wait_steps=1000)
+    trainer = L.Trainer(strategy="ddp", accelerator="cpu", devices=2, max_steps=10, logger=False, callbacks=[cb],
+                        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                        use_distributed_sampler=use_sampler)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", PerfWarning)
+        trainer.fit(TinyModel(), loader(num_workers=1))
+    perf = [f"{w.category.__name__}: {w.message}" for w in seen if issubclass(w.category, PerfWarning)]
+    result = {"rank": trainer.global_rank, "warnings": perf, "exported": [str(p) for p in cb.engine.exported]}
+    (out / f"result-rank{trainer.global_rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""2-process DDP (strategy="ddp", accelerator="cpu", devices=2, gloo) in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integrations.lit_helpers import profiler_steps
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
+
+def run_ddp(tmp_path: Path, *flags: str) -> list[dict]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-m", "tests.integrations.ddp_fit", str(tmp_path), *flags], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_one_trace_per_rank_per_window(tmp_path: Path) -> None:
+    results = run_ddp(tmp_path)
+    runs = list((tmp_path / "perf").iterdir())
+    assert len(runs) == 1, "both ranks must agree on the run folder"
+    windows = sorted(p.name for p in runs[0].iterdir())
+    assert windows == ["window-000003-000004", "window-000006-000007"]
+    for w in windows:
+        files = sorted(p.name for p in (runs[0] / w).glob("*.json*"))
+        assert files == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+        assert profiler_steps(runs[0] / w / "rank1.pt.trace.json.gz") == profiler_steps(runs[0] / w / "rank0.pt.trace.json.gz")
+    assert [len(r["exported"]) for r in results] == [2, 2]
+    assert all(not any("ShardingWarning" in w for w in r["warnings"]) for r in results)
+
+
+def test_unsharded_loader_warns_once_on_rank_zero(tmp_path: Path) -> None:
+    results = run_ddp(tmp_path, "--no-distributed-sampler")
+    rank0 = [w for w in results[0]["warnings"] if w.startswith("ShardingWarning")]
+    assert len(rank0) == 1
+    assert "not sharded across the 2 ranks" in rank0[0] and "use_distributed_sampler=False" in rank0[0]
+    assert results[1]["warnings"] == []
