@@ -1,0 +1,392 @@
+"""Accelerate adapter: ``hook.register(accelerator)`` after ``prepare()``, then ``for batch in hook.iter(loader)``.
+
+Accelerate has no callbacks, so the hook drives the engine from three places:
+
+- ``hook.iter(loader)`` marks micro-batches: a batch starts when the loader hands it over and ends when the next one
+  is requested. The time in between is the data wait. A prepared ``DataLoaderShard`` iterates one batch ahead and
+  moves each batch to the device inside its ``__iter__``, so the wait for batch ``i`` covers the host-to-device copy of
+  batch ``i`` *and* fetching/collating batch ``i + 1`` (the first batch also covers worker start-up).
+- Step pre/post hooks on the torch optimizer inside each ``AcceleratedOptimizer`` count optimizer steps and open the
+  ``optimizer_step`` phase. ``AcceleratedOptimizer.step()`` does nothing until ``sync_gradients``, so with gradient
+  accumulation ``ProfilerStep#N`` spans all micro-batches of optimizer step ``N``. A step that fp16's ``GradScaler``
+  skips (overflow) still counts, as in Lightning, so the numbering stays one step per update attempt.
+- ``accelerator.backward`` is wrapped (instance attribute, removed by :meth:`AcceleratePerfHook.close`) to open the
+  ``backward`` phase; ``forward`` runs from batch start to backward, as in ``GPUPerfCallback``.
+
+The step count is saved with ``accelerator.save_state`` (a ``perf_callbacks_state.json`` next to the checkpoint) and
+read back by ``load_state``, without ``register_for_checkpointing``, so checkpoints load with or without the hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list, gather_object
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.dataloader import inspect_accelerate_loader
+from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.traces import new_run_name
+from perf_callbacks.exceptions import PerfConfigError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+STATE_FILE = "perf_callbacks_state.json"
+
+
+class AcceleratePerfHook:
+    """Profiler windows by optimizer step, NVTX ranges, memory/timing logs and DataLoader checks for Accelerate.
+
+    Takes the same keys as :class:`~perf_callbacks.GPUPerfCallback` (see :class:`~perf_callbacks.PerfConfig`), or a
+    ready ``config=PerfConfig(...)``; bad values raise ``PerfConfigError`` here. Call :meth:`register` on every
+    process after ``accelerator.prepare(...)``, iterate the training loader through :meth:`iter`, and close the hook
+    (``with`` block or :meth:`close`) so that an interrupted window is still written. Metrics go to
+    ``accelerator.log`` when a tracker is set up, else to TensorBoard files under ``output_dir``.
+
+    Example::
+
+        accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+        model, opt, loader = accelerator.prepare(model, opt, loader)
+        with AcceleratePerfHook(schedule={"skip_first": 5, "active": 2}).register(accelerator) as hook:
+            for x, y in hook.iter(loader):
+                with accelerator.accumulate(model):
+                    accelerator.backward(loss_fn(model(x), y))
+                    opt.step()
+                    opt.zero_grad()
+    """
+
+    def __init__(
+        self,
+        output_dir: str | None = None,
+        schedule: dict[str, Any] | None = None,
+        activities: list[str] | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        ranks: list[int] | None = None,
+        max_trace_mb: float = 512.0,
+        nvtx: bool = True,
+        nvtx_domain: str = "perf_callbacks",
+        nvtx_modules: bool = False,
+        nsys_capture: bool = False,
+        nsys_steps: list[int] | None = None,
+        log_every_n_steps: int | None = None,
+        memory: bool = True,
+        nvml: bool = True,
+        degradation_threshold: float = 0.2,
+        data_wait_threshold: float = 0.1,
+        data_wait_steps: int = 50,
+        check_dataloaders: bool = True,
+        summary: bool = True,
+        top_k: int = 5,
+        *,
+        config: PerfConfig | None = None,
+    ) -> None:
+        options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "config")}
+        if config is not None:
+            changed = sorted(k for k, v in options.items() if v != _DEFAULTS[k])
+            if changed:
+                raise PerfConfigError(f"pass either config= or options, not both (got config= and {changed})")
+        self.config = config if config is not None else PerfConfig.from_dict(options)
+        self.engine: PerfEngine | None = None
+        self.accelerator: Accelerator | None = None
+        self.optimizer_steps = 0
+        self._handles: list[Any] = []
+        self._hooked: set[int] = set()
+        self._checked: set[int] = set()
+        self._in_batch = self._stepped = self._closed = False
+        self._micro, self._batch_size = 0, None
+        self._pending: dict[str, float] = {}
+        self._writer: Any = None
+
+    @classmethod
+    def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
+        """Build from an existing :class:`PerfConfig`."""
+        return cls(config=config)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> AcceleratePerfHook:
+        """Build from a standalone YAML file with the config keys at the top level."""
+        return cls(config=PerfConfig.from_yaml(path))
+
+    # ---- setup and teardown --------------------------------------------------------------------------------------
+    def register(self, accelerator: Accelerator) -> AcceleratePerfHook:
+        """Attach to ``accelerator`` (on every process, after ``prepare``); returns ``self``."""
+        if self.engine is not None:
+            raise RuntimeError("AcceleratePerfHook.register() was already called; create one hook per run")
+        self.accelerator = acc = accelerator
+        ctx = RunContext(
+            output_dir=self._output_dir(acc),
+            run_name=broadcast_object_list([new_run_name()])[0],  # every process must agree on the run folder
+            rank=acc.process_index,
+            world_size=acc.num_processes,
+            device=acc.device,
+            log_every_n_steps=self.config.log_every_n_steps or 50,
+            log_metrics=self._stash_metrics,
+            log_text=self._log_text if acc.is_main_process else None,
+            distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
+        )
+        self.engine = PerfEngine(self.config, ctx)
+        # the window summary logs its scalars from one rank: it must not enter the cross-rank gather
+        self.engine.reporter.ctx = dataclasses.replace(ctx, log_metrics=self._log_local)
+        self._handles += [acc.register_save_state_pre_hook(self._on_save)]
+        self._handles += [acc.register_load_state_pre_hook(self._on_load)]
+        self._hook_optimizers()
+        if "backward" not in vars(acc):
+            acc.backward = self._wrap_backward(acc.backward)  # type: ignore[method-assign]
+        if self.config.check_dataloaders:
+            self._check([(_loader_name(acc, dl), dl) for dl in acc._dataloaders])
+        return self
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Flush everything (the partial trace of an interrupted window too) and detach. Never raises."""
+        if self.engine is None or self._closed:
+            return
+        if exc is None:
+            self._end_batch(flush=False)
+        self._closed = True
+        self.engine.close(exc)
+        for handle in self._handles:
+            handle.remove()
+        if self.accelerator is not None and "backward" in vars(self.accelerator):
+            del self.accelerator.backward
+        if self._writer is not None:
+            self._writer.close()
+
+    def __enter__(self) -> AcceleratePerfHook:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        self.close(exc)
+
+    # ---- the training loop ---------------------------------------------------------------------------------------
+    def iter(self, dataloader: Iterable[T]) -> Iterator[T]:
+        """Yield the batches of ``dataloader``, timing the wait for each one (see the module docstring).
+
+        Use it for the training loader only; wrap evaluation in :meth:`validation`.
+        """
+        engine, acc = self._require()
+        self._hook_optimizers()
+        name = _loader_name(acc, dataloader)
+        engine.ctx.data_loader = (name, getattr(dataloader, "num_workers", None))
+        if self.config.check_dataloaders:
+            self._check([(name, dataloader)])
+        return self._iterate(dataloader)
+
+    def _iterate(self, dataloader: Iterable[T]) -> Iterator[T]:
+        it = iter(dataloader)
+        try:
+            while True:
+                self._end_batch(flush=True)
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                self._start_batch(batch)
+                yield batch
+        finally:  # `break` out of the loop: the micro-batch is over, but no collective here
+            self._end_batch(flush=False)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Open a named phase range (NVTX, and ``record_function`` inside windows) around a block of the loop body."""
+        if self.engine is not None and self._in_batch:
+            self.engine.phase(name)
+        try:
+            yield
+        finally:
+            if self.engine is not None and self._in_batch:
+                self.engine.end_phase()
+
+    @contextlib.contextmanager
+    def validation(self) -> Iterator[None]:
+        """Mark evaluation inside training: its own range, left out of step time and data wait."""
+        if self.engine is not None:
+            self.engine.validation_start()
+        try:
+            yield
+        finally:
+            if self.engine is not None:
+                self.engine.validation_end()
+
+    def _start_batch(self, batch: Any) -> None:
+        if self._batch_size is None:
+            self._batch_size = _batch_size(batch)
+        self._in_batch, self._stepped = True, False
+        self._micro += 1
+        if self.engine is not None:
+            self.engine.batch_start(self.optimizer_steps)
+
+    def _end_batch(self, flush: bool) -> None:
+        if not self._in_batch or self._closed or self.engine is None:
+            return
+        self._in_batch = False
+        if not self._stepped and self._overflow_skipped():
+            self._count_step()
+        stepped = self._stepped
+        self.engine.batch_end(stepped, (self._batch_size or 0) * self._micro if stepped else None)
+        if stepped:
+            self._micro = 0
+            if flush and self.optimizer_steps % self.engine.ctx.log_every_n_steps == 0:
+                self._flush_metrics(self.optimizer_steps)
+
+    # ---- optimizer steps -----------------------------------------------------------------------------------------
+    def _hook_optimizers(self) -> None:
+        for opt in self._require()[1]._optimizers:
+            inner = getattr(opt, "optimizer", opt)  # hooks on the AcceleratedOptimizer itself raise
+            if id(inner) in self._hooked or not hasattr(inner, "register_step_post_hook"):
+                continue
+            self._hooked.add(id(inner))
+            self._handles += [inner.register_step_pre_hook(self._before_step),
+                              inner.register_step_post_hook(self._after_step)]
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.engine is not None and self._in_batch:
+            self.engine.phase("optimizer_step")
+
+    def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.engine is not None and self._in_batch:
+            self.engine.end_phase()
+        self._count_step()
+
+    def _count_step(self) -> None:
+        if not self._stepped:  # several optimizers stepping in one micro-batch make one step
+            self._stepped = True
+            self.optimizer_steps += 1
+
+    def _overflow_skipped(self) -> bool:
+        acc = self.accelerator
+        return acc is not None and acc.sync_gradients and any(
+            getattr(o, "step_was_skipped", False) for o in acc._optimizers
+        )
+
+    def _wrap_backward(self, backward: Any) -> Any:
+        def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
+            with self.phase("backward"):
+                return backward(loss, **kwargs)
+
+        return wrapped
+
+    # ---- checkpoints ---------------------------------------------------------------------------------------------
+    def _on_save(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
+        acc = self.accelerator
+        if acc is None or not (acc.is_local_main_process if acc.project_configuration.save_on_each_node
+                               else acc.is_main_process):
+            return
+        path = Path(output_dir) / STATE_FILE
+        tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}.partial")
+        tmp.write_text(json.dumps({"optimizer_steps": self.optimizer_steps}))
+        os.replace(tmp, path)
+
+    def _on_load(self, models: list[Any], input_dir: str) -> None:
+        path = Path(input_dir) / STATE_FILE
+        try:
+            steps = int(json.loads(path.read_text())["optimizer_steps"])
+        except FileNotFoundError:
+            log.warning("perf-callbacks: %s has no %s; optimizer steps are counted from %d", input_dir, STATE_FILE,
+                        self.optimizer_steps)
+            return
+        except (ValueError, KeyError, TypeError, OSError) as err:
+            log.warning("perf-callbacks: could not read %s (%s); the step count is unchanged", path, err)
+            return
+        self.optimizer_steps, self._stepped = steps, False
+
+    # ---- metrics -------------------------------------------------------------------------------------------------
+    def _stash_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self._pending = dict(metrics)  # called by the engine on every rank; sent at the next flush
+
+    def _flush_metrics(self, step: int) -> None:
+        """Gather every rank's interval metrics (all ranks call this at the same step) and log max/mean on rank 0."""
+        engine, acc = self._require()
+        pending, self._pending = self._pending, {}
+        gathered = gather_object([pending]) if acc.num_processes > 1 else [pending]
+        if acc.is_main_process:
+            self._log_local(_reduce(gathered, acc.num_processes), step)
+
+    def _log_local(self, values: dict[str, float], step: int) -> None:
+        acc = self.accelerator
+        if acc is None or not acc.is_main_process or not values:
+            return
+        if acc.trackers:
+            acc.log(values, step=step)
+            return
+        writer = self._summary_writer()
+        for key, value in values.items():
+            writer.add_scalar(key, value, step)
+
+    def _log_text(self, tag: str, text: str, step: int) -> None:
+        acc = self.accelerator
+        if acc is None:
+            return
+        tb = next((t for t in acc.trackers if t.name == "tensorboard"), None)
+        writer = tb.writer if tb is not None else (None if acc.trackers else self._summary_writer())
+        if writer is not None:
+            writer.add_text(tag, text, global_step=step)
+
+    def _summary_writer(self) -> Any:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            engine = self._require()[0]
+            self._writer = SummaryWriter(log_dir=str(engine.layout.run_dir / "tensorboard"))
+        return self._writer
+
+    # ---- helpers -------------------------------------------------------------------------------------------------
+    def _check(self, loaders: list[tuple[str, Any]]) -> None:
+        engine, acc = self._require()
+        findings = []
+        for name, loader in loaders:
+            if id(loader) not in self._checked:
+                self._checked.add(id(loader))
+                local = int(os.environ.get("LOCAL_WORLD_SIZE", acc.num_processes))
+                findings += inspect_accelerate_loader(loader, name, acc.num_processes, engine.cuda, local)
+        engine.report_findings(findings)
+
+    def _output_dir(self, acc: Accelerator) -> Path:
+        if self.config.output_dir is not None:
+            return Path(self.config.output_dir)
+        return Path(acc.project_dir) / "perf" if acc.project_dir else Path("perf")
+
+    def _require(self) -> tuple[PerfEngine, Accelerator]:
+        if self.engine is None or self.accelerator is None:
+            raise RuntimeError("call hook.register(accelerator) after accelerator.prepare(...) first")
+        return self.engine, self.accelerator
+
+
+_DEFAULTS = {
+    p.name: p.default for p in inspect.signature(AcceleratePerfHook.__init__).parameters.values() if p.name != "self"
+}
+
+
+def _reduce(gathered: list[dict[str, float]], world_size: int) -> dict[str, float]:
+    keys = sorted({k for metrics in gathered for k in metrics})
+    if world_size == 1:
+        return {k: float(gathered[0][k]) for k in keys}
+    out = {}
+    for k in keys:
+        values = [float(m[k]) for m in gathered if k in m]
+        out[f"{k}/max"], out[f"{k}/mean"] = max(values), sum(values) / len(values)
+    return out
+
+
+def _loader_name(acc: Accelerator, loader: Any) -> str:
+    index = next((i for i, dl in enumerate(acc._dataloaders) if dl is loader), None)
+    return f"prepared DataLoader #{index}" if index is not None else "the DataLoader passed to hook.iter()"
+
+
+def _batch_size(batch: Any) -> int | None:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, list | tuple) else ()
+    return next((n for n in map(_batch_size, values) if n is not None), None)
