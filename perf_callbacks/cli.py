@@ -26,7 +26,20 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    raise NotImplementedError("perf-callbacks report: being built in perf_callbacks.analysis")
+    import json
+    from pathlib import Path
+
+    from perf_callbacks.analysis import analyze, format_text, render_html
+
+    try:
+        result = analyze(args.path)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"perf-callbacks report: {err}", file=sys.stderr)
+        return 2
+    if args.html:
+        Path(args.html).write_text(render_html(result), encoding="utf-8")
+    print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result), end="\n" if args.json else "")
+    return 0
 
 
 def _add_nsys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
