@@ -28,6 +28,8 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.dataloader import Finding, data_wait_finding
 from perf_callbacks.core.memory import MemorySampler
+from perf_callbacks.core.module_ranges import ModuleRanges
+from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
 from perf_callbacks.core.schedule import Action, Schedule
@@ -100,6 +102,9 @@ class PerfEngine:
         traced = config.ranks is None or ctx.rank in config.ranks
         self.profiling = traced
         self.reporter = WindowReporter(config, ctx, is_reporter=traced and ctx.rank == min(config.ranks or [0]))
+        self.nsys = NsysCapture(config.nsys_capture, set(config.ranks) if config.ranks else None, ctx.rank)
+        self.module_ranges = ModuleRanges(self.nvtx) if config.nvtx_modules else None
+        self.model: torch.nn.Module | None = None
         self.session: ProfilerSession | None = None
         self.window: tuple[int, int] | None = None
         self.exported: list[Path] = []
@@ -117,6 +122,10 @@ class PerfEngine:
         self._window_wait = 0.0
         self._closed = False
         self._wait_measured = False
+
+    def attach_model(self, model: torch.nn.Module) -> None:
+        """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
+        self.model = model
 
     # ---- hot path: once per micro-batch ---------------------------------------------------------------------
     def batch_start(self, step: int) -> None:
@@ -179,6 +188,8 @@ class PerfEngine:
     def _open_step(self, step: int, t: float) -> None:
         self._open, self._t_open, self._wait, self._val = step, t, 0.0, 0.0
         self.nvtx.push_step(step)
+        if self.config.nsys_steps is not None and step == self.config.nsys_steps[0]:
+            self.nsys.start(step)
         action = self.schedule.action(step) if self.profiling else Action.NONE
         self._in_window = action is not Action.NONE
         if self._in_window:
@@ -198,6 +209,8 @@ class PerfEngine:
             if share is not None:
                 self._warn_data_wait(share, step)
         self._wait_measured = True
+        if self.config.nsys_steps is not None and step == self.config.nsys_steps[1]:
+            self.nsys.stop(step)
         if (step + 1) % self.ctx.log_every_n_steps == 0:
             self._guard("metrics", self._log_interval, step + 1)
         if self.session is not None and self.schedule.action(step) is Action.RECORD_AND_SAVE:
@@ -226,9 +239,22 @@ class PerfEngine:
             self.session = ProfilerSession(self.config, self.cuda, self._distributed_info())
         if action is Action.WARMUP:
             self.session.prepare()
-        else:
+        elif not self.session.recording:
             self.session.start()
+            self._window_instruments_on(step)
         self.session.mark_step(step)
+
+    def _window_instruments_on(self, step: int) -> None:
+        if self.config.nsys_steps is None:
+            self.nsys.start(step)
+        if self.module_ranges is not None and self.model is not None:
+            self.module_ranges.install(self.model)
+
+    def _window_instruments_off(self, step: int) -> None:
+        if self.config.nsys_steps is None:
+            self.nsys.stop(step)
+        if self.module_ranges is not None:
+            self.module_ranges.remove()
 
     def _finish_window(self, error: BaseException | None) -> None:
         session, window = self.session, self.window
@@ -236,6 +262,7 @@ class PerfEngine:
         if session is None or window is None:
             return
         recorded = session.recording
+        self._window_instruments_off(window[1])
         session.stop()
         if not recorded:
             return
@@ -328,6 +355,8 @@ class PerfEngine:
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
             if instrument == "profiler" and self.session is not None:
                 session, self.session = self.session, None
+                if self.module_ranges is not None:
+                    _quiet(self.module_ranges.remove)
                 _quiet(session.stop)
             self._disable(instrument, f"{type(err).__name__}: {err}; training continues")
 
@@ -338,6 +367,9 @@ class PerfEngine:
             return
         self._closed = True
         _quiet(self.end_phase)
+        if self.module_ranges is not None:
+            _quiet(self.module_ranges.remove)
+        _quiet(self.nsys.close)
         _quiet(self.nvtx.pop_all)
         if self.session is not None:
             self._guard("profiler", self._finish_window, exc)

@@ -34,7 +34,7 @@ PHASES: dict[str, tuple[str, str]] = {
     "optimizer_step": ("purple", "compute"),
     "validation": ("yellow", "eval"),
     "checkpoint": ("orange", "io"),
-    "module": ("grey", "module"),
+    "module": ("cyan", "module"),
 }
 
 
@@ -51,7 +51,7 @@ class NvtxRanges:
         self.depth = 0
         self._domain: Any = None
         self._attrs: dict[str, Any] = {}
-        self._step_color = "lime"
+        self._step_color = "darkgreen"
         if enabled:
             self._setup(domain)
 
@@ -112,7 +112,7 @@ class NvtxRanges:
             self._disable(err)
 
     def _make_attrs(self, phase: str) -> Any:
-        color, category = PHASES.get(phase, ("grey", "other"))
+        color, category = PHASES.get(phase, ("white", "other"))
         return self._domain.get_event_attributes(message=phase, color=color, category=category)
 
     def _disable(self, err: BaseException) -> None:

@@ -24,6 +24,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.dataloader import inspect_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
+from perf_callbacks.exceptions import PerfConfigError
 
 
 class GPUPerfCallback(Callback):
@@ -119,6 +120,7 @@ class GPUPerfCallback(Callback):
             distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
         )
         self.engine = PerfEngine(self.config, ctx)
+        self.engine.attach_model(pl_module)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -197,6 +199,11 @@ class GPUPerfCallback(Callback):
 
     # ---- helpers -----------------------------------------------------------------------------------------------
     def _output_dir(self, trainer: pl.Trainer) -> Path:
+        if self.config.ranks is not None and max(self.config.ranks) >= trainer.world_size:
+            raise PerfConfigError(
+                f"ranks={list(self.config.ranks)} names ranks beyond the world size {trainer.world_size}; "
+                f"valid ranks are 0-{trainer.world_size - 1}"
+            )
         if self.config.output_dir is not None:
             return Path(self.config.output_dir)
         log_dir = trainer.log_dir if trainer.loggers else None

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -89,11 +88,6 @@ def test_balanced_when_forward_raises(injection_lib: Path, tmp_path: Path) -> No
     assert len(pushes(events)) == 12
 
 
-@pytest.mark.xfail(
-    importlib.util.find_spec("matplotlib") is None,
-    reason="nvtx.py colours 'grey'/'lime' are unknown to the nvtx package without matplotlib",
-    strict=True,
-)
 def test_nested_inside_the_step_and_forward_ranges(injection_lib: Path, tmp_path: Path) -> None:
     script = MODEL + textwrap.dedent("""
     from perf_callbacks.core.nvtx import NvtxRanges

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
 
@@ -10,16 +9,6 @@ import pytest
 
 from perf_callbacks.core.nvtx import PHASES
 from tests.nvtx_injection.harness import Event, assert_balanced, build_injection_lib, pushes, run_with_injection
-
-HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
-# nvtx.py uses the colour names "grey" (module, unknown phases) and "lime" (step). Without matplotlib the nvtx package
-# only knows a dozen names and raises TypeError, so under a real tool NvtxRanges disables itself at construction.
-# Without a tool the no-op domain accepts anything, which is why only a tool-attached test sees it.
-COLOUR_BUG = pytest.mark.xfail(
-    not HAS_MATPLOTLIB,
-    reason="nvtx.py colours 'grey'/'lime' are unknown to the nvtx package without matplotlib",
-    strict=True,
-)
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +33,6 @@ assert ranges.depth == 0
 """
 
 
-@COLOUR_BUG
 def test_default_domain_step_and_phases(injection_lib: Path, tmp_path: Path) -> None:
     events = run(STEP_SCRIPT.format(domain=""), tmp_path, injection_lib)
 
@@ -60,7 +48,6 @@ def test_default_domain_step_and_phases(injection_lib: Path, tmp_path: Path) -> 
     assert paths[1:] == [("step", p) for p in ("data_wait", "forward", "backward", "optimizer_step")]
 
 
-@COLOUR_BUG
 def test_custom_domain(injection_lib: Path, tmp_path: Path) -> None:
     events = run(STEP_SCRIPT.format(domain="'trainer_a'"), tmp_path, injection_lib)
 
@@ -69,7 +56,6 @@ def test_custom_domain(injection_lib: Path, tmp_path: Path) -> None:
     assert_balanced(events)
 
 
-@COLOUR_BUG
 def test_every_phase_has_its_category(injection_lib: Path, tmp_path: Path) -> None:
     script = f"""
     ranges = NvtxRanges()
@@ -86,7 +72,6 @@ def test_every_phase_has_its_category(injection_lib: Path, tmp_path: Path) -> No
     assert_balanced(events)
 
 
-@COLOUR_BUG
 @pytest.mark.parametrize("step", [0, 1, 2**40])
 def test_step_number_is_the_payload(injection_lib: Path, tmp_path: Path, step: int) -> None:
     events = run(f"r = NvtxRanges(); r.push_step({step}); r.pop()", tmp_path, injection_lib)
@@ -96,7 +81,6 @@ def test_step_number_is_the_payload(injection_lib: Path, tmp_path: Path, step: i
     assert isinstance(push.payload, int)
 
 
-@COLOUR_BUG
 def test_pop_all_balances_after_an_exception(injection_lib: Path, tmp_path: Path) -> None:
     script = """
     ranges = NvtxRanges()
@@ -116,7 +100,6 @@ def test_pop_all_balances_after_an_exception(injection_lib: Path, tmp_path: Path
     assert assert_balanced(events)[-1] == ("step", "forward", "backward")
 
 
-@COLOUR_BUG
 def test_works_on_cpu_only_torch_where_torch_cuda_nvtx_raises(injection_lib: Path, tmp_path: Path) -> None:
     script = """
     import torch
@@ -188,7 +171,6 @@ def test_injection_library_sees_the_nvtx_package(injection_lib: Path, tmp_path: 
     assert_balanced(events)
 
 
-@pytest.mark.xfail(not HAS_MATPLOTLIB, reason="see COLOUR_BUG", strict=True)
 def test_every_colour_is_known_to_the_nvtx_package() -> None:
     from nvtx.colors import color_to_hex
 

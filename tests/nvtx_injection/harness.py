@@ -30,6 +30,9 @@ SOURCE = Path(__file__).with_name("inject.c")
 _built: Path | None = None
 
 
+_REPO = Path(__file__).resolve().parents[2]
+
+
 class Event(NamedTuple):
     """One NVTX call seen by the injection library.
 
@@ -83,15 +86,17 @@ def run_with_injection(
         timeout: seconds before the subprocess is killed.
     """
     path = tmp_path / "nvtx_script.py"
-    path.write_text(script)
+    prelude = "import warnings\nfrom perf_callbacks.exceptions import PerfWarning\nwarnings.simplefilter('error', PerfWarning)\n"
+    path.write_text(prelude + script)
     log = tmp_path / "nvtx_events.log"
     log.unlink(missing_ok=True)
     full_env = {k: v for k, v in os.environ.items() if k not in ("NVTX_INJECTION64_PATH", "NVTX_DISABLE")}
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")]))
     full_env.update(env or {})
     if inject:
         full_env["NVTX_INJECTION64_PATH"] = str(lib or _built or _compile(tmp_path))
         full_env["NVTX_LOG"] = str(log)
-    cmd = [sys.executable, "-W", "error::perf_callbacks.exceptions.PerfWarning", str(path)]
+    cmd = [sys.executable, str(path)]
     proc = subprocess.run(cmd, cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail(f"script exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")

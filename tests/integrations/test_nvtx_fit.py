@@ -1,0 +1,46 @@
+"""A short Lightning fit under a real NVTX tool (the injection library): names, domain, balance and step numbers."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.nvtx_injection.harness import assert_balanced, build_injection_lib, pushes, run_with_injection
+
+
+@pytest.fixture(scope="module")
+def injection_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_injection_lib(tmp_path_factory)
+
+
+LIGHTNING_FIT = textwrap.dedent("""
+    from perf_callbacks import GPUPerfCallback
+    from tests.integrations.lit_helpers import TinyModel, loader, trainer
+    import pathlib, tempfile
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    cb = GPUPerfCallback(output_dir=str(tmp), check_dataloaders=False, nvtx_modules=True,
+                         schedule={"skip_first": 2, "wait": 0, "warmup": 0, "active": 1})
+    trainer(tmp, [cb], max_steps=4, accumulate_grad_batches=2, val_check_interval=4).fit(
+        TinyModel(), loader(), loader(n=16))
+""")
+
+
+def test_lightning_fit_emits_balanced_step_and_phase_ranges(injection_lib: Path, tmp_path: Path) -> None:
+    events = run_with_injection(LIGHTNING_FIT, tmp_path, injection_lib)
+    ours = [e for e in events if e.domain == "perf_callbacks"]
+    paths = assert_balanced(ours)
+    steps = [e.payload for e in pushes(ours) if e.message == "step"]
+    assert steps == [0, 1, 2, 3, 4]  # step 4 is opened at the end of step 3, then closed when training ends
+    assert all(e.category == "step" for e in pushes(ours) if e.message == "step")
+    in_step_1 = [p[1] for p in paths if len(p) == 2 and p[0] == "step"]
+    assert in_step_1.count("forward") == 8 and in_step_1.count("backward") == 8  # 4 steps x 2 micro-batches
+    assert in_step_1.count("optimizer_step") == 4
+    assert "data_wait" in in_step_1 and "validation" in in_step_1
+    # per-module ranges exist only inside the window (step 2), nested in forward (Lightning calls training_step, so
+    # the LightningModule itself has no forward call; its submodule "layer" does)
+    module_paths = [p for p in paths if len(p) >= 3 and p[1] == "forward"]
+    assert [p[2] for p in module_paths] == ["layer", "layer"]  # one forward per micro-batch of step 2 only
+    order = [e.payload if e.message == "step" else e.message for e in pushes(ours) if e.message in ("step", "layer")]
+    assert order[order.index(2) + 1 : order.index(3)].count("layer") == 2
