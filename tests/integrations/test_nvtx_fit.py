@@ -43,4 +43,5 @@ def test_lightning_fit_emits_balanced_step_and_phase_ranges(injection_lib: Path,
     module_paths = [p for p in paths if len(p) >= 3 and p[1] == "forward"]
     assert [p[2] for p in module_paths] == ["layer", "layer"]  # one forward per micro-batch of step 2 only
     order = [e.payload if e.message == "step" else e.message for e in pushes(ours) if e.message in ("step", "layer")]
-    assert order[order.index(2) + 1 : order.index(3)].count("layer") == 2
+    assert order[order.index(2) + 1 : order.index(3)].count("layer") == 4  # + 2 validation batches inside step 2
+    assert [p for p in paths if p[-1] == "layer" and p[1] == "validation"] == [("step", "validation", "layer")] * 2
