@@ -10,7 +10,7 @@ import logging
 import statistics
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.traces import write_text
