@@ -1,0 +1,318 @@
+"""AcceleratePerfHook: single process in-process, and 2 processes on CPU (gloo) through torch.multiprocessing.
+
+The 2-process part runs this file as a script: ``python -m tests.integrations.test_accelerate OUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+accelerate = pytest.importorskip("accelerate")
+from accelerate import Accelerator  # noqa: E402
+from accelerate.state import AcceleratorState, GradientState  # noqa: E402
+from accelerate.utils import ProjectConfiguration  # noqa: E402
+
+from perf_callbacks import AcceleratePerfHook, DataLoaderWarning, PerfConfig, PerfConfigError, PerfWarning  # noqa: E402
+from perf_callbacks.integrations.accelerate import STATE_FILE  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state() -> Iterator[None]:
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def data(n: int = 64, **kwargs: Any) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g))
+    return DataLoader(ds, batch_size=kwargs.pop("batch_size", 4), num_workers=kwargs.pop("num_workers", 1), **kwargs)
+
+
+def setup(tmp_path: Path, ga: int = 1, n: int = 64, **options: Any) -> tuple[Accelerator, AcceleratePerfHook, Any]:
+    acc = Accelerator(cpu=True, gradient_accumulation_steps=ga)
+    model = nn.Linear(8, 1)
+    model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data(n))
+    options.setdefault("output_dir", str(tmp_path / "perf"))
+    options.setdefault("schedule", SCHEDULE)
+    options.setdefault("degradation_threshold", 1e6)
+    hook = AcceleratePerfHook(**options).register(acc)
+    return acc, hook, (model, opt, dl)
+
+
+def train(acc: Accelerator, hook: AcceleratePerfHook, parts: Any, fail_at: int | None = None,
+          stop_at: int | None = None) -> None:
+    model, opt, dl = parts
+    for x, y in hook.iter(dl):
+        with acc.accumulate(model):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            opt.step()
+            opt.zero_grad()
+        if fail_at is not None and hook.optimizer_steps == fail_at:
+            raise ValueError(f"user error at step {fail_at}")
+        if stop_at is not None and hook.optimizer_steps == stop_at and acc.sync_gradients:
+            break
+
+
+def trace_events(path: Path) -> list[dict[str, Any]]:
+    with gzip.open(path, "rt") as f:
+        return list(json.load(f)["traceEvents"])
+
+
+def profiler_steps(path: Path) -> set[int]:
+    return {int(e["name"].split("#")[1]) for e in trace_events(path) if e.get("name", "").startswith("ProfilerStep#")}
+
+
+def windows(out: Path) -> dict[str, list[str]]:
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return {w.name: sorted(p.name for p in w.glob("*.gz")) for w in sorted(run.glob("window-*"))}
+
+
+def tb_scalars(logdir: Path) -> dict[str, list[int]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = list(logdir.rglob("events.out.tfevents.*"))
+    acc = EventAccumulator(str(events.parent))
+    acc.Reload()
+    return {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# ---- construction ----------------------------------------------------------------------------------------------------
+def test_construction_from_keywords_config_and_yaml(tmp_path: Path) -> None:
+    assert AcceleratePerfHook().config == PerfConfig()
+    assert AcceleratePerfHook(config=PerfConfig(top_k=3)).config.top_k == 3
+    assert AcceleratePerfHook.from_yaml(ROOT / "examples/accelerate/perf.yaml").config.schedule.active >= 1
+    with pytest.raises(PerfConfigError, match="schedule.active must be >= 1, got 0"):
+        AcceleratePerfHook(schedule={"active": 0})
+    with pytest.raises(PerfConfigError, match=r"either config= or options.*\['top_k'\]"):
+        AcceleratePerfHook(top_k=3, config=PerfConfig())
+    with pytest.raises(RuntimeError, match="register"):
+        AcceleratePerfHook().iter([1])
+
+
+# ---- the schedule follows optimizer steps ----------------------------------------------------------------------------
+def test_gradient_accumulation_profiler_steps_are_optimizer_steps(tmp_path: Path) -> None:
+    acc, hook, parts = setup(tmp_path, ga=4, n=128)  # 32 micro-batches -> 8 optimizer steps
+    with hook:
+        train(acc, hook, parts)
+    assert hook.optimizer_steps == 8 and acc.step == 0  # accelerator.step is no global step
+    assert windows(tmp_path / "perf") == {"window-000003-000004": ["rank0.pt.trace.json.gz"]}
+    trace = hook.engine.exported[0]
+    assert profiler_steps(trace) == {3, 4}
+    phases = {e["name"] for e in trace_events(trace) if e.get("name", "").startswith("perf_callbacks.")}
+    assert {"perf_callbacks.forward", "perf_callbacks.backward", "perf_callbacks.optimizer_step"} <= phases
+    assert "backward" not in vars(acc), "close() removes the backward wrapper"
+
+
+def test_every_cycle_is_exported(tmp_path: Path) -> None:
+    acc, hook, parts = setup(tmp_path, schedule={**SCHEDULE, "repeat": 2})
+    with hook:
+        train(acc, hook, parts)
+    assert list(windows(tmp_path / "perf")) == ["window-000003-000004", "window-000006-000007"]
+    assert [profiler_steps(p) for p in hook.engine.exported] == [{3, 4}, {6, 7}]
+
+
+def test_fp16_skipped_step_still_counts(tmp_path: Path) -> None:
+    acc, hook, (model, opt, dl) = setup(tmp_path, schedule={"skip_first": 100})
+    with hook:
+        for i, (x, y) in enumerate(hook.iter(dl)):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            if i == 1:
+                opt._is_overflow = True  # what AcceleratedOptimizer.step does when GradScaler skips the update
+            else:
+                opt.step()
+                opt._is_overflow = False
+            if i == 3:
+                break
+    assert hook.optimizer_steps == 4
+
+
+def test_break_closes_the_last_step_and_phases_are_balanced(tmp_path: Path) -> None:
+    acc, hook, parts = setup(tmp_path, schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 3})
+    with hook:
+        train(acc, hook, parts, stop_at=3)
+    assert hook.optimizer_steps == 3
+    # steps 1 and 2 ran; step 3 was opened when step 2 closed (it spans the data wait), then cut short and flushed
+    assert windows(tmp_path / "perf") == {"window-000001-000003": ["rank0.pt.trace.json.gz"]}
+    assert profiler_steps(hook.engine.exported[0]) == {1, 2, 3}
+
+
+def test_exception_propagates_profiler_stops_partial_trace_written(tmp_path: Path) -> None:
+    acc, hook, parts = setup(tmp_path)
+    with pytest.raises(ValueError, match="user error at step 4") as info, hook:
+        train(acc, hook, parts, fail_at=4)
+    assert type(info.value) is ValueError
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert windows(tmp_path / "perf") == {"window-000003-000004": ["rank0.pt.trace.json.gz"]}
+    assert 3 in profiler_steps(hook.engine.exported[0])
+
+
+# ---- checkpoints -----------------------------------------------------------------------------------------------------
+def test_save_then_load_resumes_the_numbering(tmp_path: Path) -> None:
+    schedule = {"skip_first": 6, "wait": 0, "warmup": 1, "active": 2}
+    acc, hook, parts = setup(tmp_path, schedule=schedule)
+    with hook:
+        train(acc, hook, parts, stop_at=4)
+        acc.save_state(str(tmp_path / "ckpt"))
+    assert json.loads((tmp_path / "ckpt" / STATE_FILE).read_text()) == {"optimizer_steps": 4}
+    assert hook.engine.exported == []
+
+    AcceleratorState._reset_state(True)
+    acc, hook, parts = setup(tmp_path, schedule=schedule, output_dir=str(tmp_path / "resumed"))
+    acc.load_state(str(tmp_path / "ckpt"))
+    assert hook.optimizer_steps == 4
+    with hook:
+        train(acc, hook, parts, stop_at=10)
+    assert [profiler_steps(p) for p in hook.engine.exported] == [{7, 8}]
+
+
+def test_checkpoints_load_with_and_without_the_hook(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    acc = Accelerator(cpu=True)
+    model, opt = acc.prepare(nn.Linear(8, 1), torch.optim.SGD(nn.Linear(8, 1).parameters(), lr=0.1))
+    acc.save_state(str(tmp_path / "plain"))
+    hook = AcceleratePerfHook(output_dir=str(tmp_path / "perf")).register(acc)
+    with caplog.at_level(logging.WARNING, logger="perf_callbacks"):
+        acc.load_state(str(tmp_path / "plain"))
+    assert hook.optimizer_steps == 0 and f"has no {STATE_FILE}" in caplog.text
+    acc.save_state(str(tmp_path / "with_hook"))
+    hook.close()
+    acc.load_state(str(tmp_path / "with_hook"))  # the hook is gone; the extra file is ignored
+    assert (tmp_path / "with_hook" / STATE_FILE).is_file()
+
+
+# ---- metrics and checks ----------------------------------------------------------------------------------------------
+def test_metrics_without_tracker_go_to_own_tensorboard_files(tmp_path: Path) -> None:
+    acc, hook, parts = setup(tmp_path, schedule={"skip_first": 100}, log_every_n_steps=4)
+    with hook:
+        train(acc, hook, parts)
+    scalars = tb_scalars(hook.engine.layout.run_dir / "tensorboard")
+    assert scalars["perf/train/step_time_ms"] == [4, 8, 12, 16]
+    assert scalars["perf/memory/host_rss_mb"] == [4, 8, 12, 16]
+
+
+def test_metrics_with_tracker_and_default_output_dir(tmp_path: Path) -> None:
+    config = ProjectConfiguration(project_dir=str(tmp_path / "proj"), logging_dir=str(tmp_path / "proj" / "logs"))
+    acc = Accelerator(cpu=True, log_with="tensorboard", project_config=config)
+    acc.init_trackers("run")
+    model = nn.Linear(8, 1)
+    parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data())
+    hook = AcceleratePerfHook(schedule=SCHEDULE, log_every_n_steps=8).register(acc)
+    with hook:
+        train(acc, hook, parts)
+    acc.end_training()
+    assert hook.engine.layout.run_dir.parent == tmp_path / "proj" / "perf"
+    assert not (hook.engine.layout.run_dir / "tensorboard").exists()
+    assert tb_scalars(tmp_path / "proj" / "logs")["perf/train/step_time_ms"] == [8, 16]
+
+
+def test_prepared_loader_with_num_workers_zero_warns_once(tmp_path: Path) -> None:
+    acc = Accelerator(cpu=True)
+    dl = acc.prepare(data(num_workers=0))
+    with pytest.warns(DataLoaderWarning, match=r"prepared DataLoader #0 has num_workers=0.*try num_workers=") as seen:
+        hook = AcceleratePerfHook(output_dir=str(tmp_path)).register(acc)
+        hook.iter(dl)
+    assert len([w for w in seen if issubclass(w.category, PerfWarning)]) == 1
+    hook.close()
+
+
+def test_validation_and_custom_phases_have_ranges(tmp_path: Path) -> None:
+    acc, hook, (model, opt, dl) = setup(tmp_path, schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 2})
+    with hook:
+        for x, y in hook.iter(dl):
+            with hook.phase("loss"):
+                loss = nn.functional.mse_loss(model(x), y)
+            acc.backward(loss)
+            opt.step()
+            with hook.validation(), torch.no_grad():
+                model(x)
+    names = {e["name"] for e in trace_events(hook.engine.exported[0])}
+    assert {"perf_callbacks.loss", "perf_callbacks.validation"} <= names
+
+
+# ---- 2 processes (gloo) ----------------------------------------------------------------------------------------------
+@pytest.mark.multiprocess
+def test_two_processes(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-m", "tests.integrations.test_accelerate", str(tmp_path)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    # one run folder agreed by both ranks, one trace per rank per window, every cycle
+    assert windows(tmp_path / "good") == {w: ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+                                          for w in ("window-000003-000004", "window-000006-000007")}
+    assert r0["steps"] == r1["steps"] == 8
+    # the correct loop gives no warning; the double-sharded loader warns once, on rank 0, with evidence and fix
+    assert r0["good_warnings"] == r1["good_warnings"] == [] and r1["double_warnings"] == []
+    (double,) = r0["double_warnings"]
+    assert double.startswith("ShardingWarning: prepared DataLoader #1 is sharded twice")
+    assert "DistributedSampler(num_replicas=2)" in double and "accelerator.prepare()" in double
+    # metrics: cross-rank max and mean, logged by rank 0 only
+    scalars = tb_scalars(tmp_path / "good")
+    assert scalars["perf/train/step_time_ms/max"] == [2] and scalars["perf/memory/host_rss_mb/mean"] == [2, 4, 6, 8]
+    # rank 1 raised inside a window, rank 0 stopped: both closed without hanging, partial traces on disk
+    assert r1["error"] == "ValueError: user error at step 4" and not r1["profiler_enabled"]
+    assert windows(tmp_path / "fail") == {"window-000003-000004": ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rank_main(rank: int, out: Path, port: int) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    acc = Accelerator(cpu=True)
+    model = nn.Linear(8, 1)
+    parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data(64, shuffle=True))
+    result: dict[str, Any] = {}
+    hook = AcceleratePerfHook(output_dir=str(out / "good"), schedule={**SCHEDULE, "repeat": 2}, log_every_n_steps=2,
+                              degradation_threshold=1e6)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", PerfWarning)
+        with hook.register(acc):
+            train(acc, hook, parts)
+    result["good_warnings"], result["steps"] = [f"{w.category.__name__}: {w.message}" for w in seen], hook.optimizer_steps
+
+    ds = parts[2].base_dataloader.dataset
+    acc.prepare(DataLoader(ds, batch_size=4, num_workers=1, sampler=DistributedSampler(ds, 2, rank)))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", PerfWarning)
+        AcceleratePerfHook(output_dir=str(out / "double")).register(acc).close()
+    result["double_warnings"] = [f"{w.category.__name__}: {w.message}" for w in seen]
+
+    hook = AcceleratePerfHook(output_dir=str(out / "fail"), schedule=SCHEDULE).register(acc)
+    try:
+        with hook:
+            train(acc, hook, parts, fail_at=4 if rank == 1 else None, stop_at=4)
+    except ValueError as err:
+        result["error"] = f"{type(err).__name__}: {err}"
+    result["profiler_enabled"] = bool(torch.autograd.profiler._is_profiler_enabled)
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    torch.multiprocessing.start_processes(_rank_main, args=(Path(sys.argv[1]), _free_port()), nprocs=2,
+                                          start_method="fork")
