@@ -1,0 +1,46 @@
+"""The overhead benchmark runs end to end in its quick form and writes its JSON; timings are reported, not asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_overhead_quick_runs_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "overhead.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+
+    outside = result["outside_windows"]
+    assert set(outside) >= {
+        "none",
+        "noop_hooks",
+        "perf_callbacks",
+        "device_stats",
+        "lightning_profiler",
+        "torch_profiler",
+    }
+    assert outside["none"]["ratio_vs_none"] == pytest.approx(1.0)
+    ours = outside["perf_callbacks"]
+    assert ours["hook_us_per_step"] > 0
+    assert ours["memory_samples_per_run"] >= 1  # the default interval (50) falls inside the quick run
+    assert result["inside_windows"]["steps_per_run"] >= 1
+    assert result["traces"]["perf_callbacks"]["traces"] >= 1
+    assert result["traces"]["perf_callbacks"]["raw_over_gz"] > 1
+    assert {t["status"] for t in result["targets"]} <= {"PASS", "MISS", "n/a"}
+    assert len(result["targets"]) == 5
+    assert "status" in proc.stdout and "perf_callbacks" in proc.stdout
