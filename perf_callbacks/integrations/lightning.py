@@ -124,17 +124,18 @@ class GPUPerfCallback(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.engine is None or not self.config.check_dataloaders:
+        if self.engine is None:
+            return
+        loaders = _train_loaders(trainer.train_dataloader)
+        if loaders:
+            name, first = loaders[0]
+            self.engine.ctx.data_loader = (name, getattr(first, "num_workers", None))
+        if not self.config.check_dataloaders:
             return
         findings = []
-        for name, loader in _train_loaders(trainer.train_dataloader):
-            self.engine.ctx.data_loader = (name, getattr(loader, "num_workers", None))
+        for name, loader in loaders:
             findings += inspect_loader(
-                loader,
-                name,
-                world_size=trainer.world_size,
-                cuda=self.engine.cuda,
-                local_world_size=trainer.num_devices,
+                loader, name, world_size=trainer.world_size, cuda=self.engine.cuda, local_world_size=trainer.num_devices
             )
         if not trainer._accelerator_connector.use_distributed_sampler:
             findings = [_blame_flag(f) for f in findings]
