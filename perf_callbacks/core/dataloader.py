@@ -160,7 +160,7 @@ def accelerate_sharding(loader: Any) -> str | None:
     shard = _find_in_chain(base, "BatchSamplerShard")
     if shard is not None and getattr(shard, "num_processes", 1) > 1:
         return f"BatchSamplerShard(num_processes={shard.num_processes})"
-    dataset = getattr(base, "dataset", None)
+    dataset: Any = getattr(base, "dataset", None)
     if _class_name(dataset) == "IterableDatasetShard" and getattr(dataset, "num_processes", 1) > 1:
         return f"IterableDatasetShard(num_processes={dataset.num_processes})"
     if _is_hf_iterable(dataset):

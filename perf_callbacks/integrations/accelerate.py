@@ -31,13 +31,14 @@ from typing import Any, TypeVar
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list, gather_object
+from accelerate.utils import broadcast_object_list
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.exceptions import PerfConfigError
+from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,9 +107,9 @@ class AcceleratePerfHook:
         self._hooked: set[int] = set()
         self._checked: set[int] = set()
         self._in_batch = self._stepped = self._closed = False
-        self._micro, self._batch_size = 0, None
-        self._pending: dict[str, float] = {}
-        self._writer: Any = None
+        self._micro = 0
+        self._batch_size: int | None = None
+        self.metrics: CrossRankLogger | None = None
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
@@ -133,18 +134,20 @@ class AcceleratePerfHook:
             world_size=acc.num_processes,
             device=acc.device,
             log_every_n_steps=self.config.log_every_n_steps or 50,
-            log_metrics=self._stash_metrics,
-            log_text=self._log_text if acc.is_main_process else None,
+            log_metrics=None,  # set below, once the run folder is known
             distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
         )
         self.engine = PerfEngine(self.config, ctx)
+        self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard")
+        ctx.log_metrics = self.metrics.stash  # every rank; sent by the flush at the step boundary
+        ctx.log_text = self.metrics.log_text if acc.is_main_process else None
         # the window summary logs its scalars from one rank: it must not enter the cross-rank gather
-        self.engine.reporter.ctx = dataclasses.replace(ctx, log_metrics=self._log_local)
+        self.engine.reporter.ctx = dataclasses.replace(ctx, log_metrics=self.metrics.log_local)
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
         if "backward" not in vars(acc):
-            acc.backward = self._wrap_backward(acc.backward)  # type: ignore[method-assign]
+            acc.backward = self._wrap_backward(acc.backward)
         if self.config.check_dataloaders:
             self._check([(_loader_name(acc, dl), dl) for dl in acc._dataloaders])
         return self
@@ -161,8 +164,8 @@ class AcceleratePerfHook:
             handle.remove()
         if self.accelerator is not None and "backward" in vars(self.accelerator):
             del self.accelerator.backward
-        if self._writer is not None:
-            self._writer.close()
+        if self.metrics is not None:
+            self.metrics.close()
 
     def __enter__(self) -> AcceleratePerfHook:
         return self
@@ -238,8 +241,8 @@ class AcceleratePerfHook:
         self.engine.batch_end(stepped, (self._batch_size or 0) * self._micro if stepped else None)
         if stepped:
             self._micro = 0
-            if flush and self.optimizer_steps % self.engine.ctx.log_every_n_steps == 0:
-                self._flush_metrics(self.optimizer_steps)
+            if flush and self.metrics is not None and self.optimizer_steps % self.engine.ctx.log_every_n_steps == 0:
+                self.metrics.flush(self.optimizer_steps)
 
     # ---- optimizer steps -----------------------------------------------------------------------------------------
     def _hook_optimizers(self) -> None:
@@ -302,46 +305,6 @@ class AcceleratePerfHook:
             return
         self.optimizer_steps, self._stepped = steps, False
 
-    # ---- metrics -------------------------------------------------------------------------------------------------
-    def _stash_metrics(self, metrics: dict[str, float], step: int) -> None:
-        self._pending = dict(metrics)  # called by the engine on every rank; sent at the next flush
-
-    def _flush_metrics(self, step: int) -> None:
-        """Gather every rank's interval metrics (all ranks call this at the same step) and log max/mean on rank 0."""
-        engine, acc = self._require()
-        pending, self._pending = self._pending, {}
-        gathered = gather_object([pending]) if acc.num_processes > 1 else [pending]
-        if acc.is_main_process:
-            self._log_local(_reduce(gathered, acc.num_processes), step)
-
-    def _log_local(self, values: dict[str, float], step: int) -> None:
-        acc = self.accelerator
-        if acc is None or not acc.is_main_process or not values:
-            return
-        if acc.trackers:
-            acc.log(values, step=step)
-            return
-        writer = self._summary_writer()
-        for key, value in values.items():
-            writer.add_scalar(key, value, step)
-
-    def _log_text(self, tag: str, text: str, step: int) -> None:
-        acc = self.accelerator
-        if acc is None:
-            return
-        tb = next((t for t in acc.trackers if t.name == "tensorboard"), None)
-        writer = tb.writer if tb is not None else (None if acc.trackers else self._summary_writer())
-        if writer is not None:
-            writer.add_text(tag, text, global_step=step)
-
-    def _summary_writer(self) -> Any:
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            engine = self._require()[0]
-            self._writer = SummaryWriter(log_dir=str(engine.layout.run_dir / "tensorboard"))
-        return self._writer
-
     # ---- helpers -------------------------------------------------------------------------------------------------
     def _check(self, loaders: list[tuple[str, Any]]) -> None:
         engine, acc = self._require()
@@ -367,17 +330,6 @@ class AcceleratePerfHook:
 _DEFAULTS = {
     p.name: p.default for p in inspect.signature(AcceleratePerfHook.__init__).parameters.values() if p.name != "self"
 }
-
-
-def _reduce(gathered: list[dict[str, float]], world_size: int) -> dict[str, float]:
-    keys = sorted({k for metrics in gathered for k in metrics})
-    if world_size == 1:
-        return {k: float(gathered[0][k]) for k in keys}
-    out = {}
-    for k in keys:
-        values = [float(m[k]) for m in gathered if k in m]
-        out[f"{k}/max"], out[f"{k}/mean"] = max(values), sum(values) / len(values)
-    return out
 
 
 def _loader_name(acc: Accelerator, loader: Any) -> str:

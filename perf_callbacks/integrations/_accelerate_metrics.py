@@ -1,0 +1,90 @@
+"""Cross-rank memory and timing logs for the Accelerate adapter: gathered from every rank, logged by rank 0.
+
+The engine hands each rank's interval metrics to :meth:`CrossRankLogger.stash`. The adapter calls
+:meth:`CrossRankLogger.flush` on *every* rank at the same optimizer step (a step boundary that is a multiple of
+``log_every_n_steps``), whether or not that rank had anything to log, so the collective can never be entered by one
+rank alone. Rank 0 then logs the cross-rank max and mean through ``accelerator.log`` when a tracker is configured, or
+writes TensorBoard events itself under ``<run>/tensorboard``.
+
+Example:
+    >>> reduce_across_ranks([{"perf/a": 1.0}, {"perf/a": 3.0, "perf/b": 2.0}], world_size=2)
+    {'perf/a/max': 3.0, 'perf/a/mean': 2.0, 'perf/b/max': 2.0, 'perf/b/mean': 2.0}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class CrossRankLogger:
+    """Collects one rank's metrics and logs the cross-rank reduction on the main process.
+
+    Args:
+        accelerator: the ``accelerate.Accelerator`` of the run.
+        log_dir: where to write TensorBoard events when the accelerator has no tracker.
+    """
+
+    def __init__(self, accelerator: Any, log_dir: Path) -> None:
+        self.accelerator, self.log_dir = accelerator, log_dir
+        self.pending: dict[str, float] = {}
+        self._writer: Any = None
+
+    def stash(self, metrics: dict[str, float], step: int) -> None:
+        """Keep this rank's metrics of the interval (the engine calls it on every rank, no collective)."""
+        self.pending = dict(metrics)
+
+    def flush(self, step: int) -> None:
+        """Gather every rank's stashed metrics and log max/mean on rank 0. Every rank must call it at ``step``."""
+        from accelerate.utils import gather_object
+
+        acc = self.accelerator
+        pending, self.pending = self.pending, {}
+        gathered = gather_object([pending]) if acc.num_processes > 1 else [pending]  # key sets may differ by rank
+        if acc.is_main_process:
+            self.log_local(reduce_across_ranks(gathered, acc.num_processes), step)
+
+    def log_local(self, values: dict[str, float], step: int) -> None:
+        """Log from this process only (no collective); does nothing off the main process."""
+        acc = self.accelerator
+        if not acc.is_main_process or not values:
+            return
+        if acc.trackers:
+            acc.log(values, step=step)
+            return
+        writer = self._summary_writer()
+        for key, value in values.items():
+            writer.add_scalar(key, value, step)
+
+    def log_text(self, tag: str, text: str, step: int) -> None:
+        """Log the window summary to the TensorBoard tracker, or to our own events when there is no tracker."""
+        trackers = self.accelerator.trackers
+        tb = next((t for t in trackers if t.name == "tensorboard"), None)
+        writer = tb.writer if tb is not None else (None if trackers else self._summary_writer())
+        if writer is not None:
+            writer.add_text(tag, text, global_step=step)
+
+    def close(self) -> None:
+        """Flush and close our own event file, if one was opened."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def _summary_writer(self) -> Any:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        return self._writer
+
+
+def reduce_across_ranks(gathered: list[dict[str, float]], world_size: int) -> dict[str, float]:
+    """Per key, the max and mean over the ranks that reported it; plain values on a single process."""
+    keys = sorted({k for metrics in gathered for k in metrics})
+    if world_size == 1:
+        return {k: float(gathered[0][k]) for k in keys}
+    out = {}
+    for k in keys:
+        values = [float(m[k]) for m in gathered if k in m]
+        out[f"{k}/max"], out[f"{k}/mean"] = max(values), sum(values) / len(values)
+    return out
