@@ -228,7 +228,7 @@ class AcceleratePerfHook:
             self._batch_size = _batch_size(batch)
         self._in_batch, self._stepped = True, False
         self._micro += 1
-        if self.engine is not None:
+        if self.engine is not None and not self._closed:
             self.engine.batch_start(self.optimizer_steps)
 
     def _end_batch(self, flush: bool) -> None:

@@ -223,7 +223,9 @@ def test_metrics_with_tracker_and_default_output_dir(tmp_path: Path) -> None:
     acc.end_training()
     assert hook.engine.layout.run_dir.parent == tmp_path / "proj" / "perf"
     assert not (hook.engine.layout.run_dir / "tensorboard").exists()
-    assert tb_scalars(tmp_path / "proj" / "logs")["perf/train/step_time_ms"] == [8, 16]
+    scalars = tb_scalars(tmp_path / "proj" / "logs")
+    assert scalars["perf/train/step_time_ms"] == [8, 16]  # interval metrics, through the cross-rank flush
+    assert scalars["perf/step_time_ms"] == [5]  # the window summary (steps 3-4), logged by rank 0 alone
 
 
 def test_prepared_loader_with_num_workers_zero_warns_once(tmp_path: Path) -> None:
