@@ -110,6 +110,7 @@ class AcceleratePerfHook:
         self._micro = 0
         self._batch_size: int | None = None
         self.metrics: CrossRankLogger | None = None
+        self._backward: Any = None
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
@@ -146,8 +147,8 @@ class AcceleratePerfHook:
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
-        if "backward" not in vars(acc):
-            acc.backward = self._wrap_backward(acc.backward)
+        if "backward" not in vars(acc):  # not twice: a second hook on the same accelerator leaves it alone
+            acc.backward = self._backward = self._wrap_backward(acc.backward)
         if self.config.check_dataloaders:
             self._check([(_loader_name(acc, dl), dl) for dl in acc._dataloaders])
         return self
@@ -162,7 +163,7 @@ class AcceleratePerfHook:
         self.engine.close(exc)
         for handle in self._handles:
             handle.remove()
-        if self.accelerator is not None and "backward" in vars(self.accelerator):
+        if self.accelerator is not None and vars(self.accelerator).get("backward") is self._backward:
             del self.accelerator.backward
         if self.metrics is not None:
             self.metrics.close()
