@@ -10,7 +10,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from perf_callbacks.config import PerfConfig, ScheduleConfig
 from perf_callbacks.exceptions import (
@@ -23,7 +23,7 @@ from perf_callbacks.exceptions import (
     TraceSizeWarning,
 )
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from perf_callbacks.integrations.accelerate import AcceleratePerfHook
     from perf_callbacks.integrations.lightning import GPUPerfCallback
 
@@ -49,7 +49,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name in _LAZY:
         import importlib
 
