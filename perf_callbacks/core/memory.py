@@ -87,10 +87,16 @@ class MemorySampler:
         return {"gpu/utilization_pct": float(util.gpu), "gpu/power_w": power / 1000.0}
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_statm: dict[int, int] = {}  # pid -> open fd of /proc/self/statm (re-opened after fork)
+
+
 def host_rss_bytes() -> int:
-    """Resident set size of this process (``/proc/self/statm``; peak RSS where /proc is missing)."""
+    """Resident set size of this process (``/proc/self/statm``, kept open; peak RSS where /proc is missing)."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
+        fd = _statm.get(os.getpid())
+        if fd is None:
+            fd = _statm[os.getpid()] = os.open("/proc/self/statm", os.O_RDONLY)
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError, AttributeError):
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

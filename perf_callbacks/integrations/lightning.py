@@ -160,8 +160,8 @@ class GPUPerfCallback(Callback):
             return
         if self._batch_size is None:
             self._batch_size = _batch_size(batch)
-        self._step_at_start = trainer.global_step
-        self.engine.batch_start(trainer.global_step)
+        step = self._step_at_start = trainer.global_step
+        self.engine.batch_start(step)
 
     @override
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:

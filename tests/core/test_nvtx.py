@@ -126,11 +126,11 @@ def test_without_a_tool_everything_is_a_silent_no_op(tmp_path: Path) -> None:
     import nvtx
     assert not isinstance(nvtx.get_domain("perf_callbacks"), nvtx.Domain), "a tool is attached"
     ranges = NvtxRanges()
-    assert ranges.enabled
+    assert not ranges.enabled  # no tool: the domain is a dummy, so every call returns at once
     ranges.push_step(1)
     for phase in ("data_wait", "forward", "my_phase"):
         ranges.push(phase)
-    assert ranges.depth == 4
+    assert ranges.depth == 0
     ranges.pop()
     ranges.pop_all()
     ranges.pop()
