@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import statistics
 
+MIN_ACTIONABLE_WAIT_S = 1e-3
+
 
 class StepStats:
     """Accumulates the optimizer steps of one logging interval (steps inside profiling windows are left out)."""
@@ -109,4 +111,5 @@ class DataWaitCheck:
             return None
         self.done = True
         share = self.wait / self.total if self.total > 0 else 0.0
-        return share if share > self.threshold else None
+        # below 1 ms a step, the "wait" is the framework's own work between batches, not something a user can fix
+        return share if share > self.threshold and self.wait / self.count >= MIN_ACTIONABLE_WAIT_S else None
