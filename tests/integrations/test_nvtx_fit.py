@@ -45,3 +45,40 @@ def test_lightning_fit_emits_balanced_step_and_phase_ranges(injection_lib: Path,
     order = [e.payload if e.message == "step" else e.message for e in pushes(ours) if e.message in ("step", "layer")]
     assert order[order.index(2) + 1 : order.index(3)].count("layer") == 4  # + 2 validation batches inside step 2
     assert [p for p in paths if p[-1] == "layer" and p[1] == "validation"] == [("step", "validation", "layer")] * 2
+
+
+ACCELERATE_LOOP = textwrap.dedent("""
+    import pathlib, tempfile, torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    from accelerate import Accelerator
+    from perf_callbacks import AcceleratePerfHook
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model = nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,)))
+    loader = DataLoader(data, batch_size=8, num_workers=1)
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    hook = AcceleratePerfHook(output_dir=str(tmp), check_dataloaders=False,
+                              schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 1})
+    with hook.register(accelerator):
+        for x, y in hook.iter(loader):
+            with accelerator.accumulate(model):
+                loss = nn.functional.cross_entropy(model(x), y)
+                accelerator.backward(loss)
+                opt.step()
+                opt.zero_grad()
+""")
+
+
+def test_accelerate_loop_emits_the_same_ranges(injection_lib: Path, tmp_path: Path) -> None:
+    events = run_with_injection(ACCELERATE_LOOP, tmp_path, injection_lib)
+    ours = [e for e in events if e.domain == "perf_callbacks"]
+    paths = assert_balanced(ours)
+    steps = [e.payload for e in pushes(ours) if e.message == "step"]
+    assert steps[:4] == [0, 1, 2, 3]  # 8 micro-batches, 2 per optimizer step
+    in_step = [p[1] for p in paths if len(p) == 2 and p[0] == "step"]
+    assert in_step.count("forward") == 8 and in_step.count("backward") == 8
+    assert in_step.count("optimizer_step") == 4
+    assert "data_wait" in in_step
