@@ -50,7 +50,7 @@ class NvtxRanges:
         self.domain_name = domain
         self.depth = 0
         self._domain: Any = None
-        self._attrs: dict[str, Any] = {}
+        self._attrs: dict[tuple[str, str | None], Any] = {}
         self._step_color = "darkgreen"
         if enabled:
             self._setup(domain)
@@ -59,6 +59,18 @@ class NvtxRanges:
     def enabled(self) -> bool:
         """Whether ranges are being emitted."""
         return self._domain is not None
+
+    def attributes(self, message: str, category: str | None = None, color: str | int | None = None) -> Any:
+        """Cached event attributes for ``message``; phase names get their own colour and category."""
+        key = (message, category)
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            default_color, default_category = PHASES.get(message, ("white", "other"))
+            attrs = self._attrs[key] = self._domain.get_event_attributes(
+                message=message, color=color if color is not None else default_color,
+                category=category or default_category,
+            )
+        return attrs
 
     def push_step(self, step: int) -> None:
         """Open the range of optimizer step ``step`` (message ``step``, payload ``step``)."""
@@ -78,10 +90,7 @@ class NvtxRanges:
         if self._domain is None:
             return
         try:
-            attrs = self._attrs.get(phase)
-            if attrs is None:
-                attrs = self._attrs[phase] = self._make_attrs(phase)
-            self._domain.push_range(attrs)
+            self._domain.push_range(self.attributes(phase))
             self.depth += 1
         except Exception as err:  # noqa: BLE001
             self._disable(err)
@@ -110,13 +119,9 @@ class NvtxRanges:
                 self._domain = None
                 return
             for phase in PHASES:
-                self._attrs[phase] = self._make_attrs(phase)
+                self.attributes(phase)
         except Exception as err:  # noqa: BLE001
             self._disable(err)
-
-    def _make_attrs(self, phase: str) -> Any:
-        color, category = PHASES.get(phase, ("white", "other"))
-        return self._domain.get_event_attributes(message=phase, color=color, category=category)
 
     def _disable(self, err: BaseException) -> None:
         self._domain = None
