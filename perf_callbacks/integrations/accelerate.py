@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import json
 import logging
 import os
@@ -66,39 +65,9 @@ class AcceleratePerfHook:
                     opt.zero_grad()
     """
 
-    def __init__(
-        self,
-        output_dir: str | None = None,
-        schedule: dict[str, Any] | None = None,
-        activities: list[str] | None = None,
-        record_shapes: bool = False,
-        profile_memory: bool = False,
-        with_stack: bool = False,
-        with_flops: bool = False,
-        ranks: list[int] | None = None,
-        max_trace_mb: float = 512.0,
-        nvtx: bool = True,
-        nvtx_domain: str = "perf_callbacks",
-        nvtx_modules: bool = False,
-        nsys_capture: bool = False,
-        nsys_steps: list[int] | None = None,
-        log_every_n_steps: int | None = None,
-        memory: bool = True,
-        nvml: bool = True,
-        degradation_threshold: float = 0.2,
-        data_wait_threshold: float = 0.1,
-        data_wait_steps: int = 50,
-        check_dataloaders: bool = True,
-        summary: bool = True,
-        top_k: int = 5,
-        *,
-        config: PerfConfig | None = None,
-    ) -> None:
-        options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "config")}
-        if config is not None:
-            changed = sorted(k for k, v in options.items() if v != _DEFAULTS[k])
-            if changed:
-                raise PerfConfigError(f"pass either config= or options, not both (got config= and {changed})")
+    def __init__(self, config: PerfConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise PerfConfigError(f"pass either config= or options, not both (got config= and {sorted(options)})")
         self.config = config if config is not None else PerfConfig.from_dict(options)
         self.engine: PerfEngine | None = None
         self.accelerator: Accelerator | None = None
@@ -326,11 +295,6 @@ class AcceleratePerfHook:
         if self.engine is None or self.accelerator is None:
             raise RuntimeError("call hook.register(accelerator) after accelerator.prepare(...) first")
         return self.engine, self.accelerator
-
-
-_DEFAULTS = {
-    p.name: p.default for p in inspect.signature(AcceleratePerfHook.__init__).parameters.values() if p.name != "self"
-}
 
 
 def _loader_name(acc: Accelerator, loader: Any) -> str:
