@@ -64,6 +64,8 @@ class RunContext:
         log_every_n_steps: memory and timing log interval, in optimizer steps.
         log_metrics: receives ``{"perf/...": value}`` and the step; None disables metric logging.
         log_text: receives (tag, text, step) for the window summary; optional.
+        log_summary: receives the window summary's scalars on the reporting rank alone; default ``log_metrics``
+            (an adapter whose ``log_metrics`` is a cross-rank collective must give a local one here).
         data_loader: name and num_workers of the training loader, quoted by the data-wait warning.
     """
 
@@ -75,6 +77,7 @@ class RunContext:
     log_every_n_steps: int = 50
     log_metrics: MetricsFn | None = None
     log_text: TextFn | None = None
+    log_summary: MetricsFn | None = None
     data_loader: tuple[str, int | None] = ("train_dataloader", None)
     distributed_initialized: bool = False
     extra: dict[str, Any] = field(default_factory=dict)

@@ -55,8 +55,9 @@ class WindowReporter:
         print(text, file=sys.stdout, flush=True)
         self.texts.append(text)
         step = window[1] + 1
-        if self.ctx.log_metrics is not None and scalars:
-            self.ctx.log_metrics(scalars, step)
+        log_scalars = self.ctx.log_summary or self.ctx.log_metrics
+        if log_scalars is not None and scalars:
+            log_scalars(scalars, step)
         if self.ctx.log_text is not None:
             self.ctx.log_text("perf/summary", f"```\n{text}```", step)
         return text

@@ -20,7 +20,6 @@ read back by ``load_state``, without ``register_for_checkpointing``, so checkpoi
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -111,8 +110,7 @@ class AcceleratePerfHook:
         self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard")
         ctx.log_metrics = self.metrics.stash  # every rank; sent by the flush at the step boundary
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None
-        # the window summary logs its scalars from one rank: it must not enter the cross-rank gather
-        self.engine.reporter.ctx = dataclasses.replace(ctx, log_metrics=self.metrics.log_local)
+        ctx.log_summary = self.metrics.log_local  # the window summary logs from one rank: no cross-rank gather
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
