@@ -1,12 +1,14 @@
 """A 2-process DDP fit on CPU (gloo), run as a script: Lightning's ddp strategy re-launches this file per rank.
 
 Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R]
+With --fail-rank R, rank R raises in training_step at step 4 (inside the window 3-4).
 Each rank writes OUT_DIR/result-rank{R}.json with the warnings it saw and the traces it exported.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -26,9 +28,11 @@ def main() -> None:
     trainer = L.Trainer(strategy="ddp", accelerator="cpu", devices=2, max_steps=10, logger=False, callbacks=[cb],
                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
                         use_distributed_sampler=use_sampler)
+    fail_rank = int(sys.argv[sys.argv.index("--fail-rank") + 1]) if "--fail-rank" in sys.argv else None
+    model = TinyModel(fail_at_step=4 if fail_rank == int(os.environ.get("LOCAL_RANK", "0")) else None)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always", PerfWarning)
-        trainer.fit(TinyModel(), loader(num_workers=1))
+        trainer.fit(model, loader(num_workers=1))
     perf = [f"{w.category.__name__}: {w.message}" for w in seen if issubclass(w.category, PerfWarning)]
     result = {"rank": trainer.global_rank, "warnings": perf, "exported": [str(p) for p in cb.engine.exported]}
     (out / f"result-rank{trainer.global_rank}.json").write_text(json.dumps(result))

@@ -16,10 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 
-def run_ddp(tmp_path: Path, *flags: str) -> list[dict]:
+def launch(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-m", "tests.integrations.ddp_fit", str(tmp_path), *flags], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tests.integrations.ddp_fit", str(tmp_path), *flags], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=240)
+
+
+def run_ddp(tmp_path: Path, *flags: str) -> list[dict]:
+    proc = launch(tmp_path, *flags)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1)]
 
@@ -44,3 +48,15 @@ def test_unsharded_loader_warns_once_on_rank_zero(tmp_path: Path) -> None:
     assert len(rank0) == 1
     assert "not sharded across the 2 ranks" in rank0[0] and "use_distributed_sampler=False" in rank0[0]
     assert results[1]["warnings"] == []
+
+
+@pytest.mark.parametrize("fail_rank", [0, 1])
+def test_one_rank_raising_mid_window_hangs_no_rank(tmp_path: Path, fail_rank: int) -> None:
+    """The run ends (no hang inside the callback) and the failing rank's partial window trace is on disk."""
+    proc = launch(tmp_path, "--fail-rank", str(fail_rank))  # subprocess.run's timeout fails the test on a hang
+    assert proc.returncode != 0
+    assert "user error at step 4" in proc.stderr
+    (run,) = (tmp_path / "perf").iterdir()
+    written = sorted(p.name for p in (run / "window-000003-000004").glob("*.json*"))
+    assert f"rank{fail_rank}.pt.trace.json.gz" in written
+    assert profiler_steps(run / "window-000003-000004" / f"rank{fail_rank}.pt.trace.json.gz")[0] == 3
