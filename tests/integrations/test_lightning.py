@@ -125,3 +125,33 @@ def test_resume_continues_the_schedule_by_global_step(tmp_path: Path) -> None:
     done = GPUPerfCallback(output_dir=str(tmp_path / "c"), schedule=sched, **QUIET)
     trainer(tmp_path, [done], max_steps=6).fit(TinyModel(), loader(), ckpt_path=str(ckpt))
     assert done.engine.exported == []
+
+
+def test_validate_and_test_calls_around_fit_write_nothing_and_mix_no_runs(tmp_path: Path) -> None:
+    out = tmp_path / "perf"
+    cb = GPUPerfCallback(output_dir=str(out), schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 1},
+                         **QUIET)
+    t = trainer(tmp_path, [cb], max_steps=3, limit_test_batches=2)
+    model = TinyModel()
+    model.test_step = model.validation_step
+    t.validate(model, loader(n=16))
+    assert cb.engine is None and not out.exists()
+    t.fit(model, loader(), loader(n=16))
+    first = cb.engine
+    t.validate(model, loader(n=16))
+    t.test(model, loader(n=16))
+    assert cb.engine is first and [p.parent.name for p in first.exported] == ["window-000001-000001"]
+    trainer(tmp_path, [cb], max_steps=3).fit(model, loader())
+    runs = sorted(out.iterdir())
+    assert len(runs) == 2
+    for run in runs:
+        (summary,) = run.rglob("summary.txt")
+        assert summary.read_text().count("perf-callbacks summary:") == 1
+
+
+def test_ranks_beyond_the_world_size_fail_before_training(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path), ranks=[0, 3], **QUIET)
+    t = trainer(tmp_path, [cb], max_steps=3)
+    with pytest.raises(PerfConfigError, match=r"ranks=\[0, 3\] names ranks beyond the world size 1; valid ranks are 0-0"):
+        t.fit(TinyModel(), loader())
+    assert t.global_step == 0
