@@ -15,6 +15,10 @@ Accelerate has no callbacks, so the hook drives the engine from three places:
 
 The step count is saved with ``accelerator.save_state`` (a ``perf_callbacks_state.json`` next to the checkpoint) and
 read back by ``load_state``, without ``register_for_checkpointing``, so checkpoints load with or without the hook.
+
+Preemption: while registered, and only if SIGTERM still has its default action, SIGTERM raises ``SystemExit(143)``
+so that the ``with`` block (or the user's ``finally: hook.close()``) stops the profiler and writes the partial window
+before the process exits with the usual 128 + 15 status. ``close()`` restores the default action.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import contextlib
 import json
 import logging
 import os
+import signal
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -79,6 +85,7 @@ class AcceleratePerfHook:
         self._batch_size: int | None = None
         self.metrics: CrossRankLogger | None = None
         self._backward: Any = None
+        self._sigterm = False
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
@@ -111,6 +118,7 @@ class AcceleratePerfHook:
         ctx.log_metrics = self.metrics.stash  # every rank; sent by the flush at the step boundary
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None
         ctx.log_summary = self.metrics.log_local  # the window summary logs from one rank: no cross-rank gather
+        self._sigterm = _catch_sigterm()
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
@@ -130,6 +138,8 @@ class AcceleratePerfHook:
         self.engine.close(exc)
         for handle in self._handles:
             handle.remove()
+        if self._sigterm:
+            _release_sigterm()
         if self.accelerator is not None and vars(self.accelerator).get("backward") is self._backward:
             del self.accelerator.backward
         if self.metrics is not None:
@@ -293,6 +303,29 @@ class AcceleratePerfHook:
         if self.engine is None or self.accelerator is None:
             raise RuntimeError("call hook.register(accelerator) after accelerator.prepare(...) first")
         return self.engine, self.accelerator
+
+
+def _preempted(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _catch_sigterm() -> bool:
+    """Turn SIGTERM (preemption) into ``SystemExit(143)`` so the ``with`` block flushes the window before exiting.
+
+    Only when SIGTERM still has its default action (which kills the process with no cleanup at all) and we are on the
+    main thread; a handler the user or a launcher installed is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _preempted)
+    return True
+
+
+def _release_sigterm() -> None:
+    if signal.getsignal(signal.SIGTERM) is _preempted:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _loader_name(acc: Accelerator, loader: Any) -> str:

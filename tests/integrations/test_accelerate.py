@@ -318,3 +318,73 @@ def _rank_main(rank: int, out: Path, port: int) -> None:
 if __name__ == "__main__":
     torch.multiprocessing.start_processes(_rank_main, args=(Path(sys.argv[1]), _free_port()), nprocs=2,
                                           start_method="fork")
+
+
+# ---- interrupts ------------------------------------------------------------------------------------------------------
+def test_keyboard_interrupt_mid_window_flushes_the_trace(tmp_path: Path) -> None:
+    acc, hook, parts = setup(tmp_path)
+    model, opt, dl = parts
+    with pytest.raises(KeyboardInterrupt), hook:
+        for x, y in hook.iter(dl):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            opt.step()
+            opt.zero_grad()
+            if hook.optimizer_steps == 4:
+                raise KeyboardInterrupt
+    assert not torch.autograd.profiler._is_profiler_enabled
+    assert windows(tmp_path / "perf") == {"window-000003-000004": ["rank0.pt.trace.json.gz"]}
+    assert hook.engine.nvtx.depth == 0
+
+
+SIGTERM_SCRIPT = """
+import os, signal, sys, torch
+from torch import nn
+from accelerate import Accelerator
+from perf_callbacks import AcceleratePerfHook
+from tests.integrations.test_accelerate import data
+
+acc = Accelerator(cpu=True)
+model = nn.Linear(8, 1)
+model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data())
+with AcceleratePerfHook(output_dir=sys.argv[1], schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 4},
+                        check_dataloaders=False).register(acc) as hook:
+    for x, y in hook.iter(dl):
+        acc.backward(nn.functional.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+        if hook.optimizer_steps == 4:
+            os.kill(os.getpid(), signal.SIGTERM)  # preemption, mid-window
+print("not reached")
+"""
+
+
+def test_sigterm_mid_window_flushes_the_trace_then_exits_143(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_SCRIPT, str(tmp_path / "perf")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    assert "not reached" not in proc.stdout
+    (path,) = (tmp_path / "perf").rglob("rank0.pt.trace.json.gz")
+    assert path.parent.name == "window-000003-000006"
+    assert min(profiler_steps(path)) == 3
+
+
+def test_sigterm_handler_is_restored_and_a_users_handler_is_left_alone(tmp_path: Path) -> None:
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        acc, hook, parts = setup(tmp_path)
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        hook.close()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        AcceleratorState._reset_state(True)
+        mine = lambda *_: None  # noqa: E731
+        signal.signal(signal.SIGTERM, mine)
+        acc, hook, parts = setup(tmp_path / "b")
+        assert signal.getsignal(signal.SIGTERM) is mine
+        hook.close()
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
