@@ -25,6 +25,7 @@ SYNC_CALLS = frozenset(
     }
 )
 DATA_WAIT = "perf_callbacks.data_wait"
+OWN_SPAN_PREFIX = "perf_callbacks."
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _COMM_PREFIXES = ("gloo:", "nccl:")
 
@@ -97,6 +98,9 @@ class _Collector:
 
     def _cpu_op(self, e: dict[str, Any]) -> None:
         t, name, ts = self.trace, e["name"], e["ts"]
+        if name.startswith(OWN_SPAN_PREFIX):  # our phase spans (fast record function): annotations, not operators
+            self._annotation(e)
+            return
         end = ts + e.get("dur", 0)
         t.cpu_ops.append((ts, end, e.get("tid"), name))
         ext = e.get("args", {}).get("External id")

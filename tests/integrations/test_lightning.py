@@ -155,3 +155,16 @@ def test_ranks_beyond_the_world_size_fail_before_training(tmp_path: Path) -> Non
     with pytest.raises(PerfConfigError, match=r"ranks=\[0, 3\] names ranks beyond the world size 1; valid ranks are 0-0"):
         t.fit(TinyModel(), loader())
     assert t.global_step == 0
+
+
+def test_phase_spans_are_annotations_for_the_analysis(tmp_path: Path) -> None:
+    from perf_callbacks.analysis import analyze
+
+    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 3},
+                         **QUIET)
+    trainer(tmp_path, [cb], max_steps=8).fit(TinyModel(), loader())
+    (path,) = cb.engine.exported
+    assert "perf_callbacks.data_wait" in names(path)
+    result = analyze(path)
+    assert result.top_ops and not any(op["name"].startswith("perf_callbacks.") for op in result.top_ops)
+    assert result.data_wait_fraction > 0  # the data_wait phase spans are read as data-loading time
