@@ -97,6 +97,7 @@ class PerfEngine:
         self.schedule = Schedule(config.schedule)
         self.layout = TraceLayout(ctx.output_dir, ctx.run_name)
         self.nvtx = NvtxRanges(config.nvtx_domain, enabled=config.nvtx)
+        self._nvtx_on = self.nvtx.enabled  # no tool attached (the usual case): skip the calls on the hot path
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         self.memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
         self.stats = StepStats()
@@ -159,7 +160,8 @@ class PerfEngine:
         if self._phase is not None:
             self.end_phase()
         self._phase = name
-        self.nvtx.push(name)
+        if self._nvtx_on:
+            self.nvtx.push(name)
         if self._in_window:
             self._phase_rf = _enter_record_function(f"perf_callbacks.{name}")
 
@@ -168,7 +170,8 @@ class PerfEngine:
         if self._phase is None:
             return
         self._phase = None
-        self.nvtx.pop()
+        if self._nvtx_on:
+            self.nvtx.pop()
         if self._phase_rf is not None:
             rf, self._phase_rf = self._phase_rf, None
             rf.__exit__(None, None, None)
@@ -199,7 +202,6 @@ class PerfEngine:
             self._guard("profiler", self._profiler_enter, step, action)
 
     def _close_step(self, step: int, t: float, samples: int | None) -> None:
-        self.end_phase()
         step_time = max(t - self._t_open - self._val, 0.0)
         self.nvtx.pop()
         if self._in_window:

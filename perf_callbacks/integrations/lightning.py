@@ -90,7 +90,7 @@ class GPUPerfCallback(Callback):
         options = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.config = PerfConfig.from_dict(options)
         self.engine: PerfEngine | None = None
-        self._step_at_start = 0
+        self._stepped = False
         self._batch_size: int | None = None
 
     @classmethod
@@ -160,8 +160,8 @@ class GPUPerfCallback(Callback):
             return
         if self._batch_size is None:
             self._batch_size = _batch_size(batch)
-        step = self._step_at_start = trainer.global_step
-        self.engine.batch_start(step)
+        self._stepped = False
+        self.engine.batch_start(trainer.global_step)
 
     @override
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
@@ -178,15 +178,15 @@ class GPUPerfCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         if self.engine is not None:
+            self._stepped = True
             self.engine.phase("optimizer_step")
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.engine is not None:
-            stepped = trainer.global_step != self._step_at_start
-            self.engine.batch_end(stepped, self._batch_size if stepped else None)
+        if self.engine is not None:  # on_before_optimizer_step ran: this micro-batch completed an optimizer step
+            self.engine.batch_end(self._stepped, self._batch_size if self._stepped else None)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
