@@ -118,8 +118,10 @@ class PerfEngine:
         self._t_open = 0.0
         self._t_last_end: float | None = None
         self._wait = 0.0
-        self._val = 0.0
+        self._aside = 0.0  # time of the open step spent outside training: validation, checkpoint saves
         self._t_val = 0.0
+        self._t_ckpt = 0.0
+        self._ckpt_rf: Any = None
         self._phase: str | None = None
         self._phase_rf: Any = None
         self._window_times: list[float] = []
@@ -185,14 +187,37 @@ class PerfEngine:
         """Validation finished; the data wait of the next step starts now."""
         t = time.perf_counter()
         if self._open is not None:
-            self._val += t - self._t_val
+            self._aside += t - self._t_val
         self.end_phase()
         self._t_last_end = t
         self.phase("data_wait")
 
+    def checkpoint_start(self) -> None:
+        """A checkpoint save begins: a range nested in the current phase; its time is left out of step and wait."""
+        self._t_ckpt = time.perf_counter()
+        if self._nvtx_on:
+            self.nvtx.push("checkpoint")
+        if self._in_window:
+            self._ckpt_rf = _enter_record_function("perf_callbacks.checkpoint")
+
+    def checkpoint_end(self) -> None:
+        """The checkpoint save finished (or raised)."""
+        spent = time.perf_counter() - self._t_ckpt
+        if self._ckpt_rf is not None:
+            rf, self._ckpt_rf = self._ckpt_rf, None
+            rf.__exit__(None, None, None)
+        if self._nvtx_on:
+            self.nvtx.pop()
+        if self._phase == "validation":  # already left out as validation time
+            return
+        if self._open is not None:
+            self._aside += spent
+        if self._t_last_end is not None:
+            self._t_last_end += spent
+
     # ---- once per optimizer step -------------------------------------------------------------------------------
     def _open_step(self, step: int, t: float) -> None:
-        self._open, self._t_open, self._wait, self._val = step, t, 0.0, 0.0
+        self._open, self._t_open, self._wait, self._aside = step, t, 0.0, 0.0
         self.nvtx.push_step(step)
         if self.config.nsys_steps is not None and step == self.config.nsys_steps[0]:
             self.nsys.start(step)
@@ -202,7 +227,7 @@ class PerfEngine:
             self._guard("profiler", self._profiler_enter, step, action)
 
     def _close_step(self, step: int, t: float, samples: int | None) -> None:
-        step_time = max(t - self._t_open - self._val, 0.0)
+        step_time = max(t - self._t_open - self._aside, 0.0)
         self.nvtx.pop()
         if self._in_window:
             if self.session is not None and self.session.recording:

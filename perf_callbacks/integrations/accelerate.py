@@ -85,6 +85,7 @@ class AcceleratePerfHook:
         self._batch_size: int | None = None
         self.metrics: CrossRankLogger | None = None
         self._backward: Any = None
+        self._save_state: Any = None
         self._sigterm = False
 
     @classmethod
@@ -124,6 +125,8 @@ class AcceleratePerfHook:
         self._hook_optimizers()
         if "backward" not in vars(acc):  # not twice: a second hook on the same accelerator leaves it alone
             acc.backward = self._backward = self._wrap_backward(acc.backward)
+        if "save_state" not in vars(acc):
+            acc.save_state = self._save_state = self._wrap_save_state(acc.save_state)
         if self.config.check_dataloaders:
             self._check([(_loader_name(acc, dl), dl) for dl in acc._dataloaders])
         return self
@@ -142,6 +145,8 @@ class AcceleratePerfHook:
             _release_sigterm()
         if self.accelerator is not None and vars(self.accelerator).get("backward") is self._backward:
             del self.accelerator.backward
+        if self.accelerator is not None and vars(self.accelerator).get("save_state") is self._save_state:
+            del self.accelerator.save_state
         if self.metrics is not None:
             self.metrics.close()
 
@@ -256,6 +261,19 @@ class AcceleratePerfHook:
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
             with self.phase("backward"):
                 return backward(loss, **kwargs)
+
+        return wrapped
+
+    def _wrap_save_state(self, save_state: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            engine = self.engine if not self._closed else None
+            if engine is None:
+                return save_state(*args, **kwargs)
+            engine.checkpoint_start()
+            try:
+                return save_state(*args, **kwargs)
+            finally:
+                engine.checkpoint_end()
 
         return wrapped
 

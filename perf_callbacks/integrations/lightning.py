@@ -121,6 +121,7 @@ class GPUPerfCallback(Callback):
         )
         self.engine = PerfEngine(self.config, ctx)
         self.engine.attach_model(pl_module)
+        _wrap_save_checkpoint(trainer, self.engine)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -150,6 +151,7 @@ class GPUPerfCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and self.engine is not None:
             self.engine.close()
+            _unwrap_save_checkpoint(trainer)
 
     # ---- per micro-batch -------------------------------------------------------------------------------------
     @override
@@ -226,6 +228,26 @@ class GPUPerfCallback(Callback):
                     logger.experiment.add_text(tag, text, global_step=step)
 
         return log_text
+
+
+def _wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
+    """Give ``trainer.save_checkpoint`` (what ModelCheckpoint calls) a ``checkpoint`` range; removed at teardown."""
+    save = type(trainer).save_checkpoint.__get__(trainer)
+
+    def save_checkpoint(*args: Any, **kwargs: Any) -> None:
+        engine.checkpoint_start()
+        try:
+            save(*args, **kwargs)
+        finally:
+            engine.checkpoint_end()
+
+    save_checkpoint.__perf_callbacks__ = True  # type: ignore[attr-defined]
+    trainer.save_checkpoint = save_checkpoint  # type: ignore[method-assign]
+
+
+def _unwrap_save_checkpoint(trainer: pl.Trainer) -> None:
+    if getattr(vars(trainer).get("save_checkpoint"), "__perf_callbacks__", False):
+        del trainer.save_checkpoint
 
 
 def _fitting(trainer: pl.Trainer) -> bool:

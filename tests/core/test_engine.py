@@ -208,3 +208,21 @@ def test_nvtx_stays_balanced(tmp_path: Path) -> None:
     assert engine.nvtx.depth in (0, 2)  # 0 when the nvtx package has no tool attached
     engine.close()
     assert engine.nvtx.depth == 0
+
+
+def test_checkpoint_time_is_neither_step_time_nor_data_wait(tmp_path: Path) -> None:
+    logged: list = []
+    engine = make_engine(tmp_path, logged, schedule={"skip_first": 1000}, data_wait_steps=1000)
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock):
+        for step in range(6):
+            clock.t += 0.01  # data wait
+            engine.batch_start(step)
+            clock.t += 0.09
+            engine.batch_end(stepped=True)
+            engine.checkpoint_start()  # e.g. ModelCheckpoint after the step
+            clock.t += 3.0
+            engine.checkpoint_end()
+    (_, metrics) = logged[0]
+    assert metrics["perf/train/step_time_ms"] == pytest.approx(100.0)
+    assert metrics["perf/train/data_wait_fraction"] == pytest.approx(0.1)

@@ -10,7 +10,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from perf_callbacks import DataLoaderWarning, GPUPerfCallback, PerfConfigError
 from tests.integrations.lit_helpers import TinyModel, loader, names, profiler_steps, trainer
 
-QUIET = {"check_dataloaders": False}
+QUIET = {"check_dataloaders": False, "degradation_threshold": 100.0}  # CPU step times are noisy
 
 
 def test_zero_argument_construction_and_bad_option() -> None:
@@ -168,3 +168,17 @@ def test_phase_spans_are_annotations_for_the_analysis(tmp_path: Path) -> None:
     result = analyze(path)
     assert result.top_ops and not any(op["name"].startswith("perf_callbacks.") for op in result.top_ops)
     assert result.data_wait_fraction > 0  # the data_wait phase spans are read as data-loading time
+
+
+def test_checkpoint_saves_get_their_own_range_and_the_trainer_is_restored(tmp_path: Path) -> None:
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 2, "wait": 0, "warmup": 1,
+                                                                       "active": 2}, **QUIET)
+    ckpt = ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=1, save_top_k=-1)
+    t = trainer(tmp_path, [cb, ckpt], max_steps=7, enable_checkpointing=True)
+    t.fit(TinyModel(), loader())
+    (path,) = cb.engine.exported
+    assert names(path).count("perf_callbacks.checkpoint") == 2  # saves after steps 3 and 4, inside the window
+    assert "save_checkpoint" not in vars(t)
+    assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) == 7

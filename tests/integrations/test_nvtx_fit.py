@@ -69,6 +69,8 @@ ACCELERATE_LOOP = textwrap.dedent("""
                 accelerator.backward(loss)
                 opt.step()
                 opt.zero_grad()
+            if hook.optimizer_steps == 2 and accelerator.sync_gradients:
+                accelerator.save_state(str(tmp / "ckpt"))
 """)
 
 
@@ -82,3 +84,5 @@ def test_accelerate_loop_emits_the_same_ranges(injection_lib: Path, tmp_path: Pa
     assert in_step.count("forward") == 8 and in_step.count("backward") == 8
     assert in_step.count("optimizer_step") == 4
     assert "data_wait" in in_step
+    # save_state after opt.step(): the optimizer_step phase has ended, the micro-batch has not
+    assert [p for p in paths if p[-1] == "checkpoint"] == [("step", "checkpoint")]
