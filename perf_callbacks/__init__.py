@@ -1,4 +1,4 @@
-"""perf-callbacks: why is my GPU training slow, and what should I change?
+"""perf-callbacks: why is my GPU training slow, and what should I change.
 
 Importing this package never imports Lightning or Accelerate; the adapters load on first use.
 

@@ -116,8 +116,9 @@ class PerfConfig:
             raise PerfConfigError(f"ranks must be global ranks >= 0, got {list(self.ranks)}")
         if self.max_trace_mb <= 0:
             raise PerfConfigError(f"max_trace_mb must be > 0, got {self.max_trace_mb}")
-        if self.nsys_steps is not None and not (len(self.nsys_steps) == 2 and 0 <= self.nsys_steps[0] <= self.nsys_steps[1]):
-            raise PerfConfigError(f"nsys_steps must be [first, last] with 0 <= first <= last, got {list(self.nsys_steps)}")
+        steps = self.nsys_steps
+        if steps is not None and not (len(steps) == 2 and 0 <= steps[0] <= steps[1]):
+            raise PerfConfigError(f"nsys_steps must be [first, last] with 0 <= first <= last, got {list(steps)}")
         if self.log_every_n_steps is not None and self.log_every_n_steps < 1:
             raise PerfConfigError(f"log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
         for name in ("degradation_threshold", "data_wait_threshold"):
@@ -184,7 +185,8 @@ def _check_keys(options: Mapping[str, Any], valid: list[str], where: str) -> Non
         if key not in valid:
             close = difflib.get_close_matches(str(key), valid, n=1)
             hint = f" (did you mean '{where}{close[0]}'?)" if close else ""
-            raise PerfConfigError(f"unknown key '{where}{key}'{hint}; valid keys: {', '.join(where + v for v in valid)}")
+            listing = ", ".join(where + v for v in valid)
+            raise PerfConfigError(f"unknown key '{where}{key}'{hint}; valid keys: {listing}")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

@@ -42,12 +42,12 @@ def _late_text(late: list[float]) -> str:
 
 def imbalance(ranks: list[RankResult]) -> tuple[float | None, float | None]:
     """``(imbalance_ratio, step_time_spread_ms)``: max/mean of work per step (step minus collective wait)."""
-    timed = [r for r in ranks if r.step_time_ms]
+    timed = [(r.step_time_ms, r) for r in ranks if r.step_time_ms]
     if len(timed) < 2:
         return None, None
-    work = [r.step_time_ms * (1 - r.losses.get("communication", 0.0)) for r in timed]
+    work = [ms * (1 - r.losses.get("communication", 0.0)) for ms, r in timed]
     mean = sum(work) / len(work)
-    spread = max(r.step_time_ms for r in timed) - min(r.step_time_ms for r in timed)
+    spread = max(ms for ms, _ in timed) - min(ms for ms, _ in timed)
     return (max(work) / mean if mean > 0 else None), spread
 
 

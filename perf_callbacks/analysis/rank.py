@@ -42,7 +42,7 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         profiler_flags=[k for k in ("with_stack", "record_shapes", "profile_memory") if trace.flag(k)],
         data_loader=min(trace.data_names) if trace.data_names else None,
         collectives_ms=[(b - a) / 1e3 for a, b, _ in trace.comm_spans] + _nccl_kernels_ms(trace),
-        sync_calls_ms={k: v / 1e3 for k, v in tl.sync_calls.most_common()},
+        sync_calls_ms={k: v / 1e3 for k, v in sorted(tl.sync_calls.items(), key=lambda kv: -kv[1])},
         launches_per_step=_launches_per_step(trace, len(steps)) if on_gpu else None,
         timeline=tl,
     )

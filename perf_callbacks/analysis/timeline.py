@@ -39,7 +39,7 @@ class Timeline:
     lo: float
     hi: float
     segments: list[Segment] = field(default_factory=list)
-    sync_calls: Counter[str] = field(default_factory=Counter)
+    sync_calls: dict[str, float] = field(default_factory=dict)
     device: int | None = None
     busy_us: float = 0.0
 
@@ -118,7 +118,7 @@ def _busy_segments(trace: RankTrace, device: int, lo: float, hi: float) -> tuple
     return union(kernels + comm + copies), segments
 
 
-def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], sync_calls: Counter[str]) -> list[Segment]:
+def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], sync_calls: dict[str, float]) -> list[Segment]:
     ops = [g for g in trace.gpu if g[4] == device]
     starts = [g[0] for g in ops]
     sync_ends = [s[1] for s in trace.syncs]
@@ -126,7 +126,7 @@ def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], sync_calls
     for p0, p1 in pieces:
         blocker = _blocking_call(trace.syncs, sync_ends, p0, p1)
         if blocker is not None:
-            sync_calls[blocker] += p1 - p0
+            sync_calls[blocker] = sync_calls.get(blocker, 0.0) + p1 - p0
             out.append((p0, p1, "sync"))
             continue
         i = bisect_left(starts, p1 - SLACK_US)

@@ -344,9 +344,10 @@ class PerfEngine:
                 self._warn(
                     "degradation",
                     PerformanceDegradationWarning,
-                    f"median step time {median:.1f} ms over the {self.ctx.log_every_n_steps} steps before step {step} "
-                    f"is {ratio - 1:.0%} above this run's early baseline ({self.degradation.baseline:.1f} ms); look for "
-                    "memory fragmentation (reserved >> allocated), a growing Python-side cache, or thermal throttling",
+                    f"median step time {median:.1f} ms over the {self.ctx.log_every_n_steps} steps before step "
+                    f"{step} is {ratio - 1:.0%} above this run's early baseline ({self.degradation.baseline:.1f} ms); "
+                    "look for memory fragmentation (reserved >> allocated), a growing Python-side cache, or thermal "
+                    "throttling",
                 )
         if self.ctx.log_metrics is not None and metrics:
             self.ctx.log_metrics({f"perf/{k}": v for k, v in metrics.items()}, step)

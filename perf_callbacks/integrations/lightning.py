@@ -114,7 +114,7 @@ class GPUPerfCallback(Callback):
             rank=trainer.global_rank,
             world_size=trainer.world_size,
             device=trainer.strategy.root_device,
-            log_every_n_steps=self.config.log_every_n_steps or max(1, trainer.log_every_n_steps),
+            log_every_n_steps=self.config.log_every_n_steps or max(1, getattr(trainer, "log_every_n_steps", 50)),
             log_metrics=self._log_metrics(trainer) if trainer.is_global_zero else None,
             log_text=self._log_text(trainer) if trainer.is_global_zero else None,
             distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
