@@ -128,6 +128,7 @@ class PerfEngine:
         self._window_wait = 0.0
         self._closed = False
         self._wait_measured = False
+        self._t_data = 0.0
 
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
@@ -137,9 +138,6 @@ class PerfEngine:
     def batch_start(self, step: int) -> None:
         """A micro-batch of optimizer step ``step`` starts; closes the data wait that preceded it."""
         t = time.perf_counter()
-        if self._t_last_end is not None:
-            self._wait += t - self._t_last_end
-            self._t_last_end = None
         if self._open != step:
             if self._open is not None:  # steps skipped (e.g. a resumed run): drop the stale step
                 self._abandon_step()
@@ -155,7 +153,18 @@ class PerfEngine:
             self._close_step(step, t, samples)
             self._open_step(step + 1, t)
         self._t_last_end = t
+        self.phase("framework")
+
+    def data_start(self) -> None:
+        """The training loop asks its DataLoader for the next batch (call right before ``next(iterator)``)."""
+        self._t_data = time.perf_counter()
         self.phase("data_wait")
+
+    def data_end(self) -> None:
+        """The DataLoader handed over the batch (call right after ``next(iterator)`` returned or raised)."""
+        self._wait += time.perf_counter() - self._t_data
+        self._wait_measured = True
+        self.phase("framework")
 
     def phase(self, name: str) -> None:
         """End the current phase range and open ``name`` (NVTX always; ``record_function`` inside windows)."""
@@ -190,7 +199,7 @@ class PerfEngine:
             self._aside += t - self._t_val
         self.end_phase()
         self._t_last_end = t
-        self.phase("data_wait")
+        self.phase("framework")
 
     def checkpoint_start(self) -> None:
         """A checkpoint save begins: a range nested in the current phase; its time is left out of step and wait."""

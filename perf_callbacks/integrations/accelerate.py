@@ -175,10 +175,16 @@ class AcceleratePerfHook:
         try:
             while True:
                 self._end_batch(flush=True)
+                engine = self.engine if not self._closed else None
+                if engine is not None:
+                    engine.data_start()
                 try:
                     batch = next(it)
                 except StopIteration:
                     return
+                finally:
+                    if engine is not None:
+                        engine.data_end()
                 self._start_batch(batch)
                 yield batch
         finally:  # `break` out of the loop: the micro-batch is over, but no collective here

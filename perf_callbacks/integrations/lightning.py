@@ -122,6 +122,7 @@ class GPUPerfCallback(Callback):
         self.engine = PerfEngine(self.config, ctx)
         self.engine.attach_model(pl_module)
         _wrap_save_checkpoint(trainer, self.engine)
+        _wrap_fetch(trainer, self.engine)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -152,6 +153,7 @@ class GPUPerfCallback(Callback):
         if stage == "fit" and self.engine is not None:
             self.engine.close()
             _unwrap_save_checkpoint(trainer)
+            _unwrap_fetch(trainer)
 
     # ---- per micro-batch -------------------------------------------------------------------------------------
     @override
@@ -248,6 +250,34 @@ def _wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
 def _unwrap_save_checkpoint(trainer: pl.Trainer) -> None:
     if getattr(vars(trainer).get("save_checkpoint"), "__perf_callbacks__", False):
         del trainer.save_checkpoint
+
+
+def _wrap_fetch(trainer: pl.Trainer, engine: PerfEngine) -> None:
+    """Time the training DataLoader's ``__next__`` only: the loop's fetch hooks run right around ``next(iterator)``.
+
+    ``_TrainingEpochLoop.on_run_start`` installs its ``_on_before_fetch``/``_on_after_fetch`` as the data fetcher's
+    profiler hooks at every epoch start; instance attributes here take their place and are removed at teardown.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)
+    if before is None or after is None:  # another Lightning version: data wait is not measured
+        return
+
+    def on_before_fetch() -> None:
+        engine.data_start()
+        before()
+
+    def on_after_fetch() -> None:
+        after()
+        engine.data_end()
+
+    loop._on_before_fetch, loop._on_after_fetch = on_before_fetch, on_after_fetch  # type: ignore[method-assign]
+
+
+def _unwrap_fetch(trainer: pl.Trainer) -> None:
+    loop = trainer.fit_loop.epoch_loop
+    for name in ("_on_before_fetch", "_on_after_fetch"):
+        vars(loop).pop(name, None)
 
 
 def _fitting(trainer: pl.Trainer) -> bool:

@@ -161,7 +161,9 @@ def test_data_wait_share_and_warning_with_fake_clock(tmp_path: Path) -> None:
         DataLoaderWarning, match=r"train_dataloader has num_workers=0; data loading took 30% of step time over steps 1-4"
     ):
         for step in range(5):
-            clock.t += 0.03  # data wait
+            engine.data_start()
+            clock.t += 0.03  # inside the DataLoader
+            engine.data_end()
             engine.batch_start(step)
             clock.t += 0.07  # compute
             engine.batch_end(stepped=True, samples=10)
