@@ -1,90 +1,59 @@
-"""The engine: one training run on one rank, driven by four calls per micro-batch.
+"""The engine: one training run on one rank, driven by a few calls per micro-batch.
 
-An adapter (Lightning, Accelerate) maps its framework's hooks onto::
+An adapter (Lightning, Accelerate, transformers) maps its framework's hooks onto::
 
-    batch_start(step)        # step = optimizer steps completed so far (Lightning's trainer.global_step)
-    phase("backward") ...    # optional phase ranges: forward, backward, optimizer_step
-    batch_end(stepped)       # stepped: this micro-batch finished an optimizer step
-    close(exc)               # end of training, or an exception (then the partial trace is flushed)
+    data_start() / data_end()  # right around the DataLoader's next(): data wait is the time in between, nothing else
+    batch_start(step)          # a micro-batch of optimizer step `step` (= optimizer steps completed so far) starts
+    phase("backward") ...      # optional phase ranges: forward, backward, optimizer_step
+    batch_end(stepped)         # stepped: this micro-batch completed an optimizer step
+    close(exc)                 # end of training, or an exception (then the partial trace is flushed)
 
-A step is "opened" when the previous one closes (or at the first batch), so its NVTX range and its
-``ProfilerStep#N`` span include the data wait before it, as in a plain ``for batch in loader: ...; prof.step()`` loop.
-Outside profiling windows a micro-batch costs a few ``perf_counter`` reads, integer compares and cached NVTX
-push/pops; memory is read only at logging steps and nothing synchronises with the device.
+A step begins at its first activity (the fetch of its first micro-batch, or the batch itself) and lasts until the next
+step begins, so its NVTX range and ``ProfilerStep#N`` span hold its data wait, its work and the framework's work
+after it (the ``framework`` phase), and no step is opened before it runs. Time set aside (validation, checkpoint
+saves, perf-callbacks' own export and logging) is left out of step time and data wait. Outside profiling windows a
+micro-batch costs a few ``perf_counter`` reads, integer compares and (with a tool attached) NVTX push/pops; memory
+is read only at logging steps and nothing synchronises with the device.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
+import sys
 import time
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.clock import StepClock
+from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.dataloader import Finding, data_wait_finding
 from perf_callbacks.core.memory import MemorySampler
-from perf_callbacks.core.module_ranges import ModuleRanges
-from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.core.nvtx import NvtxRanges
-from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
-from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.stats import DataWaitCheck, DegradationDetector, StepStats
-from perf_callbacks.core.summary import WindowReporter
-from perf_callbacks.core.traces import TraceLayout, compress_trace
+from perf_callbacks.core.warn import warn_user
+from perf_callbacks.core.window import WindowRecorder
 from perf_callbacks.exceptions import (
     DataLoaderWarning,
     InstrumentUnavailableWarning,
     PerformanceDegradationWarning,
     PerfWarning,
     ShardingWarning,
-    TraceSizeWarning,
 )
 
+__all__ = ["MetricsFn", "PerfEngine", "RunContext", "TextFn"]
 log = logging.getLogger(__name__)
-
-MetricsFn = Callable[[dict[str, float], int], None]
-TextFn = Callable[[str, str, int], None]
-
-
-@dataclass
-class RunContext:
-    """What the adapter knows about the run.
-
-    Args:
-        output_dir: resolved output directory.
-        run_name: the same on every rank of this run (see ``traces.new_run_name``).
-        rank: global rank.
-        world_size: number of ranks.
-        device: this rank's device (CUDA device, or None/CPU).
-        log_every_n_steps: memory and timing log interval, in optimizer steps.
-        log_metrics: receives ``{"perf/...": value}`` and the step; None disables metric logging.
-        log_text: receives (tag, text, step) for the window summary; optional.
-        log_summary: receives the window summary's scalars on the reporting rank alone; default ``log_metrics``
-            (an adapter whose ``log_metrics`` is a cross-rank collective must give a local one here).
-        data_loader: name and num_workers of the training loader, quoted by the data-wait warning.
-    """
-
-    output_dir: Path
-    run_name: str
-    rank: int = 0
-    world_size: int = 1
-    device: torch.device | None = None
-    log_every_n_steps: int = 50
-    log_metrics: MetricsFn | None = None
-    log_text: TextFn | None = None
-    log_summary: MetricsFn | None = None
-    data_loader: tuple[str, int | None] = ("train_dataloader", None)
-    distributed_initialized: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+CLOSE_WAIT_S = 120.0
 
 
 class PerfEngine:
-    """Composes schedule, profiler, NVTX, memory sampling, step statistics and trace files.
+    """Composes the step clock, profiler windows, NVTX ranges, memory sampling and step statistics.
 
     Args:
         config: the validated configuration.
@@ -94,87 +63,91 @@ class PerfEngine:
     def __init__(self, config: PerfConfig, ctx: RunContext) -> None:
         self.config, self.ctx = config, ctx
         self.is_main = ctx.rank == 0
-        self.schedule = Schedule(config.schedule)
-        self.layout = TraceLayout(ctx.output_dir, ctx.run_name)
         self.nvtx = NvtxRanges(config.nvtx_domain, enabled=config.nvtx)
         self._nvtx_on = self.nvtx.enabled  # no tool attached (the usual case): skip the calls on the hot path
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         self.memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
+        self.windows = WindowRecorder(config, ctx, self.nvtx, self._warn)
+        self.clock = StepClock()
         self.stats = StepStats()
         self.degradation = DegradationDetector(config.degradation_threshold)
         self.data_wait_check = DataWaitCheck(config.data_wait_steps, config.data_wait_threshold)
-        traced = config.ranks is None or ctx.rank in config.ranks
-        self.profiling = traced
-        self.reporter = WindowReporter(config, ctx, is_reporter=traced and ctx.rank == min(config.ranks or [0]))
-        self.nsys = NsysCapture(config.nsys_capture, set(config.ranks) if config.ranks else None, ctx.rank)
-        self.module_ranges = ModuleRanges(self.nvtx) if config.nvtx_modules else None
-        self.model: torch.nn.Module | None = None
-        self.session: ProfilerSession | None = None
-        self.window: tuple[int, int] | None = None
-        self.exported: list[Path] = []
-        self._warned: set[str] = set()
-        self._open: int | None = None
-        self._in_window = False
-        self._t_open = 0.0
-        self._t_last_end: float | None = None
-        self._wait = 0.0
-        self._aside = 0.0  # time of the open step spent outside training: validation, checkpoint saves
-        self._t_val = 0.0
-        self._t_ckpt = 0.0
-        self._ckpt_rf: Any = None
+        self.step: int | None = None  # the open step
+        self.steps_run = 0  # optimizer steps completed in this run
+        self._ended = True  # the open step completed: the next activity begins the next step
+        self._recording = False  # the open step is recorded by the profiler
+        self._expected: int | None = None  # the number of the next step, once known
+        self._pending_t: float | None = None  # a fetch started before the next step's number was known
         self._phase: str | None = None
         self._phase_rf: Any = None
-        self._window_times: list[float] = []
-        self._window_wait = 0.0
+        self._ckpt_rf: Any = None
+        self._t_aside = 0.0
+        self._clean = True  # no window, validation or checkpoint in this logging interval
+        self._overhead = {"window": 0.0, "log": 0.0}
+        self._warned: set[str] = set()
         self._closed = False
-        self._wait_measured = False
-        self._t_data = 0.0
+        self._samples: int | None = None
+        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
+
+    @property
+    def exported(self) -> list[Any]:
+        """Trace files written so far (a window's file appears once its background job finished)."""
+        return self.windows.exported
 
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
-        self.model = model
+        self.windows.model = model
 
     # ---- hot path: once per micro-batch ---------------------------------------------------------------------
-    def batch_start(self, step: int) -> None:
-        """A micro-batch of optimizer step ``step`` starts; closes the data wait that preceded it."""
-        t = time.perf_counter()
-        if self._open != step:
-            if self._open is not None:  # steps skipped (e.g. a resumed run): drop the stale step
-                self._abandon_step()
-            self._open_step(step, t)
-        self.phase("forward")
-
-    def batch_end(self, stepped: bool, samples: int | None = None) -> None:
-        """A micro-batch ended; ``stepped`` is True when it completed an optimizer step."""
-        t = time.perf_counter()
-        self.end_phase()
-        if stepped and self._open is not None:
-            step = self._open
-            self._close_step(step, t, samples)
-            self._open_step(step + 1, t)
-        self._t_last_end = t
-        self.phase("framework")
-
     def data_start(self) -> None:
-        """The training loop asks its DataLoader for the next batch (call right before ``next(iterator)``)."""
-        self._t_data = time.perf_counter()
+        """The loop asks its DataLoader for the next batch (call right before ``next(iterator)``)."""
+        t = time.perf_counter()
+        if self._ended:
+            if self._expected is None:
+                self._pending_t = t if self._pending_t is None else self._pending_t
+            else:
+                self._begin(self._expected, t)
+        self.clock.data_start(t)
         self.phase("data_wait")
 
     def data_end(self) -> None:
         """The DataLoader handed over the batch (call right after ``next(iterator)`` returned or raised)."""
-        self._wait += time.perf_counter() - self._t_data
-        self._wait_measured = True
+        self.clock.data_end(time.perf_counter())
+        self.phase("framework")
+
+    def batch_start(self, step: int) -> None:
+        """A micro-batch of optimizer step ``step`` starts."""
+        if self._ended or step != self.step:
+            t = time.perf_counter()
+            if self._ended and self.step is not None and step <= self.step:
+                step = self.step + 1  # the adapter's count did not move (e.g. a skipped step): never reuse a number
+            self._begin(step, t)
+        self.phase("forward")
+
+    def batch_end(self, stepped: bool, samples: int | None = None) -> None:
+        """A micro-batch ended; ``stepped`` is True when it completed an optimizer step."""
+        self.end_phase()
+        if stepped and self.step is not None and not self._ended:
+            self._ended, self._expected = True, self.step + 1
+            self.steps_run += 1
+            self._samples = samples
+            if self._recording:
+                with self._tool("window"):
+                    self.windows.loader_timed = self.clock.loader_timed
+                    if self.windows.step_completed():
+                        self._recording, self._clean = False, False
         self.phase("framework")
 
     def phase(self, name: str) -> None:
-        """End the current phase range and open ``name`` (NVTX always; ``record_function`` inside windows)."""
+        """End the current phase range and open ``name`` (NVTX always; a trace span inside windows)."""
         if self._phase is not None:
             self.end_phase()
         self._phase = name
         if self._nvtx_on:
             self.nvtx.push(name)
-        if self._in_window:
-            self._phase_rf = _enter_record_function(f"perf_callbacks.{name}")
+        if self._recording:
+            self._phase_rf = _enter_span(f"perf_callbacks.{name}")
 
     def end_phase(self) -> None:
         """Close the current phase range, if any."""
@@ -185,179 +158,113 @@ class PerfEngine:
             self.nvtx.pop()
         if self._phase_rf is not None:
             rf, self._phase_rf = self._phase_rf, None
-            rf.__exit__(None, None, None)
+            _exit_span(rf)
 
+    # ---- time set aside: validation and checkpoints ---------------------------------------------------------
     def validation_start(self) -> None:
         """Validation inside training: its own range, and its time is left out of step time and data wait."""
-        self._t_val = time.perf_counter()
+        self._t_aside = time.perf_counter()
+        self._clean = False
         self.phase("validation")
 
     def validation_end(self) -> None:
-        """Validation finished; the data wait of the next step starts now."""
-        t = time.perf_counter()
-        if self._open is not None:
-            self._aside += t - self._t_val
-        self.end_phase()
-        self._t_last_end = t
+        """Validation finished."""
+        self.clock.set_aside(time.perf_counter() - self._t_aside)
         self.phase("framework")
 
     def checkpoint_start(self) -> None:
         """A checkpoint save begins: a range nested in the current phase; its time is left out of step and wait."""
         self._t_ckpt = time.perf_counter()
+        self._clean = False
         if self._nvtx_on:
             self.nvtx.push("checkpoint")
-        if self._in_window:
-            self._ckpt_rf = _enter_record_function("perf_callbacks.checkpoint")
+        if self._recording:
+            self._ckpt_rf = _enter_span("perf_callbacks.checkpoint")
 
     def checkpoint_end(self) -> None:
         """The checkpoint save finished (or raised)."""
-        spent = time.perf_counter() - self._t_ckpt
         if self._ckpt_rf is not None:
             rf, self._ckpt_rf = self._ckpt_rf, None
-            rf.__exit__(None, None, None)
+            _exit_span(rf)
         if self._nvtx_on:
             self.nvtx.pop()
-        if self._phase == "validation":  # already left out as validation time
-            return
-        if self._open is not None:
-            self._aside += spent
-        if self._t_last_end is not None:
-            self._t_last_end += spent
+        if self._phase != "validation":  # else already left out as validation time
+            self.clock.set_aside(time.perf_counter() - self._t_ckpt)
+
+    @contextmanager
+    def tool_time(self, kind: str = "log") -> Iterator[None]:
+        """perf-callbacks' own work (an adapter's metric flush): left out of step time, reported as overhead."""
+        with self._tool(kind):
+            yield
 
     # ---- once per optimizer step -------------------------------------------------------------------------------
-    def _open_step(self, step: int, t: float) -> None:
-        self._open, self._t_open, self._wait, self._aside = step, t, 0.0, 0.0
-        self.nvtx.push_step(step)
-        if self.config.nsys_steps is not None and step == self.config.nsys_steps[0]:
-            self.nsys.start(step)
-        action = self.schedule.action(step) if self.profiling else Action.NONE
-        self._in_window = action is not Action.NONE
-        if self._in_window:
-            self._guard("profiler", self._profiler_enter, step, action)
+    def _begin(self, step: int, t: float) -> None:
+        carry = self._pending_t is not None
+        if self._pending_t is not None:
+            t, self._pending_t = self._pending_t, None
+        self.end_phase()
+        if self.step is not None:
+            self._end_step(t)
+        self.step, self._ended, self._expected = step, False, step
+        self.clock.begin(t, carry_wait=carry)
+        if self._nvtx_on:
+            self.nvtx.push_step(step)
+        nsys_steps = self.config.nsys_steps
+        if nsys_steps is not None and step == nsys_steps[0]:
+            self.windows.nsys.start(step)
+        if self.windows.busy:
+            self.windows.poll()
+        self._recording = self.windows.begin_step(step)
 
-    def _close_step(self, step: int, t: float, samples: int | None) -> None:
-        step_time = max(t - self._t_open - self._aside, 0.0)
-        self.nvtx.pop()
-        if self._in_window:
-            if self.session is not None and self.session.recording:
-                self._window_times.append(step_time)
-                self._window_wait += self._wait
-        elif self._wait_measured:  # the run's first step has no preceding batch end to measure its data wait from
-            self.stats.update(step_time, self._wait, samples)
-            share = self.data_wait_check.update(step, step_time, self._wait)
+    def _end_step(self, t: float) -> None:
+        step = self.step
+        if self._nvtx_on:
+            self.nvtx.pop()
+        nsys_steps = self.config.nsys_steps
+        if nsys_steps is not None and step == nsys_steps[1]:
+            self.windows.nsys.stop(step)
+        if not self._ended or step is None:  # abandoned: no optimizer step completed (a `break`, a resumed count)
+            return
+        if self.windows.action.value:  # a profiled step: its times are not comparable
+            self._clean = False
+        else:
+            self._measure(step, t)
+        if (step + 1) % self.ctx.log_every_n_steps == 0:
+            with self._tool("log"):
+                self._guard("metrics", self._log_interval, step + 1)
+
+    def _measure(self, step: int, t: float) -> None:
+        step_time, wait = self.clock.elapsed(t), self.clock.wait
+        self.stats.update(step_time, wait, self._samples)
+        if self.clock.loader_timed:
+            share = self.data_wait_check.update(step, step_time, wait)
             if share is not None:
                 self._warn_data_wait(share, step)
-        self._wait_measured = True
-        if self.config.nsys_steps is not None and step == self.config.nsys_steps[1]:
-            self.nsys.stop(step)
-        if (step + 1) % self.ctx.log_every_n_steps == 0:
-            self._guard("metrics", self._log_interval, step + 1)
-        if self.session is not None and self.schedule.action(step) is Action.RECORD_AND_SAVE:
-            self._guard("profiler", self._finish_window, None)
-        self._open, self._in_window = None, False
-
-    def _abandon_step(self) -> None:
-        self.end_phase()
-        self.nvtx.pop()
-        if self.session is not None:
-            self._guard("profiler", self._finish_window, None)
-        self._open, self._in_window = None, False
-
-    # ---- profiler windows ----------------------------------------------------------------------------------------
-    def _profiler_enter(self, step: int, action: Action) -> None:
-        if self.session is None:
-            if foreign_profiler_running():
-                self._disable(
-                    "profiler",
-                    "another torch.profiler/autograd profiler is already running; perf-callbacks stands aside and "
-                    "records no trace (stop your own profiler, or remove the callback)",
-                )
-                return
-            self.window = self.schedule.window(step)
-            self._window_times, self._window_wait = [], 0.0
-            self.session = ProfilerSession(self.config, self.cuda, self._distributed_info())
-        if action is Action.WARMUP:
-            self.session.prepare()
-        elif not self.session.recording:
-            self.session.start()
-            self._window_instruments_on(step)
-        self.session.mark_step(step)
-
-    def _window_instruments_on(self, step: int) -> None:
-        if self.config.nsys_steps is None:
-            self.nsys.start(step)
-        if self.module_ranges is not None and self.model is not None:
-            self.module_ranges.install(self.model)
-
-    def _window_instruments_off(self, step: int) -> None:
-        if self.config.nsys_steps is None:
-            self.nsys.stop(step)
-        if self.module_ranges is not None:
-            self.module_ranges.remove()
-
-    def _finish_window(self, error: BaseException | None) -> None:
-        session, window = self.session, self.window
-        self.session = None
-        if session is None or window is None:
-            return
-        recorded = session.recording
-        self._window_instruments_off(window[1])
-        session.stop()
-        if not recorded:
-            return
-        path = self._export(session, window)
-        if path is not None:
-            self.reporter.report(path, window, self._window_times, self._window_wait, error, self.memory)
-
-    def _export(self, session: ProfilerSession, window: tuple[int, int]) -> Path | None:
-        wdir = self.layout.window_dir(*window)
-        wdir.mkdir(parents=True, exist_ok=True)
-        raw = self.layout.raw_path(wdir, self.ctx.rank)
-        try:
-            t0 = time.perf_counter()
-            session.export(raw)
-            size_mb = raw.stat().st_size / 1e6
-            if size_mb > self.config.max_trace_mb:
-                self._warn(
-                    "max_trace_mb",
-                    TraceSizeWarning,
-                    f"the trace of steps {window[0]}-{window[1]} on rank {self.ctx.rank} is {size_mb:.0f} MB, above "
-                    f"max_trace_mb={self.config.max_trace_mb:g}; it was not written. Lower schedule.active, turn off "
-                    "with_stack/record_shapes/profile_memory, or raise max_trace_mb",
-                    main_only=False,
-                )
-                return None
-            dist = None if self.ctx.distributed_initialized else self._distributed_info()
-            path = compress_trace(raw, self.layout.trace_path(wdir, self.ctx.rank), dist)
-            log.info("trace written to %s (%.1f MB raw, %.2f s)", path, size_mb, time.perf_counter() - t0)
-            self.exported.append(path)
-            return path
-        finally:
-            raw.unlink(missing_ok=True)
-
-    def _distributed_info(self) -> dict[str, Any] | None:
-        if self.ctx.distributed_initialized:
-            return None
-        return {"backend": "", "rank": self.ctx.rank, "world_size": self.ctx.world_size}
 
     # ---- logging and checks ------------------------------------------------------------------------------------
     def _log_interval(self, step: int) -> None:
         metrics = self.stats.compute()
         self.stats.reset()
+        if not self.clock.loader_timed:
+            metrics.pop("train/data_wait_fraction", None)
         if self.memory is not None:
             metrics.update(self.memory.sample())
+        for kind, seconds in self._overhead.items():
+            metrics[f"overhead/{kind}_ms"] = seconds * 1e3
+        self._overhead = dict.fromkeys(self._overhead, 0.0)
         median = metrics.get("train/step_time_ms")
-        if median is not None:
-            ratio = self.degradation.check(median)
-            if ratio is not None:
-                self._warn(
-                    "degradation",
-                    PerformanceDegradationWarning,
-                    f"median step time {median:.1f} ms over the {self.ctx.log_every_n_steps} steps before step "
-                    f"{step} is {ratio - 1:.0%} above this run's early baseline ({self.degradation.baseline:.1f} ms); "
-                    "look for memory fragmentation (reserved >> allocated), a growing Python-side cache, or thermal "
-                    "throttling",
-                )
+        if median is not None and self._clean:
+            slow = self.degradation.check(median, step)
+            if slow is not None:
+                n = self.ctx.log_every_n_steps
+                self._warn("degradation", PerformanceDegradationWarning, (
+                    f"median step time has been {slow.ratio - 1:.0%} above this run's baseline for {slow.intervals} "
+                    f"logging intervals (steps {slow.since_step - n}-{slow.until_step}): {slow.median:.2f} ms against "
+                    f"{slow.baseline:.2f} ms over steps {slow.baseline_steps[0] - n}-{slow.baseline_steps[1]}, "
+                    f"beyond the baseline's own spread ({self.degradation.noise:.0%}); intervals with profiling "
+                    "windows, validation or checkpoints are left out. Look for memory fragmentation (reserved >> "
+                    "allocated), a growing Python-side cache, other jobs on the machine, or thermal throttling"))
+        self._clean = True
         if self.ctx.log_metrics is not None and metrics:
             self.ctx.log_metrics({f"perf/{k}": v for k, v in metrics.items()}, step)
 
@@ -376,29 +283,27 @@ class PerfEngine:
         if key in self._warned or (main_only and not self.is_main):
             return
         self._warned.add(key)
-        warnings.warn(message, category, stacklevel=4)
+        warn_user(message, category)
 
-    def _disable(self, instrument: str, reason: str) -> None:
-        if instrument == "profiler":
-            self.profiling = False
-            self.session = None
-            self._in_window = False
-        elif instrument == "metrics":
-            self.memory = None
-        rank = f" on rank {self.ctx.rank}" if self.ctx.world_size > 1 else ""
-        self._warn(f"disabled:{instrument}", InstrumentUnavailableWarning, f"{instrument} disabled{rank}: {reason}",
-                   main_only=False)
+    @contextmanager
+    def _tool(self, kind: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - t0
+            self.clock.set_aside(spent)
+            self._overhead[kind] = self._overhead.get(kind, 0.0) + spent
 
     def _guard(self, instrument: str, fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
-            if instrument == "profiler" and self.session is not None:
-                session, self.session = self.session, None
-                if self.module_ranges is not None:
-                    _quiet(self.module_ranges.remove)
-                _quiet(session.stop)
-            self._disable(instrument, f"{type(err).__name__}: {err}; training continues")
+            if instrument == "metrics":
+                self.memory = None
+            rank = f" on rank {self.ctx.rank}" if self.ctx.world_size > 1 else ""
+            self._warn(f"disabled:{instrument}", InstrumentUnavailableWarning,
+                       f"{instrument} disabled{rank}: {type(err).__name__}: {err}; training continues", False)
 
     # ---- end of training ---------------------------------------------------------------------------------------
     def close(self, exc: BaseException | None = None) -> None:
@@ -406,29 +311,66 @@ class PerfEngine:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self._at_exit)
         _quiet(self.end_phase)
-        if self.module_ranges is not None:
-            _quiet(self.module_ranges.remove)
-        _quiet(self.nsys.close)
+        if self._ckpt_rf is not None:
+            _quiet(lambda: _exit_span(self._ckpt_rf))
+        self.windows.loader_timed = self.clock.loader_timed
+        _quiet(lambda: self.windows.finish(exc))
+        _quiet(self.windows.nsys.close)
         _quiet(self.nvtx.pop_all)
-        if self.session is not None:
-            self._guard("profiler", self._finish_window, exc)
-        self._open, self._in_window = None, False
+        _quiet(lambda: self.windows.wait(CLOSE_WAIT_S))
+        self._recording = False
+        if exc is None and self.is_main:
+            _quiet(self._say_if_nothing_recorded)
+
+    def _say_if_nothing_recorded(self) -> None:
+        if self.windows.exported or self.windows.jobs or not self.windows.enabled:
+            return
+        s = self.config.schedule
+        first = s.skip_first + s.wait + s.warmup
+        print(f"perf-callbacks: no profiling window was recorded: {self.steps_run} optimizer steps ran, and the "
+              f"first window starts at step {first} (schedule: skip_first={s.skip_first}, wait={s.wait}, "
+              f"warmup={s.warmup}). Lower schedule.skip_first to profile a shorter run.", file=sys.stderr, flush=True)
+
+
+def _close_at_exit(ref: weakref.ReferenceType[PerfEngine]) -> None:
+    """An engine its owner never closed: stop the profiler and flush the window before the interpreter goes away."""
+    engine = ref()
+    if engine is not None:
+        engine.close()
 
 
 # Phase spans inside windows: torch's fast record function costs about 0.2-0.8 us an enter/exit pair against 6-8 us
 # for ``record_function``. Its events come out as ``cpu_op``; the analysis reads ``perf_callbacks.*`` ones as
-# annotations. ``ProfilerStep#N`` keeps ``record_function``: other tools expect it as a user annotation.
+# annotations. It asserts when exited with a profiler running that was not running when it was entered (another
+# profiler, or a second instance, started in between), so it is entered only while a profiler runs, and exited only
+# if one still does; ``ProfilerStep#N`` keeps ``record_function``: other tools expect it as a user annotation.
 _FastRecordFunction: Any = getattr(torch._C._profiler, "_RecordFunctionFast", None)
 
 
-def _enter_record_function(name: str) -> Any:
-    rf = _FastRecordFunction(name) if _FastRecordFunction is not None else torch.profiler.record_function(name)
+def _profiling() -> bool:
+    return bool(torch.autograd.profiler._is_profiler_enabled)
+
+
+def _enter_span(name: str) -> Any:
+    if _FastRecordFunction is None:
+        rf = torch.profiler.record_function(name)
+    elif _profiling():
+        rf = _FastRecordFunction(name)
+    else:
+        return None
     rf.__enter__()
     return rf
 
 
-def _quiet(fn: Callable[[], None]) -> None:
+def _exit_span(rf: Any) -> None:
+    if _FastRecordFunction is not None and isinstance(rf, _FastRecordFunction) and not _profiling():
+        return  # nothing to close: the profiler that saw it enter is gone
+    rf.__exit__(None, None, None)
+
+
+def _quiet(fn: Callable[[], Any]) -> None:
     try:
         fn()
     except Exception:  # noqa: BLE001

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 MIN_ACTIONABLE_WAIT_S = 1e-3
 
@@ -53,35 +54,82 @@ class StepStats:
 
 
 class DegradationDetector:
-    """Compares each interval's median step time with the run's own early baseline.
+    """Tells a lasting slowdown from noise, on per-interval median step times.
 
-    The baseline is the fastest of the first ``baseline_intervals`` interval medians, so a slow first interval
-    (compilation, allocator growth, cudnn autotuning) does not hide a later slowdown.
+    - The first ``warmup_intervals`` intervals are skipped (compilation, allocator growth, cudnn autotuning).
+    - The baseline is the median of the next ``baseline_intervals`` interval medians; their spread is the run's noise.
+    - An interval is slow when its median is above the baseline by more than ``threshold`` *and* by more than twice
+      the noise; the warning fires once, after ``persist`` slow intervals in a row.
+    - The engine feeds only clean intervals: those holding a profiling window, validation or a checkpoint save are
+      left out, since their step times are not comparable.
 
     Args:
-        threshold: fraction above the baseline that counts as degraded (0.2 = 20%).
+        threshold: fraction above the baseline that counts as slow (0.2 = 20%).
+        warmup_intervals: intervals skipped before the baseline.
         baseline_intervals: intervals that form the baseline.
+        persist: slow intervals in a row before the warning.
+
+    Example:
+        >>> d = DegradationDetector(0.2)
+        >>> [d.check(m, step) for step, m in enumerate([5.0, 2.0, 2.1, 1.9, 3.0, 3.1, 3.2], 1)][-1] is not None
+        True
     """
 
-    def __init__(self, threshold: float, baseline_intervals: int = 2) -> None:
-        self.threshold = threshold
+    def __init__(self, threshold: float, warmup_intervals: int = 1, baseline_intervals: int = 3,
+                 persist: int = 3) -> None:
+        self.threshold, self.warmup, self.persist = threshold, warmup_intervals, persist
         self.baseline_intervals = baseline_intervals
+        self._seen = 0
         self._early: list[float] = []
+        self._base_steps: tuple[int, int] | None = None
+        self._slow: list[tuple[int, float]] = []
+        self.fired = False
 
     @property
     def baseline(self) -> float | None:
         """The baseline median step time, once established."""
-        return min(self._early) if len(self._early) >= self.baseline_intervals else None
+        return statistics.median(self._early) if len(self._early) >= self.baseline_intervals else None
 
-    def check(self, median: float) -> float | None:
-        """Feed one interval median; returns the slowdown ratio (e.g. 1.35) when above the threshold."""
-        if len(self._early) < self.baseline_intervals:
-            self._early.append(median)
+    @property
+    def noise(self) -> float:
+        """Relative spread of the baseline interval medians."""
+        base = self.baseline
+        return (max(self._early) - min(self._early)) / base if base else 0.0
+
+    def check(self, median: float, step: int) -> Slowdown | None:
+        """Feed one clean interval's median (any unit) ending at ``step``; returns the slowdown once it lasts."""
+        self._seen += 1
+        if self._seen <= self.warmup or self.fired:
             return None
         base = self.baseline
-        if base and median > base * (1.0 + self.threshold):
-            return median / base
-        return None
+        if base is None:
+            self._early.append(median)
+            first = self._base_steps[0] if self._base_steps else step
+            self._base_steps = (first, step)
+            return None
+        if not base or median / base - 1.0 <= max(self.threshold, 2.0 * self.noise):
+            self._slow = []
+            return None
+        self._slow.append((step, median))
+        if len(self._slow) < self.persist:
+            return None
+        self.fired = True
+        medians = [m for _, m in self._slow]
+        return Slowdown(statistics.median(medians) / base, base, statistics.median(medians), self._slow[0][0],
+                        step, self._base_steps or (0, 0), len(self._slow))
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A lasting slowdown: ``ratio`` of the slow intervals' median to the baseline, and where each was measured."""
+
+    ratio: float
+    baseline: float
+    median: float
+    since_step: int
+    until_step: int
+    baseline_steps: tuple[int, int]
+    intervals: int
 
 
 class DataWaitCheck:

@@ -15,13 +15,12 @@ renamed, so a crash or a full disk never leaves a truncated ``.json.gz`` for HTA
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 TRACE_SUFFIX = ".pt.trace.json.gz"
 _CHUNK = 1 << 20
@@ -58,18 +57,42 @@ class TraceLayout:
         return window_dir / f".rank{rank}.raw.partial"
 
 
-def compress_trace(raw: Path, dest: Path, distributed_info: dict[str, Any] | None = None, level: int = 4) -> Path:
-    """Gzip ``raw`` into ``dest`` atomically, adding ``distributedInfo`` when the trace lacks it; never overwrites.
+class TraceTooLargeError(Exception):
+    """The exported trace is above ``max_trace_mb``; it was removed."""
 
-    Returns the path actually written (``dest``, or a ``-N`` variant if ``dest`` already exists).
+    def __init__(self, size_mb: float) -> None:
+        super().__init__(f"{size_mb:.0f} MB")
+        self.size_mb = size_mb
+
+
+def export_raw(export: Callable[[Path], None], window_dir: Path, rank: int, max_trace_mb: float) -> Path:
+    """Have the stopped profiler write its uncompressed trace to a hidden scratch file in ``window_dir``.
+
+    Raises:
+        TraceTooLargeError: the file is above ``max_trace_mb`` (it is removed).
+    """
+    window_dir.mkdir(parents=True, exist_ok=True)
+    raw = TraceLayout.raw_path(window_dir, rank)
+    try:
+        export(raw)
+        size_mb = raw.stat().st_size / 1e6
+        if size_mb > max_trace_mb:
+            raise TraceTooLargeError(size_mb)
+    except BaseException:
+        raw.unlink(missing_ok=True)
+        raise
+    return raw
+
+
+def compress_trace(raw: Path, dest: Path, level: int = 4) -> Path:
+    """Gzip ``raw`` into ``dest`` atomically (hidden ``.partial`` name, then a link); never overwrites.
+
+    Returns the path actually written (``dest``, or a ``-N`` variant if ``dest`` already exists). On any failure
+    (a full disk, say) the ``.partial`` file is removed and the error propagates.
     """
     partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     try:
         with raw.open("rb") as src, gzip.open(partial, "wb", compresslevel=level) as out:
-            head = src.read(_CHUNK)
-            if distributed_info is not None and b'"distributedInfo"' not in head:
-                head = _inject_top_level(head, "distributedInfo", distributed_info)
-            out.write(head)
             shutil.copyfileobj(src, out, _CHUNK)
         return publish(partial, dest)
     finally:
@@ -111,11 +134,3 @@ def _split_name(name: str) -> tuple[str, str]:
         if name.endswith(suffix):
             return name[: -len(suffix)], suffix
     return name, ""
-
-
-def _inject_top_level(head: bytes, key: str, value: Any) -> bytes:
-    brace = head.find(b"{")
-    if brace < 0:
-        return head
-    entry = json.dumps({key: value})[1:-1].encode() + b","
-    return head[: brace + 1] + b"\n  " + entry + head[brace + 1 :]

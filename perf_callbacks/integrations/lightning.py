@@ -17,6 +17,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
@@ -24,7 +25,10 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.dataloader import inspect_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
-from perf_callbacks.exceptions import PerfConfigError
+from perf_callbacks.core.warn import warn_user
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
+
+CHECKPOINT_KEY = "perf_callbacks"
 
 
 class GPUPerfCallback(Callback):
@@ -91,6 +95,8 @@ class GPUPerfCallback(Callback):
         self.config = PerfConfig.from_dict(options)
         self.engine: PerfEngine | None = None
         self._stepped = False
+        self._steps: int | None = None  # training steps that stepped an optimizer, the schedule's clock
+        self._restored: int | None = None  # the count read from a checkpoint being resumed
         self._batch_size: int | None = None
 
     @classmethod
@@ -108,6 +114,11 @@ class GPUPerfCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        first = next(cb for cb in trainer.callbacks if isinstance(cb, GPUPerfCallback))  # type: ignore[attr-defined]
+        if first is not self:
+            warn_user("a second GPUPerfCallback is on this Trainer (e.g. one from the config file and one from code); "
+                      "it stands aside and the first one measures the run", InstrumentUnavailableWarning)
+            return
         ctx = RunContext(
             output_dir=self._output_dir(trainer),
             run_name=trainer.strategy.broadcast(new_run_name()),
@@ -121,13 +132,37 @@ class GPUPerfCallback(Callback):
         )
         self.engine = PerfEngine(self.config, ctx)
         self.engine.attach_model(pl_module)
+        if isinstance(trainer.profiler, PyTorchProfiler):
+            self.engine.windows.enabled = False
+            warn_user("Trainer(profiler=PyTorchProfiler) records its own torch.profiler trace, and only one can run at "
+                      "a time: perf-callbacks records no trace; NVTX ranges, metrics and checks go on. Remove "
+                      "profiler='pytorch' to get perf-callbacks' windows", InstrumentUnavailableWarning)
+        self._steps = self._restored = None
         _wrap_save_checkpoint(trainer, self.engine)
         _wrap_fetch(trainer, self.engine)
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self.engine is not None and self._steps is not None:
+            checkpoint[CHECKPOINT_KEY] = {"steps": self._steps}
+
+    @override
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        state = checkpoint.get(CHECKPOINT_KEY)
+        if isinstance(state, dict) and isinstance(state.get("steps"), int):
+            self._restored = state["steps"]
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.engine is None:
             return
+        # a step is one training step that stepped at least one optimizer: global_step with automatic optimization,
+        # but manual optimization with two optimizers moves global_step by two
+        self._steps, self._restored = (self._restored if self._restored is not None else trainer.global_step), None
         loaders = _train_loaders(trainer.train_dataloader)
         if loaders:
             name, first = loaders[0]
@@ -152,6 +187,7 @@ class GPUPerfCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and self.engine is not None:
             self.engine.close()
+        if stage == "fit":
             _unwrap_save_checkpoint(trainer)
             _unwrap_fetch(trainer)
 
@@ -165,7 +201,7 @@ class GPUPerfCallback(Callback):
         if self._batch_size is None:
             self._batch_size = _batch_size(batch)
         self._stepped = False
-        self.engine.batch_start(trainer.global_step)
+        self.engine.batch_start(self._steps or 0)
 
     @override
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
@@ -191,6 +227,8 @@ class GPUPerfCallback(Callback):
     ) -> None:
         if self.engine is not None:  # on_before_optimizer_step ran: this micro-batch completed an optimizer step
             self.engine.batch_end(self._stepped, self._batch_size if self._stepped else None)
+            if self._stepped:
+                self._steps = (self._steps or 0) + 1
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -1,0 +1,103 @@
+"""Finishing a window off the training loop's critical path.
+
+The training loop waits only for the profiler's export (the events must leave torch first). Compressing the trace
+into place and analysing it run in a :class:`WindowJob` thread: ``zlib`` releases the GIL while it compresses, and
+the analysis runs in a separate, lower-priority Python process (``python -m perf_callbacks.analysis.sidecar``) in a
+session of its own, so Ctrl-C at the terminal does not kill it half-way. The engine polls finished jobs from its
+hooks (a thread liveness check, only while a job is pending) and joins them when training ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from perf_callbacks.core.traces import compress_trace, write_text
+
+ANALYSIS_TIMEOUT_S = 600.0
+_WORKER = (
+    "import os, sys\n"
+    "try:\n    os.nice(10)\nexcept OSError:\n    pass\n"
+    "from perf_callbacks.analysis.sidecar import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+class WindowJob(threading.Thread):
+    """Gzip one rank's raw trace into place, then (optionally) analyse it and write the window summary.
+
+    Args:
+        raw: the profiler's uncompressed export (a hidden scratch file, removed when done).
+        dest: the trace's final name (``rank{R}.pt.trace.json.gz``); an existing file is never replaced.
+        meta: what the engine knows of the window, stored in the sidecar (steps, partial, interrupted, overhead).
+        analyse: write the ``rank{R}.summary.json`` sidecar.
+        header: the summary's first lines; given on the reporting rank only, which also writes ``summary.txt``.
+        top_k: operators in the summary.
+    """
+
+    def __init__(
+        self, raw: Path, dest: Path, meta: dict[str, Any], analyse: bool, header: list[str] | None, top_k: int
+    ) -> None:
+        super().__init__(name="perf-callbacks-window", daemon=True)
+        self.raw, self.dest, self.meta = raw, dest, meta
+        self.analyse, self.header, self.top_k = analyse, header, top_k
+        self.trace: Path | None = None
+        self.error: BaseException | None = None
+        self.summary: str | None = None
+        self.scalars: dict[str, float] = {}
+        self.analysis_s = 0.0
+
+    def run(self) -> None:
+        """Compress, then analyse; errors are kept in ``self.error`` for the engine."""
+        try:
+            self.trace = compress_trace(self.raw, self.dest)
+        except BaseException as err:  # noqa: BLE001 - reported to the engine, which disables the profiler
+            self.error = err
+            return
+        finally:
+            self.raw.unlink(missing_ok=True)
+        if self.analyse:
+            t0 = time.perf_counter()
+            sidecar = self._analyse(self.trace)
+            self.analysis_s = time.perf_counter() - t0
+            if self.header is not None:
+                self._write_summary(self.trace, sidecar)
+
+    def _analyse(self, trace: Path) -> dict[str, Any] | None:
+        from perf_callbacks.analysis.sidecar import read_sidecar
+
+        cmd = [sys.executable, "-c", _WORKER, str(trace), "--meta", json.dumps(self.meta), "--top-k", str(self.top_k)]
+        try:
+            subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=_worker_env(), start_new_session=True, timeout=ANALYSIS_TIMEOUT_S, check=False)
+        except (OSError, subprocess.SubprocessError) as err:
+            return {"error": f"{type(err).__name__}: {err}"}
+        return read_sidecar(trace) or {"error": "the analysis process wrote no summary"}
+
+    def _write_summary(self, trace: Path, sidecar: dict[str, Any] | None) -> None:
+        sidecar = sidecar or {}
+        if "error" in sidecar or not sidecar.get("text"):
+            body = f"  (trace analysis unavailable: {sidecar.get('error', 'no result')}; run: perf-callbacks report "
+            body += f"{trace.parent})"
+        else:
+            body = str(sidecar["text"])
+            self.scalars = {k: float(v) for k, v in (sidecar.get("scalars") or {}).items()}
+        text = "\n".join([*(self.header or []), body.rstrip(), f"trace: {trace}"]) + "\n"
+        with contextlib.suppress(OSError):  # the summary is still printed
+            write_text(trace.parent / "summary.txt", text)
+        self.summary = text
+
+
+def _worker_env() -> dict[str, str]:
+    """The child imports this very copy of perf_callbacks, installed or not."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env

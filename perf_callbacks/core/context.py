@@ -1,0 +1,53 @@
+"""What an adapter tells the engine about the run: where to write, which rank this is, where metrics go."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+MetricsFn = Callable[[dict[str, float], int], None]
+TextFn = Callable[[str, str, int], None]
+
+
+@dataclass
+class RunContext:
+    """What the adapter knows about the run.
+
+    Args:
+        output_dir: resolved output directory.
+        run_name: the same on every rank of this run (see ``traces.new_run_name``).
+        rank: global rank.
+        world_size: number of ranks.
+        device: this rank's device (CUDA device, or None/CPU).
+        log_every_n_steps: memory and timing log interval, in optimizer steps.
+        log_metrics: receives ``{"perf/...": value}`` and the step; None disables metric logging.
+        log_text: receives (tag, text, step) for the window summary; optional.
+        log_summary: receives the window summary's scalars on the reporting rank alone; default ``log_metrics``
+            (an adapter whose ``log_metrics`` is a cross-rank collective must give a local one here).
+        data_loader: name and num_workers of the training loader, quoted by the data-wait warning.
+        distributed_initialized: ``torch.distributed`` is initialised (else the trace gets ``distributedInfo``).
+        loader_hint: how to get data wait measured in this adapter, printed once when it was not.
+    """
+
+    output_dir: Path
+    run_name: str
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device | None = None
+    log_every_n_steps: int = 50
+    log_metrics: MetricsFn | None = None
+    log_text: TextFn | None = None
+    log_summary: MetricsFn | None = None
+    data_loader: tuple[str, int | None] = ("train_dataloader", None)
+    distributed_initialized: bool = False
+    loader_hint: str = ""
+
+    @property
+    def distributed_info(self) -> dict[str, object] | None:
+        """The trace's ``distributedInfo`` when ``torch.distributed`` does not write it (not initialised)."""
+        if self.distributed_initialized:
+            return None
+        return {"backend": "", "rank": self.rank, "world_size": self.world_size}

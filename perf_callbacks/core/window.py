@@ -1,0 +1,218 @@
+"""Profiling windows: the schedule's decision per step, one profiler session per window, export, summary.
+
+A window's session is created at the first activity of its first step (never for a step that does not run), so a
+run that ends just before or inside a window leaves no phantom ``ProfilerStep#N``. A window is exported under the
+steps it really holds (``window-AAAAAA-BBBBBB`` names the first and last step recorded), marked partial in its
+summary when it holds fewer steps than scheduled, and not exported at all without a completed step.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.background import WindowJob
+from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.module_ranges import ModuleRanges
+from perf_callbacks.core.nsys import NsysCapture
+from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
+from perf_callbacks.core.schedule import Action, Schedule
+from perf_callbacks.core.summary import publish_summary, window_header
+from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, export_raw
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning, TraceSizeWarning
+
+log = logging.getLogger(__name__)
+WarnFn = Callable[[str, type[PerfWarning], str, bool], None]
+
+
+class WindowRecorder:
+    """Runs the profiler windows of one rank.
+
+    Args:
+        config: the validated configuration.
+        ctx: the run's context.
+        nvtx: the engine's NVTX ranges (per-module ranges are added to them inside windows).
+        warn: ``warn(key, category, message, main_only)``, the engine's warn-once.
+    """
+
+    def __init__(self, config: PerfConfig, ctx: RunContext, nvtx: NvtxRanges, warn: WarnFn) -> None:
+        self.config, self.ctx, self._warn = config, ctx, warn
+        self.schedule = Schedule(config.schedule)
+        self.layout = TraceLayout(ctx.output_dir, ctx.run_name)
+        self.enabled = config.ranks is None or ctx.rank in config.ranks
+        self.is_reporter = config.summary and self.enabled and ctx.rank == min(config.ranks or [0])
+        self.cuda = ctx.device is not None and ctx.device.type == "cuda"
+        self.nsys = NsysCapture(config.nsys_capture, set(config.ranks) if config.ranks else None, ctx.rank)
+        self.module_ranges = ModuleRanges(nvtx) if config.nvtx_modules else None
+        self.model: torch.nn.Module | None = None
+        self.session: ProfilerSession | None = None
+        self.action = Action.NONE
+        self.steps: list[int] = []  # steps begun while recording, in this window
+        self.completed = 0  # of those, steps that finished their optimizer step
+        self.exported: list[Path] = []
+        self.summaries: list[str] = []
+        self.jobs: list[WindowJob] = []
+        self.stall_s = 0.0  # the training loop's wait at the last window's end
+        self._skip: tuple[int, int] | None = None  # a window left to another profiler
+        self.loader_timed = True  # the engine sets it: data wait was measured in the loop
+
+    # ---- per step ------------------------------------------------------------------------------------------------
+    def begin_step(self, step: int) -> bool:
+        """The schedule's action for ``step``, taken at the step's first activity; True when the step is recorded."""
+        self.action = self.schedule.action(step) if self.enabled else Action.NONE
+        if self.action is Action.NONE:
+            return False
+        try:
+            return self._enter(step)
+        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
+            self._fail(err)
+            return False
+
+    def step_completed(self) -> bool:
+        """The open step finished its optimizer step; exports the window after its last step (True then)."""
+        if self.session is None:
+            return False
+        if self.session.recording:
+            self.completed += 1
+        if self.action is not Action.RECORD_AND_SAVE:
+            return False
+        self.finish(None)
+        return True
+
+    def _enter(self, step: int) -> bool:
+        if self.session is None:
+            planned = self.schedule.window(step)
+            if self._skip == planned:
+                return False
+            if foreign_profiler_running():
+                self._skip = planned
+                self._warn("foreign_profiler", InstrumentUnavailableWarning, (
+                    f"another torch.profiler is already running at step {step} (your own torch.profiler.profile, "
+                    "Trainer(profiler='pytorch'), or a second perf-callbacks instance); perf-callbacks stands aside "
+                    f"and records no trace for steps {planned[0]}-{planned[1]}. NVTX ranges and metrics go on"), False)
+                return False
+            self.session = ProfilerSession(self.config, self.cuda, self.ctx.distributed_info)
+            self.steps, self.completed = [], 0
+        if self.action is Action.WARMUP:
+            self.session.prepare()
+            return False
+        if not self.session.recording:
+            self.session.start()
+            if self.config.nsys_steps is None:
+                self.nsys.start(step)
+            if self.module_ranges is not None and self.model is not None:
+                self.module_ranges.install(self.model)
+        self.session.mark_step(step)
+        self.steps.append(step)
+        return True
+
+    # ---- end of a window ---------------------------------------------------------------------------------------
+    def finish(self, error: BaseException | None) -> None:
+        """Stop the session and hand its trace to a background job (a partial window too, if a step completed)."""
+        session, self.session = self.session, None
+        if session is None:
+            return
+        t0 = time.perf_counter()
+        try:
+            self._instruments_off()
+            recorded = session.recording
+            session.stop()
+            if recorded and self.completed > 0:
+                self._export(session, error)
+        except Exception as err:  # noqa: BLE001
+            self._fail(err)
+        finally:
+            self.stall_s = time.perf_counter() - t0
+
+    def _export(self, session: ProfilerSession, error: BaseException | None) -> None:
+        first, last = self.steps[0], self.steps[-1]
+        wdir = self.layout.window_dir(first, last)
+        try:
+            raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb)
+        except TraceTooLargeError as err:
+            self._warn("max_trace_mb", TraceSizeWarning, (
+                f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {err.size_mb:.0f} MB, above "
+                f"max_trace_mb={self.config.max_trace_mb:g}; it was not written. Lower schedule.active, turn off "
+                "with_stack/record_shapes/profile_memory, or raise max_trace_mb"), False)
+            return
+        planned = self.schedule.window(first)
+        partial = error is not None or first > planned[0] or last < planned[1] or self.completed < len(self.steps)
+        meta = {"window": [first, last], "planned": list(planned), "steps": list(self.steps), "partial": partial,
+                "interrupted": type(error).__name__ if error is not None else None, "rank": self.ctx.rank}
+        if not self.loader_timed:
+            meta["data_wait"] = "not measured"
+        header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
+        job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, self.config.summary and self.enabled,
+                        header, self.config.top_k)
+        job.start()
+        self.jobs.append(job)
+
+    def _instruments_off(self) -> None:
+        if self.config.nsys_steps is None and self.steps:
+            self.nsys.stop(self.steps[-1])
+        if self.module_ranges is not None:
+            self.module_ranges.remove()
+
+    def _fail(self, err: BaseException) -> None:
+        session, self.session = self.session, None
+        if self.module_ranges is not None:
+            _quiet(self.module_ranges.remove)
+        if session is not None:
+            _quiet(session.stop)
+        self.enabled = False
+        rank = f" on rank {self.ctx.rank}" if self.ctx.world_size > 1 else ""
+        self._warn("disabled:profiler", InstrumentUnavailableWarning,
+                   f"profiler disabled{rank}: {type(err).__name__}: {err}; training continues", False)
+
+    # ---- background jobs ------------------------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Report the jobs that finished (cheap: a liveness check per pending job)."""
+        for job in [j for j in self.jobs if not j.is_alive()]:
+            self.jobs.remove(job)
+            self._report(job)
+
+    def wait(self, timeout_s: float) -> None:
+        """Join pending jobs for up to ``timeout_s`` in all, then report them; a job still running is left to finish."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            for job in list(self.jobs):
+                job.join(max(deadline - time.monotonic(), 0.0))
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, the job still writes its files
+            pass
+        self.poll()
+        for job in self.jobs:
+            print(f"perf-callbacks: the summary of {job.dest.parent} is still being written in the background",
+                  file=sys.stderr, flush=True)
+
+    def _report(self, job: WindowJob) -> None:
+        if job.error is not None:
+            self._fail(job.error)
+            return
+        if job.trace is not None:
+            self.exported.append(job.trace)
+            log.info("perf-callbacks: trace written to %s", job.trace)
+        if job.summary is None:
+            return
+        self.summaries.append(job.summary)
+        publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]))
+
+    @property
+    def busy(self) -> bool:
+        """A background job is pending (the engine polls only then)."""
+        return bool(self.jobs)
+
+
+def _quiet(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001
+        log.debug("ignored error while stopping the profiler", exc_info=True)
+
