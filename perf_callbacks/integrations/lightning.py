@@ -25,6 +25,7 @@ from perf_callbacks.core.dataloader import inspect_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.exceptions import PerfConfigError
+from perf_callbacks.integrations._cli_errors import config_or_exit
 
 
 class GPUPerfCallback(Callback):
@@ -86,9 +87,10 @@ class GPUPerfCallback(Callback):
         check_dataloaders: bool = True,
         summary: bool = True,
         top_k: int = 5,
+        **unknown: Any,
     ) -> None:
-        options = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self.config = PerfConfig.from_dict(options)
+        options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}
+        self.config = config_or_exit({**options, **unknown}, type(self).__name__)
         self.engine: PerfEngine | None = None
         self._stepped = False
         self._batch_size: int | None = None
