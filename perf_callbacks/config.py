@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -108,27 +109,21 @@ class PerfConfig:
 
     def __post_init__(self) -> None:
         _check_types(self)
-        if self.activities is not None:
-            bad = [a for a in self.activities if a not in ACTIVITIES]
-            if bad or not self.activities:
-                raise PerfConfigError(f"activities must be a non-empty list of {list(ACTIVITIES)}, got {bad or []}")
-        if self.ranks is not None and any(r < 0 for r in self.ranks):
-            raise PerfConfigError(f"ranks must be global ranks >= 0, got {list(self.ranks)}")
-        if self.max_trace_mb <= 0:
-            raise PerfConfigError(f"max_trace_mb must be > 0, got {self.max_trace_mb}")
+        _check_activities(self.activities)
+        _check_ranks(self.ranks)
+        _check_positive("max_trace_mb", self.max_trace_mb)
         steps = self.nsys_steps
         if steps is not None and not (len(steps) == 2 and 0 <= steps[0] <= steps[1]):
             raise PerfConfigError(f"nsys_steps must be [first, last] with 0 <= first <= last, got {list(steps)}")
         if self.log_every_n_steps is not None and self.log_every_n_steps < 1:
             raise PerfConfigError(f"log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
-        for name in ("degradation_threshold", "data_wait_threshold"):
-            if getattr(self, name) <= 0:
-                raise PerfConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        _check_positive("degradation_threshold", self.degradation_threshold)
+        _check_positive("data_wait_threshold", self.data_wait_threshold, maximum=1.0)
         for name in ("data_wait_steps", "top_k"):
             if getattr(self, name) < 1:
                 raise PerfConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.nvtx_domain:
-            raise PerfConfigError("nvtx_domain must be a non-empty string")
+            raise PerfConfigError(f"nvtx_domain must be a non-empty string, got {self.nvtx_domain!r}")
 
     @classmethod
     def from_dict(cls, options: Mapping[str, Any]) -> PerfConfig:
@@ -160,12 +155,17 @@ class PerfConfig:
         """
         import yaml
 
-        text = Path(path).read_text()
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as err:
+            raise PerfConfigError(_yaml_syntax_error(path, err)) from None
         if isinstance(data, Mapping):
             data = data.get("perf_callbacks", data)
             data = data.get("init_args", data) if isinstance(data, Mapping) else data
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except PerfConfigError as err:
+            raise PerfConfigError(f"{path}: {err}") from None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, the inverse of :meth:`from_dict`."""
@@ -187,6 +187,60 @@ def _check_keys(options: Mapping[str, Any], valid: list[str], where: str) -> Non
             hint = f" (did you mean '{where}{close[0]}'?)" if close else ""
             listing = ", ".join(where + v for v in valid)
             raise PerfConfigError(f"unknown key '{where}{key}'{hint}; valid keys: {listing}")
+
+
+def _check_activities(activities: tuple[str, ...] | None) -> None:
+    if activities is None:
+        return
+    valid = " and/or ".join(repr(a) for a in ACTIVITIES)
+    if not activities:
+        raise PerfConfigError(
+            f"activities must be a non-empty list of {valid}, got []; omit activities (or set it to null) for CPU "
+            "plus CUDA when available"
+        )
+    for name in activities:
+        if name not in ACTIVITIES:
+            word = name.lower().rsplit(".", 1)[-1]  # "GPU", "ProfilerActivity.CUDA"
+            guess = _ACTIVITY_ALIASES.get(word) or next(iter(difflib.get_close_matches(word, ACTIVITIES, 1, 0.7)), "")
+            hint = f" (did you mean '{guess}'?)" if guess else ""
+            raise PerfConfigError(f"activities must be {valid}, got {list(activities)}: unknown {name!r}{hint}")
+    if len(set(activities)) < len(activities):
+        raise PerfConfigError(f"activities must list each of {valid} once, got {list(activities)}")
+
+
+_ACTIVITY_ALIASES = {"gpu": "cuda", "device": "cuda", "host": "cpu"}
+
+
+def _check_ranks(ranks: tuple[int, ...] | None) -> None:
+    if ranks is None:
+        return
+    if not ranks:
+        raise PerfConfigError(
+            "ranks must be a non-empty list of global ranks >= 0, got []; omit ranks (or set it to null) to profile "
+            "all ranks"
+        )
+    if any(r < 0 for r in ranks):
+        raise PerfConfigError(f"ranks must be global ranks >= 0, got {list(ranks)}")
+    twice = sorted({r for r in ranks if ranks.count(r) > 1})
+    if twice:
+        raise PerfConfigError(f"ranks must list each global rank once, got {list(ranks)} (repeated: {twice})")
+
+
+def _check_positive(name: str, value: float, maximum: float | None = None) -> None:
+    valid = f"in (0, {maximum:g}]" if maximum is not None else "> 0"
+    if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
+        hint = ""
+        if maximum is not None and maximum < value <= 100 * maximum:
+            hint = f" (a share, not a percentage: did you mean {value / 100:g}?)"
+        raise PerfConfigError(f"{name} must be a finite number {valid}, got {value!r}{hint}")
+
+
+def _yaml_syntax_error(path: str | os.PathLike[str], err: Exception) -> str:
+    mark = getattr(err, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(err, "problem", None) or str(err)
+    context = getattr(err, "context", None)
+    return f"{where}: invalid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
+import re
 
 import pytest
 
@@ -25,16 +27,32 @@ def test_defaults_are_valid() -> None:
         ({"schedule": {"wait": "2"}}, r"schedule.wait must be an integer, got '2' \(str\)"),
         ({"schedule": {"repeat": True}}, r"schedule.repeat must be an integer"),
         ({"schedule": 3}, r"schedule must be a mapping with keys"),
-        ({"activities": ["cpu", "tpu"]}, r"activities must be a non-empty list of \['cpu', 'cuda'\], got \['tpu'\]"),
-        ({"activities": []}, r"activities must be a non-empty list"),
+        ({"activities": ["cpu", "tpu"]}, r"activities must be 'cpu' and/or 'cuda', got \['cpu', 'tpu'\]: unknown 'tpu'$"),
+        ({"activities": ["gpu"]}, r"activities must be 'cpu' and/or 'cuda', got \['gpu'\]: .*\(did you mean 'cuda'\?\)"),
+        ({"activities": ["CUDA"]}, r"got \['CUDA'\]: unknown 'CUDA' \(did you mean 'cuda'\?\)"),
+        ({"activities": ["cdua"]}, r"got \['cdua'\]: unknown 'cdua' \(did you mean 'cuda'\?\)"),
+        ({"activities": ["cuda", "cuda"]}, r"activities must list each of 'cpu' and/or 'cuda' once, got \['cuda', 'cuda'\]"),
+        ({"activities": []}, r"activities must be a non-empty list of 'cpu' and/or 'cuda', got \[\]; omit activities"),
         ({"max_trace_mb": "big"}, r"max_trace_mb must be int or float, got 'big' \(str\)"),
-        ({"max_trace_mb": 0}, r"max_trace_mb must be > 0"),
+        ({"max_trace_mb": 0}, r"max_trace_mb must be a finite number > 0, got 0$"),
+        ({"max_trace_mb": math.nan}, r"max_trace_mb must be a finite number > 0, got nan$"),
+        ({"max_trace_mb": math.inf}, r"max_trace_mb must be a finite number > 0, got inf$"),
+        ({"degradation_threshold": math.nan}, r"degradation_threshold must be a finite number > 0, got nan$"),
+        ({"degradation_threshold": -math.inf}, r"degradation_threshold must be a finite number > 0, got -inf$"),
+        ({"data_wait_threshold": math.nan}, r"data_wait_threshold must be a finite number in \(0, 1\], got nan$"),
+        ({"data_wait_threshold": math.inf}, r"data_wait_threshold must be a finite number in \(0, 1\], got inf$"),
+        ({"data_wait_threshold": 0}, r"data_wait_threshold must be a finite number in \(0, 1\], got 0$"),
+        ({"data_wait_threshold": 10}, r"in \(0, 1\], got 10 \(a share, not a percentage: did you mean 0.1\?\)"),
         ({"record_shapes": "yes"}, r"record_shapes must be bool, got 'yes'"),
-        ({"ranks": [0, -1]}, r"ranks must be global ranks >= 0"),
+        ({"ranks": []}, r"ranks must be a non-empty list of global ranks >= 0, got \[\]; omit ranks \(or set it to null\)"),
+        ({"ranks": [0, 0]}, r"ranks must list each global rank once, got \[0, 0\] \(repeated: \[0\]\)"),
+        ({"ranks": [2, 1, 2, 1]}, r"got \[2, 1, 2, 1\] \(repeated: \[1, 2\]\)"),
+        ({"ranks": [0, -1]}, r"ranks must be global ranks >= 0, got \[0, -1\]"),
         ({"ranks": ["0"]}, r"ranks must be a list of int"),
         ({"log_every_n_steps": 0}, r"log_every_n_steps must be >= 1"),
         ({"top_k": True}, r"top_k must be int, got True"),
         ({"nsys_steps": [5, 2]}, r"nsys_steps must be \[first, last\]"),
+        ({"nvtx_domain": ""}, r"nvtx_domain must be a non-empty string, got ''"),
     ],
 )
 def test_bad_config_names_the_key(options: dict[str, object], match: str) -> None:
@@ -52,6 +70,8 @@ def test_yaml_file_gives_the_same_config_and_messages(tmp_path) -> None:
     bad.write_text("schedule: {active: 0}\n")
     with pytest.raises(PerfConfigError, match="schedule.active must be >= 1, got 0"):
         PerfConfig.from_yaml(bad)
+    with pytest.raises(PerfConfigError, match=rf"^{re.escape(str(bad))}: schedule.active must be >= 1, got 0$"):
+        PerfConfig.from_yaml(bad)
     cli_style = tmp_path / "cli.yaml"
     cli_style.write_text("class_path: perf_callbacks.GPUPerfCallback\ninit_args:\n  top_k: 7\n")
     assert PerfConfig.from_yaml(cli_style).top_k == 7
@@ -60,7 +80,49 @@ def test_yaml_file_gives_the_same_config_and_messages(tmp_path) -> None:
 def test_lightning_callback_signature_matches_config() -> None:
     from perf_callbacks import GPUPerfCallback
 
-    params = list(inspect.signature(GPUPerfCallback.__init__).parameters)[1:]
-    assert params == [f.name for f in dataclasses.fields(PerfConfig)]
-    defaults = {k: v.default for k, v in inspect.signature(GPUPerfCallback.__init__).parameters.items() if k != "self"}
+    signature = inspect.signature(GPUPerfCallback.__init__).parameters
+    named = [k for k, v in signature.items() if v.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD][1:]
+    assert named == [f.name for f in dataclasses.fields(PerfConfig)]
+    assert [v.kind for v in signature.values()][-1] is inspect.Parameter.VAR_KEYWORD  # only to name unknown keys
+    defaults = {k: v.default for k, v in signature.items() if k in named}
     assert PerfConfig.from_dict({k: v for k, v in defaults.items() if k != "schedule"}) == PerfConfig()
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "problem"),
+    [
+        ("schedule:\n  active: 2\n record_shapes: true\n", ":3:2", "expected <block end>, but found '<block mapping start>'"),
+        ("top_k: 3\nranks: [0, 1\n", ":3:1", "expected ',' or ']', but got '<stream end>'"),
+        ("schedule: {active: 2}\nschedule: active: 3\n", ":2:17", "mapping values are not allowed here"),
+    ],
+)
+def test_yaml_syntax_error_names_the_file_and_the_line(tmp_path, text: str, where: str, problem: str) -> None:
+    path = tmp_path / "perf.yaml"
+    path.write_text(text)
+    with pytest.raises(PerfConfigError, match=rf"^{re.escape(str(path) + where)}: invalid YAML: {re.escape(problem)}"):
+        PerfConfig.from_yaml(path)
+
+
+UNKNOWN = (
+    "unknown key 'record_shape' (did you mean 'record_shapes'?); valid keys: output_dir, schedule, activities, "
+    "record_shapes, "
+)
+
+
+def test_constructors_reject_unknown_keywords_with_the_yaml_message(tmp_path) -> None:
+    from perf_callbacks import AcceleratePerfHook, GPUPerfCallback
+
+    path = tmp_path / "perf.yaml"
+    path.write_text("record_shape: true\n")
+    with pytest.raises(PerfConfigError) as from_yaml:
+        PerfConfig.from_yaml(path)
+    with pytest.raises(PerfConfigError) as lightning:
+        GPUPerfCallback(record_shape=True)
+    with pytest.raises(PerfConfigError) as accelerate:
+        AcceleratePerfHook(record_shape=True)
+    assert str(from_yaml.value) == f"{path}: {lightning.value}"
+    assert str(lightning.value) == str(accelerate.value)
+    assert str(lightning.value).startswith(UNKNOWN)
+    assert str(lightning.value).endswith(", top_k")
+    with pytest.raises(PerfConfigError, match=r"unknown key 'schedule.actve' \(did you mean 'schedule.active'\?\)"):
+        GPUPerfCallback(schedule={"actve": 2})

@@ -27,6 +27,7 @@ from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
+from perf_callbacks.integrations._cli_errors import config_or_exit
 
 CHECKPOINT_KEY = "perf_callbacks"
 
@@ -90,9 +91,10 @@ class GPUPerfCallback(Callback):
         check_dataloaders: bool = True,
         summary: bool = True,
         top_k: int = 5,
+        **unknown: Any,
     ) -> None:
-        options = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self.config = PerfConfig.from_dict(options)
+        options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}
+        self.config = config_or_exit({**options, **unknown}, type(self).__name__)
         self.engine: PerfEngine | None = None
         self._stepped = False
         self._steps: int | None = None  # training steps that stepped an optimizer, the schedule's clock

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -54,9 +57,78 @@ def test_cli_yaml_with_schedule(tmp_path: Path) -> None:
     assert profiler_steps(path) == [3, 4]
 
 
-def test_cli_yaml_bad_schedule_names_the_key(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, "        schedule: {active: 0}\n")
-    with pytest.raises((PerfConfigError, SystemExit, ValueError)) as info:
+@pytest.mark.parametrize(
+    ("init_args", "message"),
+    [
+        ("schedule: {active: 0}", "schedule.active must be >= 1, got 0"),
+        ("schedule: {actve: 2}", "unknown key 'schedule.actve' (did you mean 'schedule.active'?); valid keys: "),
+        ("activities: [gpu]", "activities must be 'cpu' and/or 'cuda', got ['gpu']: unknown 'gpu' (did you mean 'cuda'?)"),
+        ("ranks: []", "ranks must be a non-empty list of global ranks >= 0, got []; omit ranks (or set it to null) "),
+        ("ranks: [0, 0]", "ranks must list each global rank once, got [0, 0] (repeated: [0])"),
+        ("max_trace_mb: .nan", "max_trace_mb must be a finite number > 0, got nan"),
+        ("data_wait_threshold: .inf", "data_wait_threshold must be a finite number in (0, 1], got inf"),
+    ],
+)
+def test_cli_yaml_bad_value_prints_one_error_line_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], init_args: str, message: str
+) -> None:
+    cfg = write_config(tmp_path, f"        {init_args}\n")
+    with pytest.raises(SystemExit) as info:
         run_cli(cfg)
-    text = str(info.value) + str(info.value.__cause__ or "") + str(info.value.__context__ or "")
-    assert "schedule.active must be >= 1, got 0" in text
+    assert info.value.code == 2
+    assert isinstance(info.value.__cause__, PerfConfigError)  # kept for anyone who catches SystemExit
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "GPUPerfCallback" in x or "Traceback" in x]
+    assert line.startswith(f"error: GPUPerfCallback: {message}")
+
+
+def test_cli_without_exit_on_error_or_with_debug_raises_our_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = write_config(tmp_path, "        schedule: {active: 0}\n")
+    args = ["fit", "--config", str(cfg)]
+    with pytest.raises(ValueError, match="Does not validate against any") as info:
+        LightningCLI(TinyModel, TinyData, args=args, save_config_callback=None, parser_kwargs={"exit_on_error": False})
+    assert "schedule.active must be >= 1, got 0" in str(info.value.__cause__)
+    monkeypatch.setenv("JSONARGPARSE_DEBUG", "true")
+    with pytest.raises(ValueError, match="Does not validate against any") as info:
+        run_cli(cfg)
+    assert isinstance(info.value.__cause__, PerfConfigError)
+
+
+def test_cli_help_lists_the_options_and_not_the_catch_all(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        LightningCLI(TinyModel, TinyData, args=["fit", "--trainer.callbacks.help", "perf_callbacks.GPUPerfCallback"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--trainer.callbacks.record_shapes {true,false}" in out
+    assert "record operator input shapes" in out and "unknown" not in out
+
+
+def test_cli_yaml_unknown_top_level_key_is_rejected_by_jsonargparse_while_parsing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jsonargparse checks ``init_args`` keys against the signature before our code runs: its message, not ours."""
+    cfg = write_config(tmp_path, "        record_shape: true\n")
+    with pytest.raises(SystemExit) as info:
+        run_cli(cfg)
+    assert info.value.code == 2
+    assert "Option 'record_shape' is not accepted" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_user_sees_our_line_not_a_traceback(tmp_path: Path) -> None:
+    """What a user sees from ``python -c`` with a typo in the YAML: before the fix, 80 stderr lines of tracebacks."""
+    cfg = write_config(tmp_path, "        schedule: {actve: 2}\n")
+    code = (
+        "from lightning.pytorch.cli import LightningCLI\n"
+        "from tests.integrations.test_lightning_cli import TinyData, TinyModel\n"
+        f"LightningCLI(TinyModel, TinyData, args=['fit', '--config', {str(cfg)!r}], save_config_callback=None)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("JSONARGPARSE_DEBUG", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(lines) <= 4, proc.stderr
+    assert lines[-1].startswith("error: GPUPerfCallback: unknown key 'schedule.actve' (did you mean 'schedule.active'?)")
