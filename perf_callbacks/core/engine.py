@@ -37,6 +37,7 @@ from perf_callbacks.core.dataloader import Finding, data_wait_finding
 from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.stats import DataWaitCheck, DegradationDetector, StepStats
+from perf_callbacks.core.traces import TraceLayout
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.core.window import WindowRecorder
 from perf_callbacks.exceptions import (
@@ -95,6 +96,11 @@ class PerfEngine:
         """Trace files written so far (a window's file appears once its background job finished)."""
         return self.windows.exported
 
+    @property
+    def layout(self) -> TraceLayout:
+        """Where this run's windows go."""
+        return self.windows.layout
+
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
         self.windows.model = model
@@ -116,14 +122,15 @@ class PerfEngine:
         self.clock.data_end(time.perf_counter())
         self.phase("framework")
 
-    def batch_start(self, step: int) -> None:
-        """A micro-batch of optimizer step ``step`` starts."""
+    def batch_start(self, step: int, phase: str | None = "forward") -> None:
+        """A micro-batch of optimizer step ``step`` starts, in ``phase`` (None: no phase range until the next)."""
         if self._ended or step != self.step:
             t = time.perf_counter()
             if self._ended and self.step is not None and step <= self.step:
                 step = self.step + 1  # the adapter's count did not move (e.g. a skipped step): never reuse a number
             self._begin(step, t)
-        self.phase("forward")
+        if phase is not None:
+            self.phase(phase)
 
     def batch_end(self, stepped: bool, samples: int | None = None) -> None:
         """A micro-batch ended; ``stepped`` is True when it completed an optimizer step."""
@@ -132,6 +139,9 @@ class PerfEngine:
             self._ended, self._expected = True, self.step + 1
             self.steps_run += 1
             self._samples = samples
+            if (self.step + 1) % self.ctx.log_every_n_steps == 0:  # the steps measured so far (this one is not yet)
+                with self._tool("log"):
+                    self._guard("metrics", self._log_interval, self.step + 1)
             if self._recording:
                 with self._tool("window"):
                     self.windows.loader_timed = self.clock.loader_timed
@@ -229,9 +239,6 @@ class PerfEngine:
             self._clean = False
         else:
             self._measure(step, t)
-        if (step + 1) % self.ctx.log_every_n_steps == 0:
-            with self._tool("log"):
-                self._guard("metrics", self._log_interval, step + 1)
 
     def _measure(self, step: int, t: float) -> None:
         step_time, wait = self.clock.elapsed(t), self.clock.wait

@@ -41,12 +41,15 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
-from perf_callbacks.exceptions import PerfConfigError
+from perf_callbacks.core.warn import warn_user
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
 from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 STATE_FILE = "perf_callbacks_state.json"
+COUNT_KEY = "perf_callbacks_optimizer_steps"  # in the saved param groups of each optimizer
+OWNER_ATTR = "_perf_callbacks_hook"  # the hook registered on an Accelerator
 
 
 class AcceleratePerfHook:
@@ -87,6 +90,9 @@ class AcceleratePerfHook:
         self._backward: Any = None
         self._save_state: Any = None
         self._sigterm = False
+        self._standing_aside = False
+        self._lead: int | None = None  # without hook.iter(), the optimizer whose steps are counted
+        self._restore: list[Any] = []
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
@@ -101,9 +107,16 @@ class AcceleratePerfHook:
     # ---- setup and teardown --------------------------------------------------------------------------------------
     def register(self, accelerator: Accelerator) -> AcceleratePerfHook:
         """Attach to ``accelerator`` (on every process, after ``prepare``); returns ``self``."""
-        if self.engine is not None:
+        if self.engine is not None or self._standing_aside:
             raise RuntimeError("AcceleratePerfHook.register() was already called; create one hook per run")
         self.accelerator = acc = accelerator
+        other = vars(acc).get(OWNER_ATTR)
+        if other is not None and other is not self and not other._closed:
+            self._standing_aside = True
+            warn_user("a second AcceleratePerfHook was registered on this Accelerator; it stands aside (its iter() "
+                      "yields the batches untouched) and the first one measures the run", InstrumentUnavailableWarning)
+            return self
+        vars(acc)[OWNER_ATTR] = self
         ctx = RunContext(
             output_dir=self._output_dir(acc),
             run_name=broadcast_object_list([new_run_name()])[0],  # every process must agree on the run folder
@@ -123,6 +136,7 @@ class AcceleratePerfHook:
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
+        self.optimizer_steps = max(self.optimizer_steps, self._restored_count())
         if "backward" not in vars(acc):  # not twice: a second hook on the same accelerator leaves it alone
             acc.backward = self._backward = self._wrap_backward(acc.backward)
         if "save_state" not in vars(acc):
@@ -138,9 +152,13 @@ class AcceleratePerfHook:
         if exc is None:
             self._end_batch(flush=False)
         self._closed = True
+        if self.accelerator is not None and vars(self.accelerator).get(OWNER_ATTR) is self:
+            del vars(self.accelerator)[OWNER_ATTR]
         self.engine.close(exc)
         for handle in self._handles:
             handle.remove()
+        for restore in self._restore:
+            restore()
         if self._sigterm:
             _release_sigterm()
         if self.accelerator is not None and vars(self.accelerator).get("backward") is self._backward:
@@ -162,6 +180,8 @@ class AcceleratePerfHook:
 
         Use it for the training loader only; wrap evaluation in :meth:`validation`.
         """
+        if self._standing_aside:
+            return iter(dataloader)
         engine, acc = self._require()
         self._hook_optimizers()
         name = _loader_name(acc, dataloader)
@@ -193,13 +213,14 @@ class AcceleratePerfHook:
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Open a named phase range (NVTX, and ``record_function`` inside windows) around a block of the loop body."""
-        if self.engine is not None and self._in_batch:
-            self.engine.phase(name)
+        engine = self._open_engine()
+        if engine is not None:
+            engine.phase(name)
         try:
             yield
         finally:
-            if self.engine is not None and self._in_batch:
-                self.engine.end_phase()
+            if engine is not None and not self._closed:
+                engine.end_phase()
 
     @contextlib.contextmanager
     def validation(self) -> Iterator[None]:
@@ -231,26 +252,63 @@ class AcceleratePerfHook:
         if stepped:
             self._micro = 0
             if flush and self.metrics is not None and self.optimizer_steps % self.engine.ctx.log_every_n_steps == 0:
-                self.metrics.flush(self.optimizer_steps)
+                with self.engine.tool_time("log"):
+                    self.metrics.flush(self.optimizer_steps)
 
     # ---- optimizer steps -----------------------------------------------------------------------------------------
     def _hook_optimizers(self) -> None:
         for opt in self._require()[1]._optimizers:
             inner = getattr(opt, "optimizer", opt)  # hooks on the AcceleratedOptimizer itself raise
-            if id(inner) in self._hooked or not hasattr(inner, "register_step_post_hook"):
+            if id(inner) in self._hooked:
                 continue
             self._hooked.add(id(inner))
+            if not hasattr(inner, "register_step_post_hook"):  # DeepSpeed and other wrappers: no torch step hooks
+                self._wrap_optimizer_step(opt, inner)
+                continue
             self._handles += [inner.register_step_pre_hook(self._before_step),
-                              inner.register_step_post_hook(self._after_step)]
+                              inner.register_step_post_hook(self._after_step),
+                              inner.register_state_dict_post_hook(self._save_count),
+                              inner.register_load_state_dict_post_hook(_drop_count)]
+
+    def _wrap_optimizer_step(self, opt: Any, inner: Any) -> None:
+        """Count steps through ``AcceleratedOptimizer.step`` where the optimizer has no hooks (once, with a note)."""
+        step = opt.step
+
+        def counted_step(*args: Any, **kwargs: Any) -> Any:
+            self._before_step(inner, args, kwargs)
+            try:
+                return step(*args, **kwargs)
+            finally:
+                if self.accelerator is not None and self.accelerator.sync_gradients:
+                    self._after_step(inner, args, kwargs)
+                elif self.engine is not None and self._in_batch:
+                    self.engine.end_phase()
+
+        opt.step = counted_step
+        self._restore.append(lambda: vars(opt).pop("step", None))
+        log.info("perf-callbacks: %s has no torch step hooks; optimizer steps are counted when "
+                 "AcceleratedOptimizer.step() runs with accelerator.sync_gradients", type(inner).__name__)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.engine is not None and self._in_batch:
-            self.engine.phase("optimizer_step")
+        engine = self._open_engine()
+        if engine is not None:
+            engine.phase("optimizer_step")
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.engine is not None and self._in_batch:
-            self.engine.end_phase()
-        self._count_step()
+        engine = self.engine
+        if engine is not None and not self._closed:
+            engine.end_phase()
+        if self._in_batch or engine is None or self._closed:
+            self._count_step()
+            return
+        # No hook.iter(): one optimizer (the first to step) marks the steps; a step ends at its optimizer step and the
+        # next begins right away, so its data loading and forward are in it, and data wait is not measured.
+        self._lead = self._lead if self._lead is not None else id(optimizer)
+        if id(optimizer) != self._lead:
+            return
+        engine.batch_end(True, None)
+        self.optimizer_steps += 1
+        engine.batch_start(self.optimizer_steps, phase=None)
 
     def _count_step(self) -> None:
         if not self._stepped:  # several optimizers stepping in one micro-batch make one step
@@ -262,6 +320,15 @@ class AcceleratePerfHook:
         return acc is not None and acc.sync_gradients and any(
             getattr(o, "step_was_skipped", False) for o in acc._optimizers
         )
+
+    def _open_engine(self) -> PerfEngine | None:
+        """The engine, when a step is open to hold a phase (a micro-batch of hook.iter(), or a counted step)."""
+        engine = self.engine
+        if engine is None or self._closed:
+            return None
+        if not self._in_batch and engine.step is None:  # no hook.iter(): the first step begins at its first backward
+            engine.batch_start(self.optimizer_steps, phase=None)
+        return engine
 
     def _wrap_backward(self, backward: Any) -> Any:
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
@@ -284,6 +351,16 @@ class AcceleratePerfHook:
         return wrapped
 
     # ---- checkpoints ---------------------------------------------------------------------------------------------
+    def _save_count(self, optimizer: Any, state: dict[str, Any]) -> dict[str, Any]:
+        """Also store the count in the optimizer's saved param groups: found there after a load before register."""
+        for group in state.get("param_groups", [])[:1]:
+            group[COUNT_KEY] = self.optimizer_steps
+        return state
+
+    def _restored_count(self) -> int:
+        counts = [_drop_count(getattr(o, "optimizer", o)) for o in self._require()[1]._optimizers]
+        return max((c for c in counts if c is not None), default=0)
+
     def _on_save(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
         acc = self.accelerator
         if acc is None or not (acc.is_local_main_process if acc.project_configuration.save_on_each_node
@@ -327,6 +404,12 @@ class AcceleratePerfHook:
         if self.engine is None or self.accelerator is None:
             raise RuntimeError("call hook.register(accelerator) after accelerator.prepare(...) first")
         return self.engine, self.accelerator
+
+
+def _drop_count(optimizer: Any) -> int | None:
+    """Remove the step count that a loaded optimizer state put into the live param groups; return it."""
+    counts = [g.pop(COUNT_KEY) for g in getattr(optimizer, "param_groups", []) if COUNT_KEY in g]
+    return int(max(counts)) if counts else None
 
 
 def _preempted(signum: int, frame: Any) -> None:

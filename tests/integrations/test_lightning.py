@@ -93,7 +93,7 @@ def test_user_exception_propagates_and_partial_trace_is_flushed(tmp_path: Path) 
     assert type(info.value) is ValueError
     assert not torch.autograd.profiler._is_profiler_enabled
     (path,) = cb.engine.exported
-    assert path.parent.name == "window-000003-000006"
+    assert path.parent.name == "window-000003-000005"  # steps 3, 4 and the failing step 5 ran; 6 never began
     assert profiler_steps(path) == [3, 4, 5]
     assert "interrupted by ValueError" in (path.parent / "summary.txt").read_text()
     assert cb.engine.nvtx.depth == 0
@@ -179,6 +179,7 @@ def test_checkpoint_saves_get_their_own_range_and_the_trainer_is_restored(tmp_pa
     t = trainer(tmp_path, [cb, ckpt], max_steps=7, enable_checkpointing=True)
     t.fit(TinyModel(), loader())
     (path,) = cb.engine.exported
-    assert names(path).count("perf_callbacks.checkpoint") == 2  # saves after steps 3 and 4, inside the window
+    # a save belongs to the step it follows: step 3's is recorded; step 4's comes after the window's last optimizer step
+    assert names(path).count("perf_callbacks.checkpoint") == 1
     assert "save_checkpoint" not in vars(t)
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) == 7

@@ -35,7 +35,7 @@ def test_one_trace_per_rank_per_window(tmp_path: Path) -> None:
     windows = sorted(p.name for p in runs[0].iterdir())
     assert windows == ["window-000003-000004", "window-000006-000007"]
     for w in windows:
-        files = sorted(p.name for p in (runs[0] / w).glob("*.json*"))
+        files = sorted(p.name for p in (runs[0] / w).glob("*.pt.trace.json*"))
         assert files == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
         assert profiler_steps(runs[0] / w / "rank1.pt.trace.json.gz") == profiler_steps(runs[0] / w / "rank0.pt.trace.json.gz")
     assert [len(r["exported"]) for r in results] == [2, 2]
