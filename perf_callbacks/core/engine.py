@@ -332,7 +332,7 @@ class PerfEngine:
             _quiet(self._say_if_nothing_recorded)
 
     def _say_if_nothing_recorded(self) -> None:
-        if self.windows.exported or self.windows.jobs or not self.windows.enabled:
+        if self.windows.exported or self.windows.jobs or not self.windows.enabled or self.windows.stood_aside:
             return
         s = self.config.schedule
         first = s.skip_first + s.wait + s.warmup

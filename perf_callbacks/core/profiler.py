@@ -58,6 +58,11 @@ class ProfilerSession:
             self._prof.preset_metadata_json("distributedInfo", json.dumps(distributed_info))
         self._prepared = False
 
+    @property
+    def stolen(self) -> bool:
+        """Recording, but torch's profiler is off: another profiler stopped it (its events are gone)."""
+        return self.recording and not foreign_profiler_running()
+
     def prepare(self) -> None:
         """Start the warm-up: the profiler runs but its events are discarded."""
         if not self._prepared:

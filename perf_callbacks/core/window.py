@@ -101,6 +101,9 @@ class WindowRecorder:
                 return False
             self.session = ProfilerSession(self.config, self.cuda, self.ctx.distributed_info)
             self.steps, self.completed = [], 0
+        if self.session.stolen:
+            self._stolen(step)
+            return False
         if self.action is Action.WARMUP:
             self.session.prepare()
             return False
@@ -121,6 +124,10 @@ class WindowRecorder:
         if session is None:
             return
         t0 = time.perf_counter()
+        if session.stolen:  # stopping or exporting a session whose profiler is gone crashes inside torch
+            self.session = session
+            self._stolen(self.steps[-1] if self.steps else -1)
+            return
         try:
             self._instruments_off()
             recorded = session.recording
@@ -154,6 +161,17 @@ class WindowRecorder:
                         header, self.config.top_k)
         job.start()
         self.jobs.append(job)
+
+    def _stolen(self, step: int) -> None:
+        """Another profiler stopped ours mid-window: drop the session (never touch it again) and say so once."""
+        self.session = None
+        _quiet(self._instruments_off)
+        planned = self.schedule.window(self.steps[0] if self.steps else step)
+        self._skip = planned
+        self._warn("stolen", InstrumentUnavailableWarning, (
+            f"another torch.profiler was started and stopped during perf-callbacks' window (steps {planned[0]}-"
+            f"{planned[1]}), which ended perf-callbacks' profiler too: no trace is written for that window. Avoid "
+            "running two profilers at once"), False)
 
     def _instruments_off(self) -> None:
         if self.config.nsys_steps is None and self.steps:
@@ -203,6 +221,11 @@ class WindowRecorder:
             return
         self.summaries.append(job.summary)
         publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]))
+
+    @property
+    def stood_aside(self) -> bool:
+        """A window was left to another profiler (and the user was told)."""
+        return self._skip is not None
 
     @property
     def busy(self) -> bool:
