@@ -69,7 +69,7 @@ class MetricsRouter:
 
 def reporting_callbacks(trainer: Any) -> list[Any]:
     """The Trainer's ``report_to`` integration callbacks (and subclasses of them), in the Trainer's order."""
-    from transformers.integrations import INTEGRATION_TO_CALLBACK
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
     classes = tuple(INTEGRATION_TO_CALLBACK.values())
     return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, classes)]

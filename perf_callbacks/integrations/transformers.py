@@ -1,37 +1,36 @@
 """Hugging Face ``transformers`` adapter: ``Trainer(callbacks=[TransformersPerfCallback()])``.
 
-The callback maps the Trainer's events onto the engine. In the loop of transformers 5.x (and 4.46+), one optimizer
-step fetches all its micro-batches first (``Trainer.get_batch_samples``), then calls ``on_step_begin`` once,
+The callback maps the Trainer's events onto the engine. The loop of transformers 5.x (and 4.46+) fetches all
+micro-batches of an optimizer step first (``Trainer.get_batch_samples``), then calls ``on_step_begin`` once,
 ``on_substep_end`` after each micro-batch but the last, ``on_pre_optimizer_step``/``on_optimizer_step`` around
-``optimizer.step()`` and ``on_step_end`` after it. So:
+``optimizer.step()`` and ``on_step_end`` after it. So a micro-batch starts at ``on_step_begin`` or at the
+``on_substep_end`` of the one before, and its step is ``state.global_step``: ``ProfilerStep#N`` is optimizer step N,
+with gradient accumulation too, and a resumed run (``global_step`` restored) continues the numbering.
 
-- a micro-batch starts at ``on_step_begin`` or at the ``on_substep_end`` of the one before; the step is
-  ``state.global_step`` (``ProfilerStep#N`` is optimizer step N, with gradient accumulation too);
-- data wait is measured where callback events cannot see it: inside ``get_batch_samples``, the epoch iterator is
-  wrapped so that only its ``__next__`` (the DataLoader) is timed.
+What events cannot show (the data wait inside the DataLoader, backward, evaluation and checkpoint starts, exceptions)
+comes from wrapping a few Trainer methods for the duration of the run; see
+:mod:`perf_callbacks.integrations._transformers_hooks`. Metrics go through the ``report_to`` integrations; see
+:mod:`perf_callbacks.integrations._transformers_metrics`.
 
-Callbacks never receive the Trainer, so the callback finds it once, in ``on_init_end`` (or ``on_train_begin`` for a
-callback added later), as ``self`` of the Trainer frame that fired the event. It then wraps, as instance attributes
-removed when training ends: ``get_batch_samples`` (data wait), ``accelerator.backward`` (``backward`` range),
-``evaluate`` (``validation`` range), ``_save_checkpoint`` (``checkpoint`` range) and ``train`` (so that an exception,
-Ctrl-C or SIGTERM flushes the partial window before it propagates unchanged). Metrics go to the ``report_to``
-integrations' ``on_log``, or to TensorBoard events of our own when there are none.
+Example:
+    >>> from perf_callbacks import TransformersPerfCallback
+    >>> TransformersPerfCallback(schedule={"skip_first": 5, "active": 2}).config.schedule.active
+    2
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
-import functools
 import logging
 import os
 import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import torch
@@ -43,26 +42,26 @@ from perf_callbacks.core.dataloader import Finding, inspect_accelerate_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
+from perf_callbacks.integrations import _transformers_hooks as hooks
 from perf_callbacks.integrations._transformers_metrics import MetricsRouter
 
 log = logging.getLogger(__name__)
-_WRAPPED = ("get_batch_samples", "evaluate", "_save_checkpoint")
 
 
-class TransformersPerfCallback(TrainerCallback):  # type: ignore[misc]
+class TransformersPerfCallback(TrainerCallback):
     """Profiler windows by optimizer step, NVTX ranges, memory/timing logs and DataLoader checks for ``Trainer``.
 
     Takes the same keys as :class:`~perf_callbacks.GPUPerfCallback` (see :class:`~perf_callbacks.PerfConfig`), or a
     ready ``config=PerfConfig(...)``; bad values raise ``PerfConfigError`` here. ``output_dir`` defaults to
-    ``<args.output_dir>/perf`` and ``log_every_n_steps`` to the Trainer's ``logging_steps``.
+    ``<args.output_dir>/perf`` and ``log_every_n_steps`` to the Trainer's ``logging_steps``. Pass it in
+    ``Trainer(callbacks=[...])`` so that it can flush the window when ``train()`` raises.
 
     Example::
 
         from transformers import Trainer, TrainingArguments
-        args = TrainingArguments("out", max_steps=20, gradient_accumulation_steps=3, use_cpu=True)
-        trainer = Trainer(model, args, train_dataset=ds,
-                          callbacks=[TransformersPerfCallback(schedule={"skip_first": 5, "active": 2})])
-        trainer.train()
+        args = TrainingArguments("out", max_steps=20, gradient_accumulation_steps=3)
+        callback = TransformersPerfCallback(schedule={"skip_first": 5, "active": 2})
+        Trainer(model, args, train_dataset=dataset, callbacks=[callback]).train()
     """
 
     def __init__(self, config: PerfConfig | None = None, **options: Any) -> None:
@@ -72,9 +71,8 @@ class TransformersPerfCallback(TrainerCallback):  # type: ignore[misc]
         self.engine: PerfEngine | None = None
         self.trainer: Trainer | None = None
         self.metrics: MetricsRouter | None = None
-        self._live = False
+        self._live = self._sigterm = False
         self._samples = 0
-        self._sigterm = False
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> TransformersPerfCallback:
@@ -89,41 +87,41 @@ class TransformersPerfCallback(TrainerCallback):  # type: ignore[misc]
     # ---- run lifecycle ---------------------------------------------------------------------------------------
     @override
     def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
-        self._bind(_find_trainer(sys._getframe(1)))
+        self._bind(hooks.find_trainer(sys._getframe(1)))
 
     @override
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
         self._close(None)  # a previous train() call that ended without on_train_end
-        trainer = _find_trainer(sys._getframe(1))
+        trainer = hooks.find_trainer(sys._getframe(1))
         self._bind(trainer)
-        self._check_ranks(args)
+        _check_ranks(self.config, args.world_size)
+        loader = kw.get("train_dataloader")
         ctx = RunContext(
-            output_dir=Path(self.config.output_dir or Path(args.output_dir) / "perf"),
-            run_name=_broadcast_run_name(new_run_name()),
+            output_dir=Path(self.config.output_dir or Path(args.output_dir or ".") / "perf"),
+            run_name=_broadcast_run_name(new_run_name()),  # every rank calls on_train_begin
             rank=args.process_index,
             world_size=args.world_size,
             device=args.device,
             log_every_n_steps=self.config.log_every_n_steps or _logging_interval(args, state),
-            data_loader=("train_dataloader", getattr(kw.get("train_dataloader"), "num_workers", None)),
+            data_loader=("train_dataloader", getattr(loader, "num_workers", None)),
             distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
         )
-        self.engine = engine = PerfEngine(self.config, ctx)
+        self.engine = PerfEngine(self.config, ctx)
         if state.is_world_process_zero:
-            self.metrics = MetricsRouter(trainer, args, state, control, engine.layout.run_dir / "tensorboard")
+            self.metrics = MetricsRouter(trainer, args, state, control, self.engine.layout.run_dir / "tensorboard")
             ctx.log_metrics, ctx.log_text = self.metrics.log_metrics, self.metrics.log_text
         if kw.get("model") is not None:
-            engine.attach_model(kw["model"])
-        self._live, self._samples = True, 0
-        self._sigterm = _catch_sigterm()
+            self.engine.attach_model(kw["model"])
+        self._live, self._samples, self._sigterm = True, 0, _catch_sigterm()
         atexit.register(self._close, None)
-        if trainer is None:
-            engine._warn("no_trainer", InstrumentUnavailableWarning,
-                         "perf-callbacks could not find the Trainer that runs this callback; data wait, backward, "
-                         "evaluation and checkpoint ranges are off and metrics go to our own TensorBoard events")
-        else:
-            self._wrap(trainer)
-        if self.config.check_dataloaders and kw.get("train_dataloader") is not None:
-            self._check(kw["train_dataloader"], args)
+        if trainer is not None:
+            hooks.install(trainer, self._live_engine, self._count_samples)
+        elif state.is_world_process_zero:
+            warnings.warn("perf-callbacks could not find the Trainer running this callback: data wait, backward, "
+                          "evaluation and checkpoint ranges are off, and metrics go to our own TensorBoard events",
+                          InstrumentUnavailableWarning, stacklevel=2)
+        if self.config.check_dataloaders and loader is not None:
+            self._check(loader, args)
 
     @override
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
@@ -168,46 +166,12 @@ class TransformersPerfCallback(TrainerCallback):  # type: ignore[misc]
             return
         self.trainer = trainer
         if "train" not in vars(trainer):
-            trainer.train = self._wrap_train(trainer.train)
-
-    def _wrap_train(self, train: Any) -> Any:
-        @functools.wraps(train)
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return train(*args, **kwargs)
-            except BaseException as exc:  # Ctrl-C and SIGTERM's SystemExit too; re-raised unchanged
-                self._close(exc)
-                raise
-            finally:
-                self._close(None)
-
-        wrapped.__perf_callbacks__ = True  # type: ignore[attr-defined]
-        return wrapped
-
-    def _wrap(self, trainer: Trainer) -> None:
-        """Install the per-run wrappers (instance attributes); :meth:`_close` removes them."""
-        live = self._live_engine
-        for name, wrapper in (("get_batch_samples", _timed_get_batch_samples(live, self._count)),
-                              ("evaluate", _around(live, PerfEngine.validation_start, PerfEngine.validation_end)),
-                              ("_save_checkpoint", _around(live, PerfEngine.checkpoint_start, PerfEngine.checkpoint_end))):
-            if name not in vars(trainer) and hasattr(trainer, name):
-                setattr(trainer, name, wrapper(getattr(trainer, name)))
-        acc = getattr(trainer, "accelerator", None)
-        if acc is not None and "backward" not in vars(acc):
-            acc.backward = _around(live, lambda e: e.phase("backward"), PerfEngine.end_phase)(acc.backward)
-
-    def _unwrap(self, trainer: Trainer) -> None:
-        for name in _WRAPPED:
-            if getattr(vars(trainer).get(name), "__perf_callbacks__", False):
-                delattr(trainer, name)
-        acc = getattr(trainer, "accelerator", None)
-        if acc is not None and getattr(vars(acc).get("backward"), "__perf_callbacks__", False):
-            del acc.backward
+            trainer.train = hooks.wrap_train(trainer.train, self._close)  # type: ignore[method-assign]
 
     def _live_engine(self) -> PerfEngine | None:
         return self.engine if self._live else None
 
-    def _count(self, samples: int) -> None:
+    def _count_samples(self, samples: int) -> None:
         self._samples += samples
 
     def _check(self, loader: Any, args: TrainingArguments) -> None:
@@ -215,13 +179,6 @@ class TransformersPerfCallback(TrainerCallback):  # type: ignore[misc]
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         findings = inspect_accelerate_loader(loader, "train_dataloader", args.world_size, self.engine.cuda, local)
         self.engine.report_findings([_in_training_args_terms(f) for f in findings])
-
-    def _check_ranks(self, args: TrainingArguments) -> None:
-        if self.config.ranks is not None and max(self.config.ranks) >= args.world_size:
-            raise PerfConfigError(
-                f"ranks={list(self.config.ranks)} names ranks beyond the world size {args.world_size}; "
-                f"valid ranks are 0-{args.world_size - 1}"
-            )
 
     def _close(self, exc: BaseException | None) -> None:
         """Flush and detach; never raises. Called at train end, on an exception and at interpreter exit."""
@@ -232,7 +189,7 @@ class TransformersPerfCallback(TrainerCallback):  # type: ignore[misc]
         if self.engine is not None:
             self.engine.close(exc)
         if self.trainer is not None:
-            _quiet(lambda: self._unwrap(self.trainer))  # type: ignore[arg-type]
+            _quiet(lambda: hooks.uninstall(self.trainer))  # type: ignore[arg-type]
         if self._sigterm:
             _release_sigterm()
             self._sigterm = False
@@ -240,74 +197,12 @@ class TransformersPerfCallback(TrainerCallback):  # type: ignore[misc]
             _quiet(self.metrics.close)
 
 
-class _TimedIterator:
-    """The Trainer's epoch iterator, with each ``__next__`` (the DataLoader's time alone) timed as data wait."""
-
-    __slots__ = ("_engine", "_it")
-
-    def __init__(self, it: Any, engine: PerfEngine) -> None:
-        self._it, self._engine = it, engine
-
-    def __iter__(self) -> _TimedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        self._engine.data_start()
-        try:
-            return next(self._it)
-        finally:
-            self._engine.data_end()
-
-
-def _timed_get_batch_samples(live: Callable[[], PerfEngine | None], count: Callable[[int], None]) -> Any:
-    def wrap(get_batch_samples: Any) -> Any:
-        @functools.wraps(get_batch_samples)
-        def wrapped(epoch_iterator: Any, *args: Any, **kwargs: Any) -> Any:
-            engine = live()
-            if engine is None:
-                return get_batch_samples(epoch_iterator, *args, **kwargs)
-            result = get_batch_samples(_TimedIterator(epoch_iterator, engine), *args, **kwargs)
-            count(sum(_batch_size(b) or 0 for b in result[0]))
-            return result
-
-        wrapped.__perf_callbacks__ = True  # type: ignore[attr-defined]
-        return wrapped
-
-    return wrap
-
-
-def _around(live: Callable[[], PerfEngine | None], enter: Callable[[PerfEngine], None],
-            leave: Callable[[PerfEngine], None]) -> Any:
-    """Wrap a method in ``enter(engine)`` / ``leave(engine)`` while training runs (a plain call otherwise)."""
-
-    def wrap(method: Any) -> Any:
-        @functools.wraps(method)
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            engine = live()
-            if engine is None:
-                return method(*args, **kwargs)
-            enter(engine)
-            try:
-                return method(*args, **kwargs)
-            finally:
-                leave(engine)
-
-        wrapped.__perf_callbacks__ = True  # type: ignore[attr-defined]
-        return wrapped
-
-    return wrap
-
-
-def _find_trainer(frame: FrameType | None) -> Trainer | None:
-    """The Trainer whose method fired the current event: ``self`` of the nearest Trainer frame up the stack."""
-    for _ in range(16):
-        if frame is None:
-            return None
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, Trainer):
-            return candidate
-        frame = frame.f_back
-    return None
+def _check_ranks(config: PerfConfig, world_size: int) -> None:
+    if config.ranks is not None and max(config.ranks) >= world_size:
+        raise PerfConfigError(
+            f"ranks={list(config.ranks)} names ranks beyond the world size {world_size}; "
+            f"valid ranks are 0-{world_size - 1}"
+        )
 
 
 def _broadcast_run_name(name: str) -> str:
@@ -320,8 +215,8 @@ def _broadcast_run_name(name: str) -> str:
 
 
 def _logging_interval(args: TrainingArguments, state: TrainerState) -> int:
-    steps = getattr(state, "logging_steps", None) if str(args.logging_strategy) in ("steps", "IntervalStrategy.STEPS") \
-        else None
+    """The Trainer's logging interval in optimizer steps (``state.logging_steps`` is absolute); 50 when not by steps."""
+    steps = getattr(state, "logging_steps", None) if getattr(args.logging_strategy, "value", None) == "steps" else None
     return max(1, int(steps)) if steps else 50
 
 
@@ -352,13 +247,6 @@ def _catch_sigterm() -> bool:
 def _release_sigterm() -> None:
     if signal.getsignal(signal.SIGTERM) is _preempted:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _batch_size(batch: Any) -> int | None:
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else None
-    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, list | tuple) else ()
-    return next((n for n in map(_batch_size, values) if n is not None), None)
 
 
 def _quiet(fn: Callable[[], Any]) -> None:
