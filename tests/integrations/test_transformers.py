@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import subprocess
@@ -63,7 +62,13 @@ def test_import_without_transformers_gives_the_install_hint(monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers -> ModuleNotFoundError
     monkeypatch.delitem(sys.modules, "perf_callbacks.integrations.transformers")
     with pytest.raises(ImportError, match=r'pip install "perf-callbacks\[transformers\]"'):
-        importlib.reload(perf_callbacks).TransformersPerfCallback  # noqa: B018
+        perf_callbacks.TransformersPerfCallback  # noqa: B018
+
+
+def test_importing_the_package_loads_no_transformers() -> None:
+    code = "import sys, perf_callbacks; print('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_ranks_beyond_the_world_size_fail_before_the_first_step(tmp_path: Path) -> None:
@@ -102,6 +107,16 @@ def test_the_report_on_the_output_gives_a_verdict(accumulated: Any, capsys: pyte
     assert cli_main(["report", str(out)]) == 0
     text = capsys.readouterr().out
     assert "verdict: " in text and "window-000006-000007" in text
+
+
+def test_a_callback_added_after_construction_works(tmp_path: Path) -> None:
+    cb = callback(tmp_path / "perf")
+    trainer = make_trainer(tmp_path, [], max_steps=5)
+    trainer.add_callback(cb)
+    trainer.train()
+    (trace,) = cb.engine.exported
+    assert profiler_steps(trace) == [3, 4] and phases_by_step(trace)[4] == ["data_wait", "forward", "backward",
+                                                                           "optimizer_step"]
 
 
 def test_wrappers_are_removed_when_training_ends(tmp_path: Path) -> None:
