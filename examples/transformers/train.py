@@ -90,6 +90,7 @@ def main() -> None:
         use_cpu=not cuda,
         report_to=args.report_to,
         disable_tqdm=True,
+        ddp_find_unused_parameters=False,  # every parameter is used: skip DDP's extra graph traversal
     )
     callback = (TransformersPerfCallback.from_yaml(args.config) if args.config
                 else TransformersPerfCallback(schedule={"skip_first": 10, "wait": 1, "warmup": 1, "active": 3,
