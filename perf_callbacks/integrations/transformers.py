@@ -188,8 +188,9 @@ class TransformersPerfCallback(TrainerCallback):
         atexit.unregister(self._close)
         if self.engine is not None:
             self.engine.close(exc)
-        if self.trainer is not None:
-            _quiet(lambda: hooks.uninstall(self.trainer))  # type: ignore[arg-type]
+        trainer = self.trainer
+        if trainer is not None:
+            _quiet(lambda: hooks.uninstall(trainer))
         if self._sigterm:
             _release_sigterm()
             self._sigterm = False
