@@ -1,0 +1,75 @@
+"""Metrics of the transformers adapter go through the Trainer's own reporting: the ``report_to`` integrations.
+
+The engine hands rank 0's interval metrics (``{"perf/...": value}``) and the window summary to a
+:class:`MetricsRouter`. It calls ``on_log`` of every reporting integration callback the Trainer runs (TensorBoard,
+W&B, MLflow, ...: those in ``transformers.integrations.INTEGRATION_TO_CALLBACK``), as ``Trainer.log`` does, but
+without the console printers and without adding them to ``state.log_history``. Those integrations apply their own
+naming (``TensorBoardCallback`` shows ``perf/train/step_time_ms`` as ``train/perf/train/step_time_ms``). With no
+integration configured (``report_to="none"``, the 5.x default) the metrics are written as TensorBoard events of our
+own, under ``args.logging_dir`` where the Trainer still has one (4.x), else ``<output_dir>/<run>/tensorboard``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class MetricsRouter:
+    """Sends metrics and text to the Trainer's reporting callbacks, or to our own TensorBoard events.
+
+    Args:
+        trainer: the ``transformers.Trainer`` (None when it could not be found: our own events then).
+        args: its ``TrainingArguments``.
+        state: its ``TrainerState`` (``global_step`` is read by the integrations).
+        control: its ``TrainerControl``.
+        log_dir: where our own events go when ``args`` has no ``logging_dir``.
+    """
+
+    def __init__(self, trainer: Any, args: Any, state: Any, control: Any, log_dir: Path) -> None:
+        self.args, self.state, self.control = args, state, control
+        self.reporters = reporting_callbacks(trainer) if trainer is not None else []
+        self.log_dir = Path(getattr(args, "logging_dir", None) or log_dir)
+        self._writer: Any = None
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Log on rank 0 (the adapter passes this only there); ``step`` is ``state.global_step`` at that point."""
+        if not self.reporters:
+            writer = self._summary_writer()
+            for key, value in metrics.items():
+                writer.add_scalar(key, value, step)
+            writer.flush()
+            return
+        for callback in self.reporters:
+            callback.on_log(self.args, self.state, self.control, logs=dict(metrics))
+
+    def log_text(self, tag: str, text: str, step: int) -> None:
+        """The window summary: to the TensorBoard integration's writer, or to ours when nothing is configured."""
+        if not self.reporters:
+            self._summary_writer().add_text(tag, text, global_step=step)
+            return
+        for callback in self.reporters:
+            writer = getattr(callback, "tb_writer", None)
+            if writer is not None:
+                writer.add_text(tag, text, global_step=step)
+
+    def close(self) -> None:
+        """Close our own event file, if one was opened."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def _summary_writer(self) -> Any:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        return self._writer
+
+
+def reporting_callbacks(trainer: Any) -> list[Any]:
+    """The Trainer's ``report_to`` integration callbacks (and subclasses of them), in the Trainer's order."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    classes = tuple(INTEGRATION_TO_CALLBACK.values())
+    return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, classes)]

@@ -1,0 +1,257 @@
+"""Hugging Face ``transformers`` adapter: ``Trainer(callbacks=[TransformersPerfCallback()])``.
+
+The callback maps the Trainer's events onto the engine. The loop of transformers 5.x (and 4.46+) fetches all
+micro-batches of an optimizer step first (``Trainer.get_batch_samples``), then calls ``on_step_begin`` once,
+``on_substep_end`` after each micro-batch but the last, ``on_pre_optimizer_step``/``on_optimizer_step`` around
+``optimizer.step()`` and ``on_step_end`` after it. So a micro-batch starts at ``on_step_begin`` or at the
+``on_substep_end`` of the one before, and its step is ``state.global_step``: ``ProfilerStep#N`` is optimizer step N,
+with gradient accumulation too, and a resumed run (``global_step`` restored) continues the numbering.
+
+What events cannot show (the data wait inside the DataLoader, backward, evaluation and checkpoint starts, exceptions)
+comes from wrapping a few Trainer methods for the duration of the run; see
+:mod:`perf_callbacks.integrations._transformers_hooks`. Metrics go through the ``report_to`` integrations; see
+:mod:`perf_callbacks.integrations._transformers_metrics`.
+
+Example:
+    >>> from perf_callbacks import TransformersPerfCallback
+    >>> TransformersPerfCallback(schedule={"skip_first": 5, "active": 2}).config.schedule.active
+    2
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from typing_extensions import override
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.dataloader import Finding, inspect_accelerate_loader
+from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.traces import new_run_name
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
+from perf_callbacks.integrations import _transformers_hooks as hooks
+from perf_callbacks.integrations._transformers_metrics import MetricsRouter
+
+log = logging.getLogger(__name__)
+
+
+class TransformersPerfCallback(TrainerCallback):
+    """Profiler windows by optimizer step, NVTX ranges, memory/timing logs and DataLoader checks for ``Trainer``.
+
+    Takes the same keys as :class:`~perf_callbacks.GPUPerfCallback` (see :class:`~perf_callbacks.PerfConfig`), or a
+    ready ``config=PerfConfig(...)``; bad values raise ``PerfConfigError`` here. ``output_dir`` defaults to
+    ``<args.output_dir>/perf`` and ``log_every_n_steps`` to the Trainer's ``logging_steps``. Pass it in
+    ``Trainer(callbacks=[...])`` so that it can flush the window when ``train()`` raises.
+
+    Example::
+
+        from transformers import Trainer, TrainingArguments
+        args = TrainingArguments("out", max_steps=20, gradient_accumulation_steps=3)
+        callback = TransformersPerfCallback(schedule={"skip_first": 5, "active": 2})
+        Trainer(model, args, train_dataset=dataset, callbacks=[callback]).train()
+    """
+
+    def __init__(self, config: PerfConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise PerfConfigError(f"pass either config= or options, not both (got config= and {sorted(options)})")
+        self.config = config if config is not None else PerfConfig.from_dict(options)
+        self.engine: PerfEngine | None = None
+        self.trainer: Trainer | None = None
+        self.metrics: MetricsRouter | None = None
+        self._live = self._sigterm = False
+        self._samples = 0
+
+    @classmethod
+    def from_config(cls, config: PerfConfig) -> TransformersPerfCallback:
+        """Build from an existing :class:`PerfConfig`."""
+        return cls(config=config)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> TransformersPerfCallback:
+        """Build from a standalone YAML file with the config keys at the top level."""
+        return cls(config=PerfConfig.from_yaml(path))
+
+    # ---- run lifecycle ---------------------------------------------------------------------------------------
+    @override
+    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        self._bind(hooks.find_trainer(sys._getframe(1)))
+
+    @override
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        self._close(None)  # a previous train() call that ended without on_train_end
+        trainer = hooks.find_trainer(sys._getframe(1))
+        self._bind(trainer)
+        _check_ranks(self.config, args.world_size)
+        loader = kw.get("train_dataloader")
+        ctx = RunContext(
+            output_dir=Path(self.config.output_dir or Path(args.output_dir or ".") / "perf"),
+            run_name=_broadcast_run_name(new_run_name()),  # every rank calls on_train_begin
+            rank=args.process_index,
+            world_size=args.world_size,
+            device=args.device,
+            log_every_n_steps=self.config.log_every_n_steps or _logging_interval(args, state),
+            data_loader=("train_dataloader", getattr(loader, "num_workers", None)),
+            distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
+        )
+        self.engine = PerfEngine(self.config, ctx)
+        if state.is_world_process_zero:
+            self.metrics = MetricsRouter(trainer, args, state, control, self.engine.layout.run_dir / "tensorboard")
+            ctx.log_metrics, ctx.log_text = self.metrics.log_metrics, self.metrics.log_text
+        if kw.get("model") is not None:
+            self.engine.attach_model(kw["model"])
+        self._live, self._samples, self._sigterm = True, 0, _catch_sigterm()
+        atexit.register(self._close, None)
+        if trainer is not None:
+            hooks.install(trainer, self._live_engine, self._count_samples)
+        elif state.is_world_process_zero:
+            warnings.warn("perf-callbacks could not find the Trainer running this callback: data wait, backward, "
+                          "evaluation and checkpoint ranges are off, and metrics go to our own TensorBoard events",
+                          InstrumentUnavailableWarning, stacklevel=2)
+        if self.config.check_dataloaders and loader is not None:
+            self._check(loader, args)
+
+    @override
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        self._close(None)
+
+    # ---- per micro-batch ---------------------------------------------------------------------------------------
+    @override
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        if self._live and self.engine is not None:
+            self.engine.batch_start(state.global_step)
+
+    @override
+    def on_substep_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        if self._live and self.engine is not None:  # the next micro-batch is already fetched: it starts right away
+            self.engine.batch_end(False)
+            self.engine.batch_start(state.global_step)
+
+    @override
+    def on_pre_optimizer_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if self._live and self.engine is not None:
+            self.engine.phase("optimizer_step")
+
+    @override
+    def on_optimizer_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any
+    ) -> None:
+        if self._live and self.engine is not None:
+            self.engine.end_phase()
+
+    @override
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        if self._live and self.engine is not None:
+            samples, self._samples = self._samples, 0
+            self.engine.batch_end(True, samples or None)
+
+    # ---- helpers -----------------------------------------------------------------------------------------------
+    def _bind(self, trainer: Trainer | None) -> None:
+        """Wrap ``trainer.train`` so that an exception flushes the window (once per Trainer)."""
+        if trainer is None or trainer is self.trainer:
+            return
+        self.trainer = trainer
+        if "train" not in vars(trainer):
+            trainer.train = hooks.wrap_train(trainer.train, self._close)  # type: ignore[method-assign]
+
+    def _live_engine(self) -> PerfEngine | None:
+        return self.engine if self._live else None
+
+    def _count_samples(self, samples: int) -> None:
+        self._samples += samples
+
+    def _check(self, loader: Any, args: TrainingArguments) -> None:
+        assert self.engine is not None
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        findings = inspect_accelerate_loader(loader, "train_dataloader", args.world_size, self.engine.cuda, local)
+        self.engine.report_findings([_in_training_args_terms(f) for f in findings])
+
+    def _close(self, exc: BaseException | None) -> None:
+        """Flush and detach; never raises. Called at train end, on an exception and at interpreter exit."""
+        if not self._live:
+            return
+        self._live = False
+        atexit.unregister(self._close)
+        if self.engine is not None:
+            self.engine.close(exc)
+        trainer = self.trainer
+        if trainer is not None:
+            _quiet(lambda: hooks.uninstall(trainer))
+        if self._sigterm:
+            _release_sigterm()
+            self._sigterm = False
+        if self.metrics is not None:
+            _quiet(self.metrics.close)
+
+
+def _check_ranks(config: PerfConfig, world_size: int) -> None:
+    if config.ranks is not None and max(config.ranks) >= world_size:
+        raise PerfConfigError(
+            f"ranks={list(config.ranks)} names ranks beyond the world size {world_size}; "
+            f"valid ranks are 0-{world_size - 1}"
+        )
+
+
+def _broadcast_run_name(name: str) -> str:
+    """Rank 0's run name on every rank (every rank calls this in ``on_train_begin``)."""
+    from accelerate.utils import broadcast_object_list
+
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return name
+    return str(broadcast_object_list([name])[0])
+
+
+def _logging_interval(args: TrainingArguments, state: TrainerState) -> int:
+    """The Trainer's logging interval in optimizer steps (``state.logging_steps`` is absolute); 50 when not by steps."""
+    steps = getattr(state, "logging_steps", None) if getattr(args.logging_strategy, "value", None) == "steps" else None
+    return max(1, int(steps)) if steps else 50
+
+
+_ARG_NAMES = re.compile(r"\b(num_workers|pin_memory|persistent_workers)=")
+
+
+def _in_training_args_terms(finding: Finding) -> Finding:
+    """Phrase a DataLoader finding's fix in ``TrainingArguments`` names (``dataloader_num_workers=4``)."""
+    message = _ARG_NAMES.sub(r"dataloader_\1=", finding.message)
+    message = message.replace("let accelerator.prepare() shard the loader", "let the Trainer shard it")
+    return dataclasses.replace(finding, message=message)
+
+
+def _preempted(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _catch_sigterm() -> bool:
+    """SIGTERM raises ``SystemExit(143)`` (so ``train`` flushes the window), if it has its default action."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _preempted)
+    return True
+
+
+def _release_sigterm() -> None:
+    if signal.getsignal(signal.SIGTERM) is _preempted:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _quiet(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - cleanup must never raise
+        log.debug("ignored error during close", exc_info=True)
