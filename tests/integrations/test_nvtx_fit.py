@@ -21,7 +21,7 @@ LIGHTNING_FIT = textwrap.dedent("""
     import pathlib, tempfile
     tmp = pathlib.Path(tempfile.mkdtemp())
     cb = GPUPerfCallback(output_dir=str(tmp), check_dataloaders=False, nvtx_modules=True,
-                         schedule={"skip_first": 2, "wait": 0, "warmup": 0, "active": 1})
+                         schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 2})
     trainer(tmp, [cb], max_steps=4, accumulate_grad_batches=2, val_check_interval=4).fit(
         TinyModel(), loader(), loader(n=16))
 """)
@@ -38,12 +38,13 @@ def test_lightning_fit_emits_balanced_step_and_phase_ranges(injection_lib: Path,
     assert in_step_1.count("forward") == 8 and in_step_1.count("backward") == 8  # 4 steps x 2 micro-batches
     assert in_step_1.count("optimizer_step") == 4
     assert "data_wait" in in_step_1 and "validation" in in_step_1
-    # per-module ranges exist only inside the window (step 2), nested in forward (Lightning calls training_step, so
+    # per-module ranges exist only inside the window (steps 1-2), nested in forward (Lightning calls training_step, so
     # the LightningModule itself has no forward call; its submodule "layer" does)
     module_paths = [p for p in paths if len(p) >= 3 and p[1] == "forward"]
-    assert [p[2] for p in module_paths] == ["layer", "layer"]  # one forward per micro-batch of step 2 only
+    assert [p[2] for p in module_paths] == ["layer"] * 4  # one forward per micro-batch of steps 1 and 2 only
     order = [e.payload if e.message == "step" else e.message for e in pushes(ours) if e.message in ("step", "layer")]
-    assert order[order.index(2) + 1 : order.index(3)].count("layer") == 4  # + 2 validation batches inside step 2
+    # step 1: 2 forwards, then validation after its optimizer step (2 batches, in step 1's tail); step 2: 2 forwards
+    assert order[order.index(1) + 1 : order.index(3)].count("layer") == 6
     assert [p for p in paths if p[-1] == "layer" and p[1] == "validation"] == [("step", "validation", "layer")] * 2
 
 

@@ -161,14 +161,14 @@ def test_resume_from_a_trainer_checkpoint_continues_the_numbering(tmp_path: Path
 
 
 def test_evaluation_and_checkpoint_in_a_window_get_their_own_ranges(tmp_path: Path) -> None:
-    """Evaluation and the save at global_step 5 run in ProfilerStep#5 (step 5 opens when step 4 ends), in own ranges."""
+    """Evaluation and the save at global_step 5 follow step 4's optimizer step: in ProfilerStep#4, in own ranges."""
     cb = callback(tmp_path / "perf", schedule={"skip_first": 4, "wait": 0, "warmup": 0, "active": 2})
     make_trainer(tmp_path, [cb], max_steps=8, eval_steps=5, save_strategy="steps", save_steps=5).train()
     (trace,) = cb.engine.exported
     assert profiler_steps(trace) == [4, 5]
     steps = phases_by_step(trace)
-    assert steps[4] == ["data_wait", "forward", "backward", "optimizer_step"]
-    assert steps[5] == ["validation", "checkpoint", "data_wait", "forward", "backward", "optimizer_step"]
+    assert steps[4] == ["data_wait", "forward", "backward", "optimizer_step", "validation", "checkpoint"]
+    assert steps[5] == ["data_wait", "forward", "backward", "optimizer_step"]
     (validation,) = durations_ms(trace, "validation")
     assert validation > 0
 

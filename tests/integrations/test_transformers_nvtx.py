@@ -33,7 +33,7 @@ def test_trainer_run_emits_balanced_step_and_phase_ranges(injection_lib: Path, t
     ours = [e for e in events if e.domain == "perf_callbacks"]
     paths = assert_balanced(ours)
     steps = [e.payload for e in pushes(ours) if e.message == "step"]
-    assert steps == [0, 1, 2, 3, 4]  # step 4 is opened at the end of step 3, then closed when training ends
+    assert steps == [0, 1, 2, 3]  # 4 steps ran; no range is opened for a step that never runs
     in_step = [p[1] for p in paths if len(p) == 2 and p[0] == "step"]
     assert in_step.count("forward") == 8 and in_step.count("backward") == 8  # 4 steps x 2 micro-batches
     assert in_step.count("optimizer_step") == 4
