@@ -32,6 +32,24 @@ class TinyModel(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class SlowDataset(torch.utils.data.Dataset):
+    """A dataset whose __getitem__ does ``ms`` of host work per sample (decoding, augmentation...)."""
+
+    def __init__(self, n: int = 256, ms: float = 1.0) -> None:
+        self.n, self.ms = n, ms
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import time
+
+        end = time.perf_counter() + self.ms / 1e3
+        while time.perf_counter() < end:
+            pass
+        return torch.full((16,), float(i % 7)), torch.tensor(i % 4)
+
+
 def loader(n: int = 256, batch_size: int = 8, num_workers: int = 0) -> DataLoader:
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g))

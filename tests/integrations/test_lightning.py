@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from perf_callbacks import DataLoaderWarning, GPUPerfCallback, PerfConfigError
-from tests.integrations.lit_helpers import TinyModel, loader, names, profiler_steps, trainer
+from tests.integrations.lit_helpers import SlowDataset, TinyModel, loader, names, profiler_steps, trainer
 
 QUIET = {"check_dataloaders": False, "degradation_threshold": 100.0}  # CPU step times are noisy
 
@@ -71,11 +72,20 @@ def test_metrics_go_to_tensorboard_every_n_steps(tmp_path: Path) -> None:
     assert "perf/summary/text_summary" in acc.Tags()["tensors"]
 
 
-def test_num_workers_zero_warns_once_with_a_suggestion(tmp_path: Path) -> None:
-    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 100})
-    with pytest.warns(DataLoaderWarning, match=r"train_dataloader has num_workers=0.*try num_workers=\d+") as rec:
-        trainer(tmp_path, [cb], max_steps=3).fit(TinyModel(), loader())
+def test_num_workers_zero_with_a_slow_dataset_warns_once_with_the_measurement(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 100}, data_wait_steps=5)
+    slow = DataLoader(SlowDataset(n=64, ms=2.0), batch_size=8, num_workers=0)
+    with pytest.warns(DataLoaderWarning, match=r"train_dataloader has num_workers=0; data loading took \d+% of step "
+                      r"time over steps \d+-\d+; try num_workers=\d+") as rec:
+        trainer(tmp_path, [cb], max_steps=8).fit(TinyModel(), slow)
     assert len([w for w in rec if issubclass(w.category, DataLoaderWarning)]) == 1
+
+
+def test_num_workers_zero_with_a_fast_in_memory_loader_stays_silent(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 100}, data_wait_steps=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataLoaderWarning)
+        trainer(tmp_path, [cb], max_steps=20).fit(TinyModel(), loader(num_workers=0))
 
 
 def test_no_warning_for_a_good_loader(tmp_path: Path) -> None:
