@@ -31,6 +31,8 @@ from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.module_ranges import ModuleRanges
 from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.oom import OOMForensics, batch_from_traceback  # issue 15
+from perf_callbacks.core.phase_peaks import FIRST_STEP, PhasePeaks  # issue 15
 from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.stats import DataWaitCheck, DegradationDetector, StepStats
@@ -128,6 +130,22 @@ class PerfEngine:
         self._window_wait = 0.0
         self._closed = False
         self._wait_measured = False
+        self._init_memory_forensics()  # issue 15
+
+    def _init_memory_forensics(self) -> None:  # issue 15: OOM evidence, allocator history, per-phase peaks
+        cfg = self.config
+        self.peaks = PhasePeaks.for_device(self.ctx.device) if cfg.memory else None
+        self.oom = OOMForensics(cfg.memory_history, self.ctx.rank, self.layout.run_dir, self.ctx.device, self.peaks,
+                                cfg.memory_history_start)
+        self._failed_at: tuple[BaseException, int | None, str] | None = None
+        if self.peaks is not None:  # the first step is measured; later ones after each logging step
+            self._arm_peaks(FIRST_STEP)
+        if self.oom.wants_step_hook:  # only then does a step start look at memory_history_start
+            self._open_step = self._open_step_history  # type: ignore[method-assign]
+        if cfg.memory_history and not self.cuda:
+            self._warn("memory_history", InstrumentUnavailableWarning,
+                       f"memory_history={cfg.memory_history} records the CUDA caching allocator; this run has no CUDA "
+                       "device, so no snapshot.pickle is written (out-of-memory summaries still are)")
 
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
@@ -166,6 +184,24 @@ class PerfEngine:
             self.nvtx.push(name)
         if self._in_window:
             self._phase_rf = _enter_record_function(f"perf_callbacks.{name}")
+
+    def _phase_peaks(self, name: str) -> None:  # issue 15: phase() of the measured step only, see _arm_peaks
+        self._guard("metrics", self._peaks_boundary, name)
+        PerfEngine.phase(self, name)
+
+    def _peaks_boundary(self, name: str) -> None:  # issue 15
+        if self.peaks is None or self.peaks.boundary(name, self._open):
+            vars(self).pop("phase", None)  # the measured step is over: back to the plain phase()
+
+    def _arm_peaks(self, step: int) -> None:  # issue 15: per-phase peaks cost nothing on the other steps
+        if self.peaks is not None:
+            self.peaks.arm(step)
+            self.phase = self._phase_peaks  # type: ignore[method-assign]
+
+    def note_failure(self, exc: BaseException, phase: str | None = None) -> None:  # issue 15
+        """An exception leaves ``phase`` (default: the open one) before :meth:`close` runs: remember where it was."""
+        if self._failed_at is None or self._failed_at[0] is not exc:
+            self._failed_at = (exc, self._open, phase or self._phase or "unknown")
 
     def end_phase(self) -> None:
         """Close the current phase range, if any."""
@@ -216,6 +252,12 @@ class PerfEngine:
             self._t_last_end += spent
 
     # ---- once per optimizer step -------------------------------------------------------------------------------
+    def _open_step_history(self, step: int, t: float) -> None:  # issue 15: installed only for memory_history_start
+        if step >= (self.config.memory_history_start or 0):
+            vars(self).pop("_open_step", None)
+            self._guard("memory_history", self.oom.start_history, step)
+        PerfEngine._open_step(self, step, t)
+
     def _open_step(self, step: int, t: float) -> None:
         self._open, self._t_open, self._wait, self._aside = step, t, 0.0, 0.0
         self.nvtx.push_step(step)
@@ -267,6 +309,7 @@ class PerfEngine:
             self.window = self.schedule.window(step)
             self._window_times, self._window_wait = [], 0.0
             self.session = ProfilerSession(self.config, self.cuda, self._distributed_info())
+            self._guard("memory_history", self.oom.window_started, step)  # issue 15
         if action is Action.WARMUP:
             self.session.prepare()
         elif not self.session.recording:
@@ -297,8 +340,11 @@ class PerfEngine:
         if not recorded:
             return
         path = self._export(session, window)
+        if self.oom.recording:  # issue 15: the allocator snapshot next to the traces
+            self._guard("memory_history", self.oom.window_snapshot, self.layout.window_dir(*window))
         if path is not None:
-            self.reporter.report(path, window, self._window_times, self._window_wait, error, self.memory)
+            peaks = self.peaks.headline() if self.peaks is not None else None  # issue 15
+            self.reporter.report(path, window, self._window_times, self._window_wait, error, self.memory, peaks)
 
     def _export(self, session: ProfilerSession, window: tuple[int, int]) -> Path | None:
         wdir = self.layout.window_dir(*window)
@@ -337,6 +383,9 @@ class PerfEngine:
         self.stats.reset()
         if self.memory is not None:
             metrics.update(self.memory.sample())
+            if self.peaks is not None:  # issue 15: last measured step's phase peaks; measure the next step
+                metrics.update(self.peaks.metrics(metrics))
+                self._arm_peaks(step)
         median = metrics.get("train/step_time_ms")
         if median is not None:
             ratio = self.degradation.check(median)
@@ -376,6 +425,7 @@ class PerfEngine:
             self._in_window = False
         elif instrument == "metrics":
             self.memory = None
+            self.peaks = None  # issue 15
         rank = f" on rank {self.ctx.rank}" if self.ctx.world_size > 1 else ""
         self._warn(f"disabled:{instrument}", InstrumentUnavailableWarning, f"{instrument} disabled{rank}: {reason}",
                    main_only=False)
@@ -392,11 +442,19 @@ class PerfEngine:
             self._disable(instrument, f"{type(err).__name__}: {err}; training continues")
 
     # ---- end of training ---------------------------------------------------------------------------------------
-    def close(self, exc: BaseException | None = None) -> None:
-        """Stop everything and flush: the partial trace of an interrupted window is exported. Never raises."""
+    def close(self, exc: BaseException | None = None, batch: Any = None) -> None:
+        """Stop everything and flush: the partial trace of an interrupted window is exported. Never raises.
+
+        On ``torch.OutOfMemoryError`` the rank's ``oom-rank{R}/`` evidence is written first (``batch``: the failing
+        batch if the adapter knows it, else the innermost ``batch`` local of the traceback).
+        """
         if self._closed:
             return
         self._closed = True
+        if isinstance(exc, torch.OutOfMemoryError):  # issue 15: before the phases are closed below
+            failed = self._failed_at
+            step, phase = (failed[1], failed[2]) if failed and failed[0] is exc else (self._open, self._phase)
+            self.oom.on_oom(exc, step, phase, batch if batch is not None else batch_from_traceback(exc))
         _quiet(self.end_phase)
         if self.module_ranges is not None:
             _quiet(self.module_ranges.remove)
@@ -404,6 +462,7 @@ class PerfEngine:
         _quiet(self.nvtx.pop_all)
         if self.session is not None:
             self._guard("profiler", self._finish_window, exc)
+        _quiet(self.oom.stop_history)  # issue 15
         self._open, self._in_window = None, False
 
 

@@ -44,11 +44,17 @@ class WindowReporter:
         data_wait: float,
         error: BaseException | None,
         memory: MemorySampler | None,
+        phase_peak: str | None = None,
     ) -> str | None:
-        """Build, print, save and log the summary of one window; returns its text."""
+        """Build, print, save and log the summary of one window; returns its text.
+
+        ``phase_peak`` is the per-phase headline, e.g. ``peak in backward: 31.2 of 80 GB (step 40)`` (CUDA).
+        """
         if not self.enabled:
             return None
         head = _header(window, step_times, data_wait, error, memory, self.ctx.rank)
+        if phase_peak:
+            head.append(f"  {phase_peak}")
         body, scalars = _analyse(trace, self.config.top_k)
         text = "\n".join([*head, body, f"trace: {trace}"]).rstrip() + "\n"
         write_text(trace.parent / "summary.txt", text)

@@ -87,6 +87,7 @@ class AcceleratePerfHook:
         self._backward: Any = None
         self._save_state: Any = None
         self._sigterm = False
+        self._loop: Any = None  # issue 15: the generator returned by iter()
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
@@ -138,7 +139,7 @@ class AcceleratePerfHook:
         if exc is None:
             self._end_batch(flush=False)
         self._closed = True
-        self.engine.close(exc)
+        self.engine.close(exc, batch=self._current_batch())  # issue 15: the failing batch for the OOM summary
         for handle in self._handles:
             handle.remove()
         if self._sigterm:
@@ -168,7 +169,8 @@ class AcceleratePerfHook:
         engine.ctx.data_loader = (name, getattr(dataloader, "num_workers", None))
         if self.config.check_dataloaders:
             self._check([(name, dataloader)])
-        return self._iterate(dataloader)
+        loop = self._loop = self._iterate(dataloader)  # issue 15: its frame holds the current batch (read on OOM)
+        return loop
 
     def _iterate(self, dataloader: Iterable[T]) -> Iterator[T]:
         it = iter(dataloader)
@@ -191,6 +193,10 @@ class AcceleratePerfHook:
             self.engine.phase(name)
         try:
             yield
+        except torch.OutOfMemoryError as err:  # issue 15: the phase is closed below; the OOM summary names it
+            if self.engine is not None and self._in_batch:
+                self.engine.note_failure(err)
+            raise
         finally:
             if self.engine is not None and self._in_batch:
                 self.engine.end_phase()
@@ -272,6 +278,9 @@ class AcceleratePerfHook:
             engine.checkpoint_start()
             try:
                 return save_state(*args, **kwargs)
+            except torch.OutOfMemoryError as err:  # issue 15: the OOM summary names the checkpoint phase
+                engine.note_failure(err, "checkpoint")
+                raise
             finally:
                 engine.checkpoint_end()
 
@@ -302,6 +311,10 @@ class AcceleratePerfHook:
         self.optimizer_steps, self._stepped = steps, False
 
     # ---- helpers -------------------------------------------------------------------------------------------------
+    def _current_batch(self) -> Any:  # issue 15
+        frame = getattr(self._loop, "gi_frame", None)
+        return frame.f_locals.get("batch") if frame is not None and self._in_batch else None
+
     def _check(self, loaders: list[tuple[str, Any]]) -> None:
         engine, acc = self._require()
         findings = []
