@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from perf_callbacks import AcceleratePerfHook, GPUPerfCallback
+from perf_callbacks import AcceleratePerfHook, GPUPerfCallback, InstrumentUnavailableWarning
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +106,20 @@ def test_lightning_oom_writes_summary_naming_step_and_phase(tmp_path: Path, caps
     assert f"perf-callbacks: out of memory on rank 0 at step {step}, phase {where}" in printed
 
 
+def test_lightning_cli_yaml_takes_the_memory_history_keys(tmp_path: Path) -> None:
+    from perf_callbacks import PerfConfigError
+    from tests.integrations.test_lightning_cli import run_cli, write_config
+
+    with pytest.warns(InstrumentUnavailableWarning, match="memory_history=5000"):  # CPU: nothing to record
+        cli = run_cli(write_config(tmp_path, "        memory_history: 5000\n        memory_history_start: 2\n"))
+    (cb,) = [c for c in cli.trainer.callbacks if isinstance(c, GPUPerfCallback)]
+    assert (cb.config.memory_history, cb.config.memory_history_start) == (5000, 2)
+    with pytest.raises((PerfConfigError, SystemExit, ValueError)) as info:
+        run_cli(write_config(tmp_path, "        memory_history: -1\n"))
+    text = str(info.value) + str(info.value.__cause__ or "") + str(info.value.__context__ or "")
+    assert "memory_history must be >= 0, got -1" in text
+
+
 def test_lightning_other_exceptions_write_nothing(tmp_path: Path) -> None:
     cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), check_dataloaders=False)
     with pytest.raises(ValueError, match="user error at step 3"):
@@ -180,6 +194,18 @@ def test_two_processes_only_the_failing_rank_writes(tmp_path: Path) -> None:
     text = next((tmp_path / "perf").rglob("summary.txt")).read_text()
     assert text.startswith("out of memory on rank 1 at step 3, phase backward\n")
     assert "perf-callbacks: out of memory on rank 1 at step 3, phase backward" in proc.stderr
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_lightning_ddp_only_the_failing_rank_writes(tmp_path: Path) -> None:
+    from tests.integrations.test_lightning_ddp import launch
+
+    proc = launch(tmp_path, "--fail-rank", "1", "--oom")  # subprocess.run's timeout fails the test on a hang
+    assert proc.returncode != 0 and MESSAGE in proc.stderr
+    assert oom_files(tmp_path / "perf") == {"oom-rank1": ["summary.txt"]}
+    text = next((tmp_path / "perf").rglob("oom-rank1/summary.txt")).read_text()
+    assert text.startswith("out of memory on rank 1 at step 4, phase forward\n")
 
 
 def _rank_main(rank: int, out: Path, port: int) -> None:
