@@ -227,9 +227,14 @@ def _attach_observer(forensics: OOMForensics) -> None:
     global _attached
     _live.add(forensics)
     attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
-    if not _attached and attach is not None:
+    if _attached or attach is None:
+        return
+    try:
+        torch.cuda.init()  # type: ignore[no-untyped-call]  # the allocator attaches observers to the devices it has already set up
         attach(_observer)
         _attached = True
+    except RuntimeError as err:  # e.g. the cudaMallocAsync backend has no observers: the exception path remains
+        log.info("perf-callbacks: no CUDA OOM observer (%s); OOM evidence is taken when the exception arrives", err)
 
 
 def _observer(device: int, alloc: int, device_total: int, device_free: int) -> None:
