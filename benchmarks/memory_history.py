@@ -10,7 +10,7 @@ c. the time to write one ``snapshot.pickle`` (what the end of each window and an
 
 Usage::
 
-    python benchmarks/memory_history.py --out memory-history.json     # about 1 minute on a GPU
+    python benchmarks/memory_history.py --out memory-history.json     # well under a minute on a GPU
 """
 
 from __future__ import annotations
