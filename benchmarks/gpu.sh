@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu.sh                 # results in ./benchmark-results
 #   OUT=/some/dir bash benchmarks/gpu.sh   # results in $OUT
 #
-# Writes environment.txt, overhead-cuda.json, overhead-cuda.txt (the table with PASS/MISS) and pytest-gpu.txt. Exits
+# Writes environment.txt, overhead-cuda.json, overhead-cuda.txt (the table with PASS/MISS), memory-history.json (the
+# cost of memory_history and of per-phase peak reads) and pytest-gpu.txt. Exits
 # non-zero when the benchmark crashes or a GPU test fails; a MISS in the table is reported, not failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +25,11 @@ timeout 240 "$PY" benchmarks/overhead.py --device cuda --out "$DEST/overhead-cud
     | tee "$DEST/overhead-cuda.txt"
 bench=${PIPESTATUS[0]}
 
+timeout 120 "$PY" benchmarks/memory_history.py --out "$DEST/memory-history.json" 2>&1 | tee "$DEST/memory-history.txt"
+history=${PIPESTATUS[0]}
+
 timeout 120 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider 2>&1 | tee "$DEST/pytest-gpu.txt"
 tests=${PIPESTATUS[0]}
 
-echo "benchmark exit ${bench}, gpu tests exit ${tests}; results in ${DEST}"
-[ "$bench" -eq 0 ] && [ "$tests" -eq 0 ]
+echo "benchmark exit ${bench}, memory_history benchmark exit ${history}, gpu tests exit ${tests}; results in ${DEST}"
+[ "$bench" -eq 0 ] && [ "$history" -eq 0 ] && [ "$tests" -eq 0 ]

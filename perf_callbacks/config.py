@@ -81,6 +81,9 @@ class PerfConfig:
         check_dataloaders: inspect DataLoaders (num_workers, pin_memory, sharding) when training starts.
         summary: analyse rank 0's trace at the end of each window and print a summary.
         top_k: operators shown in the summary.
+        memory_history: record the CUDA caching allocator's history (at most this many alloc/free events) for
+            ``snapshot.pickle`` files (end of each window, and on out-of-memory); 0 turns it off. CUDA only.
+        memory_history_start: optimizer step at which that recording starts; default: the first profiling window.
     """
 
     output_dir: str | None = None
@@ -106,12 +109,15 @@ class PerfConfig:
     check_dataloaders: bool = True
     summary: bool = True
     top_k: int = 5
+    memory_history: int = 0
+    memory_history_start: int | None = None
 
     def __post_init__(self) -> None:
         _check_types(self)
         _check_activities(self.activities)
         _check_ranks(self.ranks)
         _check_positive("max_trace_mb", self.max_trace_mb)
+        _check_memory_history(self)
         steps = self.nsys_steps
         if steps is not None and not (len(steps) == 2 and 0 <= steps[0] <= steps[1]):
             raise PerfConfigError(f"nsys_steps must be [first, last] with 0 <= first <= last, got {list(steps)}")
@@ -248,6 +254,12 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise PerfConfigError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     if value < minimum:
         raise PerfConfigError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _check_memory_history(cfg: PerfConfig) -> None:
+    _check_int("memory_history", cfg.memory_history, minimum=0)
+    if cfg.memory_history_start is not None:
+        _check_int("memory_history_start", cfg.memory_history_start, minimum=0)
 
 
 _SCALAR_TYPES: dict[str, tuple[type, ...]] = {

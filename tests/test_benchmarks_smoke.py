@@ -44,3 +44,14 @@ def test_overhead_quick_runs_and_writes_json(tmp_path: Path) -> None:
     assert {t["status"] for t in result["targets"]} <= {"PASS", "MISS", "n/a"}
     assert len(result["targets"]) == 5
     assert "status" in proc.stdout and "perf_callbacks" in proc.stdout
+
+
+def test_memory_history_benchmark_needs_cuda_and_says_so(tmp_path: Path) -> None:
+    """``benchmarks/memory_history.py`` measures on a GPU only; without one it exits 2 with the reason."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("covered by benchmarks/gpu.sh on a CUDA machine")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "memory_history.py")], capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and "needs a CUDA device" in proc.stderr

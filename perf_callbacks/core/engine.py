@@ -35,6 +35,7 @@ from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.dataloader import Finding, data_wait_finding
 from perf_callbacks.core.memory import MemorySampler
+from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.stats import DataWaitCheck, DegradationDetector, StepStats
 from perf_callbacks.core.traces import TraceLayout
@@ -64,11 +65,15 @@ class PerfEngine:
     def __init__(self, config: PerfConfig, ctx: RunContext) -> None:
         self.config, self.ctx = config, ctx
         self.is_main = ctx.rank == 0
+        self._warned: set[str] = set()
         self.nvtx = NvtxRanges(config.nvtx_domain, enabled=config.nvtx)
         self._nvtx_on = self.nvtx.enabled  # no tool attached (the usual case): skip the calls on the hot path
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         self.memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
         self.windows = WindowRecorder(config, ctx, self.nvtx, self._warn)
+        self.mem = MemoryWatch(config, ctx.rank, ctx.device, self.windows.layout.run_dir,
+                               lambda msg: self._warn("memory_history", InstrumentUnavailableWarning, msg))
+        self.windows.mem = self.mem
         self.clock = StepClock()
         self.stats = StepStats()
         self.degradation = DegradationDetector(config.degradation_threshold)
@@ -85,7 +90,6 @@ class PerfEngine:
         self._t_aside = 0.0
         self._clean = True  # no window, validation or checkpoint in this logging interval
         self._overhead = {"window": 0.0, "log": 0.0}
-        self._warned: set[str] = set()
         self._closed = False
         self._samples: int | None = None
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -154,6 +158,8 @@ class PerfEngine:
         if self._phase is not None:
             self.end_phase()
         self._phase = name
+        if self.mem.armed:
+            self.mem.phase(name, self.step)
         if self._nvtx_on:
             self.nvtx.push(name)
         if self._recording:
@@ -217,6 +223,8 @@ class PerfEngine:
             self._end_step(t)
         self.step, self._ended, self._expected = step, False, step
         self.clock.begin(t, carry_wait=carry)
+        if self.mem.history_at is not None:
+            self.mem.step_begins(step)
         if self._nvtx_on:
             self.nvtx.push_step(step)
         nsys_steps = self.config.nsys_steps
@@ -256,6 +264,7 @@ class PerfEngine:
             metrics.pop("train/data_wait_fraction", None)
         if self.memory is not None:
             metrics.update(self.memory.sample())
+            self.mem.log(metrics, step)
         for kind, seconds in self._overhead.items():
             metrics[f"overhead/{kind}_ms"] = seconds * 1e3
         self._overhead = dict.fromkeys(self._overhead, 0.0)
@@ -319,11 +328,21 @@ class PerfEngine:
                        f"{instrument} disabled{rank}: {type(err).__name__}: {err}; training continues", False)
 
     # ---- end of training ---------------------------------------------------------------------------------------
-    def close(self, exc: BaseException | None = None) -> None:
-        """Stop everything and flush: the partial trace of an interrupted window is exported. Never raises."""
+    def note_failure(self, exc: BaseException, phase: str | None = None) -> None:
+        """An exception leaves ``phase`` (default: the open one) before :meth:`close` runs: remember where it was."""
+        self.mem.note_failure(exc, self.step, phase or self._phase)
+
+    def close(self, exc: BaseException | None = None, batch: Any = None) -> None:
+        """Stop everything and flush: the partial trace of an interrupted window is exported. Never raises.
+
+        On ``torch.OutOfMemoryError`` the rank's ``oom-rank{R}/`` evidence is written first (``batch``: the failing
+        batch if the adapter knows it, else the innermost ``batch`` local of the traceback).
+        """
         if self._closed:
             return
         self._closed = True
+        if exc is not None:
+            self.mem.on_exception(exc, self.step, self._phase, batch)
         atexit.unregister(self._at_exit)
         _quiet(self.end_phase)
         if self._ckpt_rf is not None:
@@ -333,6 +352,7 @@ class PerfEngine:
         _quiet(self.windows.nsys.close)
         _quiet(self.nvtx.pop_all)
         _quiet(lambda: self.windows.wait(CLOSE_WAIT_S))
+        _quiet(self.mem.oom.stop_history)
         self._recording = False
         if exc is None and self.is_main:
             _quiet(self._say_if_nothing_recorded)

@@ -20,6 +20,7 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.background import WindowJob
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
 from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.core.nvtx import NvtxRanges
@@ -63,6 +64,7 @@ class WindowRecorder:
         self.stall_s = 0.0  # the training loop's wait at the last window's end
         self._skip: tuple[int, int] | None = None  # a window left to another profiler
         self.loader_timed = True  # the engine sets it: data wait was measured in the loop
+        self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
 
     # ---- per step ------------------------------------------------------------------------------------------------
     def begin_step(self, step: int) -> bool:
@@ -101,6 +103,8 @@ class WindowRecorder:
                 return False
             self.session = ProfilerSession(self.config, self.cuda, self.ctx.distributed_info)
             self.steps, self.completed = [], 0
+            if self.mem is not None:
+                self.mem.oom.window_started(step)
         if self.session.stolen:
             self._stolen(step)
             return False
@@ -150,12 +154,16 @@ class WindowRecorder:
                 f"max_trace_mb={self.config.max_trace_mb:g}; it was not written. Lower schedule.active, turn off "
                 "with_stack/record_shapes/profile_memory, or raise max_trace_mb"), False)
             return
+        if self.mem is not None and self.mem.oom.recording:  # the allocator snapshot next to the traces
+            self.mem.oom.window_snapshot(wdir)
         planned = self.schedule.window(first)
         partial = error is not None or first > planned[0] or last < planned[1] or self.completed < len(self.steps)
         meta = {"window": [first, last], "planned": list(planned), "steps": list(self.steps), "partial": partial,
                 "interrupted": type(error).__name__ if error is not None else None, "rank": self.ctx.rank}
         if not self.loader_timed:
             meta["data_wait"] = "not measured"
+        if self.mem is not None and self.mem.headline():
+            meta["phase_peak"] = self.mem.headline()
         header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
         job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, self.config.summary and self.enabled,
                         header, self.config.top_k)

@@ -93,6 +93,7 @@ class AcceleratePerfHook:
         self._standing_aside = False
         self._lead: int | None = None  # without hook.iter(), the optimizer whose steps are counted
         self._restore: list[Any] = []
+        self._loop: Any = None  # the generator returned by iter(): its frame holds the current batch
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
@@ -154,7 +155,7 @@ class AcceleratePerfHook:
         self._closed = True
         if self.accelerator is not None and vars(self.accelerator).get(OWNER_ATTR) is self:
             del vars(self.accelerator)[OWNER_ATTR]
-        self.engine.close(exc)
+        self.engine.close(exc, batch=self._current_batch())  # the failing batch, for an out-of-memory summary
         for handle in self._handles:
             handle.remove()
         for restore in self._restore:
@@ -188,7 +189,8 @@ class AcceleratePerfHook:
         engine.ctx.data_loader = (name, getattr(dataloader, "num_workers", None))
         if self.config.check_dataloaders:
             self._check([(name, dataloader)])
-        return self._iterate(dataloader)
+        loop = self._loop = self._iterate(dataloader)  # its frame holds the current batch (read on OOM)
+        return loop
 
     def _iterate(self, dataloader: Iterable[T]) -> Iterator[T]:
         it = iter(dataloader)
@@ -218,6 +220,10 @@ class AcceleratePerfHook:
             engine.phase(name)
         try:
             yield
+        except torch.OutOfMemoryError as err:  # the phase is closed below; the out-of-memory summary names it
+            if engine is not None:
+                engine.note_failure(err)
+            raise
         finally:
             if engine is not None and not self._closed:
                 engine.end_phase()
@@ -345,6 +351,9 @@ class AcceleratePerfHook:
             engine.checkpoint_start()
             try:
                 return save_state(*args, **kwargs)
+            except torch.OutOfMemoryError as err:  # the out-of-memory summary names the phase
+                engine.note_failure(err, "checkpoint")
+                raise
             finally:
                 engine.checkpoint_end()
 
@@ -385,6 +394,10 @@ class AcceleratePerfHook:
         self.optimizer_steps, self._stepped = steps, False
 
     # ---- helpers -------------------------------------------------------------------------------------------------
+    def _current_batch(self) -> Any:
+        frame = getattr(self._loop, "gi_frame", None)
+        return frame.f_locals.get("batch") if frame is not None and self._in_batch else None
+
     def _check(self, loaders: list[tuple[str, Any]]) -> None:
         engine, acc = self._require()
         findings = []

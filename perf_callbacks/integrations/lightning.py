@@ -64,6 +64,8 @@ class GPUPerfCallback(Callback):
         check_dataloaders: inspect the train DataLoader when training starts.
         summary: print and save a summary at the end of each window (rank 0).
         top_k: operators in the summary.
+        memory_history: allocator-history entries recorded for ``snapshot.pickle`` (0: off; CUDA only).
+        memory_history_start: step at which that recording starts; default the first profiling window.
     """
 
     def __init__(
@@ -91,6 +93,8 @@ class GPUPerfCallback(Callback):
         check_dataloaders: bool = True,
         summary: bool = True,
         top_k: int = 5,
+        memory_history: int = 0,
+        memory_history_start: int | None = None,
         **unknown: Any,
     ) -> None:
         options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}
@@ -280,6 +284,9 @@ def _wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
         engine.checkpoint_start()
         try:
             save(*args, **kwargs)
+        except torch.OutOfMemoryError as err:  # issue 15: the OOM summary names the checkpoint phase
+            engine.note_failure(err, "checkpoint")
+            raise
         finally:
             engine.checkpoint_end()
 

@@ -1,7 +1,8 @@
 """A 2-process DDP fit on CPU (gloo), run as a script: Lightning's ddp strategy re-launches this file per rank.
 
-Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R]
-With --fail-rank R, rank R raises in training_step at step 4 (inside the window 3-4).
+Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R [--oom]]
+With --fail-rank R, rank R raises in training_step at step 4 (inside the window 3-4); ValueError, or with --oom
+torch.OutOfMemoryError.
 Each rank writes OUT_DIR/result-rank{R}.json with the warnings it saw and the traces it exported.
 """
 
@@ -29,7 +30,12 @@ def main() -> None:
                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
                         use_distributed_sampler=use_sampler)
     fail_rank = int(sys.argv[sys.argv.index("--fail-rank") + 1]) if "--fail-rank" in sys.argv else None
-    model = TinyModel(fail_at_step=4 if fail_rank == int(os.environ.get("LOCAL_RANK", "0")) else None)
+    failing = fail_rank == int(os.environ.get("LOCAL_RANK", "0"))
+    model = TinyModel(fail_at_step=4 if failing else None)
+    if failing and "--oom" in sys.argv:
+        from tests.integrations.test_oom import OOMModel
+
+        model = OOMModel("forward", at=4)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always", PerfWarning)
         trainer.fit(model, loader(num_workers=1))
