@@ -69,7 +69,7 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "backlog_fraction": totals["backlog"] / span,
         "graph_idle_fraction": tl.graph_idle_us / span,
         "copy_exposed_ms": {k: v / 1e3 for k, v in tl.copy_exposed_us.items()},
-        "collectives_by_op_ms": _collectives_by_op(trace, tl.device),
+        "collectives_by_op_ms": _collectives_by_op(trace, tl),
         "devices": [_device_view(trace, d, tl) for d in devices(trace)] if len(devices(trace)) > 1 else [],
         "bad_events": trace.bad_events,
         "runtime_calls": trace.runtime_calls,
@@ -136,16 +136,17 @@ def _comm_ms(trace: RankTrace, tl: Timeline) -> dict[str, float]:
     return {"total": total(spans) / 1e3, "overlapped": total(intersect(spans, kernels)) / 1e3}
 
 
-def _collectives_by_op(trace: RankTrace, device: int | None) -> dict[str, float]:
+def _collectives_by_op(trace: RankTrace, tl: Timeline) -> dict[str, float]:
     """Milliseconds per collective (AllReduce, AllGather, ...) from NCCL kernel names, else host collective spans."""
-    out: dict[str, float] = defaultdict(float)
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for g in trace.gpu:
-        name = nccl_collective(g[3]) if _is_nccl(g) and g[4] == device else None
+        name = nccl_collective(g[3]) if _is_nccl(g) and g[4] == tl.device else None
         if name:
-            out[name] += (g[1] - g[0]) / 1e3
-    if not out:
+            spans[name].append((g[0], g[1]))
+    if not spans:
         for a, b, span_name in trace.comm_spans:
-            out[span_name.split(":", 1)[-1]] += (b - a) / 1e3
+            spans[span_name.split(":", 1)[-1]].append((a, b))
+    out = {name: total(clip(union(s), tl.lo, tl.hi)) / 1e3 for name, s in spans.items()}
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 

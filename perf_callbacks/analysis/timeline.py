@@ -187,7 +187,7 @@ def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], tl: Timeli
 def _gap_cause(trace: RankTrace, ops: list[GpuOp], i: int, p0: float, tl: Timeline) -> str:
     """Why the device idled from ``p0`` until ``ops[i]`` started: host, backlog, graph (inside a replay) or other."""
     if i >= len(ops):
-        return "other"
+        return "host"  # nothing more was launched before the window ended
     nxt = ops[i]
     corr = nxt[5]
     graph_end = trace.graph_launches.get(corr)

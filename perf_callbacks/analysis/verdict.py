@@ -119,9 +119,11 @@ def _sync_advice(r: RankResult, share: float) -> str:
 
 def _host_advice(r: RankResult, share: float) -> str:
     per_step = f"{r.launches_per_step:.0f} kernels per step, " if r.launches_per_step else ""
-    return f"the device waited {_pct(share)} of the time for the host to launch work ({per_step}GPU busy " \
-           f"{_pct(r.gpu_utilization or 0.0)}): cut Python and launch overhead with torch.compile or CUDA graphs, " \
-           "fused/foreach optimizers, and a larger batch per step"
+    cuda = r.device_kind in (None, "cuda")
+    where = f"({per_step}{'GPU' if cuda else 'device'} busy {_pct(r.gpu_utilization or 0.0)})"
+    fix = "cut Python and launch overhead with torch.compile or CUDA graphs, fused/foreach optimizers, and a larger " \
+          "batch per step" if cuda else "cut Python and launch overhead: fewer, larger ops and a larger batch per step"
+    return f"the device waited {_pct(share)} of the time for the host to launch work {where}: {fix}"
 
 
 _COPY_FIX = {
