@@ -93,6 +93,8 @@ def _window_results(window: Window, loaded: list[Loaded], top_k: int) -> list[An
     assign_order_ranks(ranks)
     metas = {x.result.path: x.meta for x in ok if x.result is not None}
     sets, notes = split_sets(ranks)
+    notes += [f"{Path(r.path).name}: {r.bad_events} malformed events skipped (not objects, or without a finite "
+              "numeric ts)" for r in ranks if r.bad_events]
     out = []
     for i, members in enumerate(sets):
         result = build_result(str(window.path), members, top_k)

@@ -52,10 +52,10 @@ def analyze_file(path: Path, top_k: int = 10) -> Loaded:
     except TraceError as err:
         return Loaded(path, error=str(err))
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
-        return Loaded(path, error=f"{path.name}: malformed events ({type(err).__name__}: {err})")
+        return Loaded(path, error=f"{path}: malformed events ({type(err).__name__}: {err})")
     if result is None:
         what = f"{trace.events} events, {trace.bad_events} malformed" if trace.events else "no events"
-        return Loaded(path, error=f"{path.name}: no profiled events ({what}; no op, kernel or ProfilerStep)")
+        return Loaded(path, error=f"{path}: no profiled events ({what}; no op, kernel or ProfilerStep)")
     judge_rank(result)
     return Loaded(path, result=result)
 

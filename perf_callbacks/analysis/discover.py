@@ -1,8 +1,9 @@
 """Finding traces by content: one file, a window folder of per-rank traces, or a whole ``output_dir``.
 
 Any ``.json`` or ``.json.gz`` file (``.pt.trace.json.gz`` included) whose start looks like a Kineto trace is a trace,
-whatever its name. Files that end like a trace but are not one are listed with the reason, so that an empty result
-can say what was found.
+whatever its name. So is a file that cannot be read (a broken gzip) or is named ``*.trace.json[.gz]``: reading it
+then fails with a reason that the report prints. Other files that end like a trace but are not one are listed with
+the reason, so that an empty result can say what was found.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def discover(path: str | Path) -> Discovery:
     skipped: list[tuple[Path, str]] = []
     for f in sorted(p for p in root.rglob("*") if p.is_file() and is_candidate(p) and not _hidden(p, root)):
         why = sniff(f)
-        if why is None:
+        if why is None or why.startswith("unreadable") or ".trace.json" in f.name:  # a broken trace is an error
             groups.setdefault(f.parent, []).append(f)
         else:
             skipped.append((f, why))

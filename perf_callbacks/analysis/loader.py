@@ -106,7 +106,7 @@ def read_trace(path: Path, sink: EventSink) -> dict[str, Any]:
     except TraceError:
         raise
     except _READ_ERRORS as err:
-        raise TraceError(f"{path.name}: {_reason(err)}") from None
+        raise TraceError(f"{path}: {_reason(err)}") from None
 
 
 def _read(path: Path, sink: EventSink) -> dict[str, Any]:
@@ -116,15 +116,19 @@ def _read(path: Path, sink: EventSink) -> dict[str, Any]:
         return meta
     sink.reset()
     with open_trace(path) as f:
-        doc = _loads(f.read())
+        text = f.read()
+    try:
+        doc = _loads(text)
+    except ValueError:  # orjson refuses NaN and Infinity, which Python's json (and some writers) accept
+        doc = json.loads(text)
     if isinstance(doc, list):
         sink.add(doc)
         return {}
     if not isinstance(doc, dict):
-        raise TraceError(f"{path.name}: top level is a JSON {type(doc).__name__}, not an object or a list of events")
+        raise TraceError(f"{path}: top level is a JSON {type(doc).__name__}, not an object or a list of events")
     events = doc.pop("traceEvents", [])
     if not isinstance(events, list):
-        raise TraceError(f"{path.name}: traceEvents is a {type(events).__name__}, not a list")
+        raise TraceError(f"{path}: traceEvents is a {type(events).__name__}, not a list")
     sink.add(events)
     return dict(doc)
 
