@@ -37,7 +37,7 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
     """
     found = discover(path)
     files = [f for w in found.windows for f in w.files]
-    loaded = load_all(files, top_k, jobs, sidecars)
+    loaded = load_all([w.files for w in found.windows], top_k, jobs, sidecars)
     errors = [loaded[f].error or "" for f in files if loaded[f].error]
     entries = [r for w in found.windows for r in _window_results(w, [loaded[f] for f in w.files], top_k)]
     if not entries:

@@ -60,16 +60,24 @@ def analyze_file(path: Path, top_k: int = 10) -> Loaded:
     return Loaded(path, result=result)
 
 
-def load_all(files: list[Path], top_k: int = 10, jobs: int = 1, sidecars: bool = True) -> dict[Path, Loaded]:
-    """Analyse every file, reusing matching sidecars; ``jobs`` > 1 parses in that many processes at most."""
+def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars: bool = True) -> dict[Path, Loaded]:
+    """Analyse every file; ``jobs`` > 1 parses in that many processes at most.
+
+    Args:
+        groups: the files of each window. A window whose every file has a matching sidecar is read from the sidecars;
+            any other window is parsed.
+        top_k: how many top ops to keep per rank.
+        jobs: the most files parsed at once.
+        sidecars: whether to use sidecars at all.
+    """
     out: dict[Path, Loaded] = {}
     todo: list[Path] = []
-    for f in files:
-        side = read_sidecar(f) if sidecars else None
-        if side is not None and isinstance(side.get("rank"), dict):
-            out[f] = Loaded(f, result=RankResult.from_dict(side["rank"]), meta=side.get("meta") or {})
+    for files in groups:
+        found = [read_sidecar(f) for f in files] if sidecars else [None]
+        if all(side is not None and isinstance(side.get("rank"), dict) for side in found):
+            out.update((f, _from_sidecar(f, side)) for f, side in zip(files, found, strict=True) if side is not None)
         else:
-            todo.append(f)
+            todo += files
     workers = min(jobs, len(todo), memory_bound_jobs(todo))
     if workers <= 1:
         out.update((f, analyze_file(f, top_k)) for f in todo)
@@ -78,6 +86,12 @@ def load_all(files: list[Path], top_k: int = 10, jobs: int = 1, sidecars: bool =
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         out.update(zip(todo, pool.map(analyze_file, todo, repeat(top_k)), strict=True))
     return out
+
+
+def _from_sidecar(path: Path, side: dict[str, Any]) -> Loaded:
+    result = RankResult.from_dict(side["rank"])
+    result.path = str(path)
+    return Loaded(path, result=result, meta=side.get("meta") or {})
 
 
 def default_jobs() -> int:
