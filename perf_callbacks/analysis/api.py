@@ -154,7 +154,9 @@ def _merge_top_ops(ranks: list[RankResult], k: int) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda o: -o["self_time_us"])[:k]
 
 
-def _overall_recommendations(ranks: list[RankResult], verdict: str, slow: list[int], reasons: dict[int, str]) -> list[str]:
+def _overall_recommendations(
+    ranks: list[RankResult], verdict: str, slow: list[int], reasons: dict[int, str]
+) -> list[str]:
     """Straggler findings first, then the advice of the rank that suffers most from the overall verdict."""
     recs = [f"rank {rk} {reasons[rk]}; the other ranks wait for it in every collective" for rk in slow]
     matching = [r for r in ranks if r.verdict == verdict] or ranks

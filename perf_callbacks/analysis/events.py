@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from math import isfinite
 from dataclasses import dataclass, field
+from math import isfinite
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ CATEGORY = {
     "user_annotation": "annotation", "User annotation": "annotation",
     "python_function": "python", "Python function": "python",
     "cpu_instant_event": "instant",
-    **{c: "gpu" for c in GPU_CATS},
+    **dict.fromkeys(GPU_CATS, "gpu"),
 }
 """Every category the analysis reads, old names mapped onto the current ones."""
 GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "hipGraphLaunch", "cuGraphLaunch"})
@@ -109,7 +109,7 @@ class _Collector:
                     t.bad_events += 1
                 continue
             ts = e.get("ts")
-            if type(ts) not in (int, float) or not isfinite(ts):
+            if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not isfinite(ts):
                 t.bad_events += 1
                 continue
             if kind == "cpu_op":

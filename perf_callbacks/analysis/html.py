@@ -21,7 +21,8 @@ COLORS = {
 _WIDTH = 1000
 _CSS = """body{font:14px sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
-.verdict{font-size:22px;font-weight:bold;color:#c62828}.verdict.close{color:#8d6e00}.verdict.ok{color:#2e7d32}.key span{display:inline-block;margin-right:14px}
+.verdict{font-size:22px;font-weight:bold;color:#c62828}.verdict.close{color:#8d6e00}
+.verdict.ok{color:#2e7d32}.key span{display:inline-block;margin-right:14px}
 .sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}"""
 
 

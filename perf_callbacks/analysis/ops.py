@@ -13,7 +13,6 @@ from perf_callbacks.analysis.events import RankTrace
 from perf_callbacks.analysis.timeline import copy_kind
 
 
-
 def top_ops(trace: RankTrace, k: int = 10) -> list[dict[str, Any]]:
     """Return the ``k`` ops with the most self time: device time on GPU traces, CPU time on CPU-only traces.
 

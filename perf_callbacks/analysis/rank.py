@@ -127,7 +127,7 @@ def _is_nccl(g: tuple[float, float, str, str, int, int, int]) -> bool:
 
 
 def _comm_ms(trace: RankTrace, tl: Timeline) -> dict[str, float]:
-    """Return collective time in total, and the part of it that overlapped compute kernels (on the timeline's device)."""
+    """Return collective time in total, and the part that overlapped compute kernels (on the timeline's device)."""
     on_dev = [g for g in trace.gpu if g[4] == tl.device]
     nccl = union((g[0], g[1]) for g in on_dev if _is_nccl(g))
     host = union((a, b) for a, b, _ in trace.comm_spans)

@@ -13,6 +13,7 @@ size), so a report over hundreds of ranks reads kilobytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -91,10 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _write_error(trace: Path, meta: Any, error: str) -> dict[str, Any]:
     data = {"format": FORMAT, "trace": trace.name, "trace_bytes": _size(trace), "meta": meta, "error": error}
-    try:
+    with contextlib.suppress(OSError):
         write_atomic(sidecar_path(trace), json.dumps(data, default=_plain))
-    except OSError:
-        pass
     return data
 
 

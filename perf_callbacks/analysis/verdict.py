@@ -161,12 +161,13 @@ def _comm_advice(r: RankResult, share: float) -> str:
 
 def _other_advice(r: RankResult, share: float) -> str:
     graph = r.graph_idle_fraction
-    inside = f"; {_pct(graph)} of the window is inside CUDA graph replays (between kernels of one " \
-             "cudaGraphLaunch): look for graph nodes waiting on other streams, events or host nodes" if graph >= 0.01 \
-        else ""
-    return f"unexplained idle {_pct(share)}: the device idled although its next op had already been launched{inside}; " \
-           "look at cross-stream waits (cudaStreamWaitEvent), work on other devices or processes, and the gaps in " \
-           "an Nsight Systems timeline (perf-callbacks nsys)"
+    inside = ""
+    if graph >= 0.01:
+        inside = f"; {_pct(graph)} of the window is inside CUDA graph replays (between kernels of one " \
+                 "cudaGraphLaunch): look for graph nodes waiting on other streams, events or host nodes"
+    lead = f"unexplained idle {_pct(share)}: the device idled although its next op had already been launched"
+    return f"{lead}{inside}; look at cross-stream waits (cudaStreamWaitEvent), work on other devices or " \
+           "processes, and the gaps in an Nsight Systems timeline (perf-callbacks nsys)"
 
 
 def _backlog_note(r: RankResult) -> str:
