@@ -7,10 +7,12 @@ that may hold threads), and the number of processes is bounded by the memory tha
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import struct
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
@@ -23,6 +25,7 @@ from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.sidecar_store import read_sidecar
 from perf_callbacks.analysis.verdict import judge_rank
 
+log = logging.getLogger(__name__)
 MEMORY_PER_BYTE = 6
 """Peak resident memory of one analysis, as a multiple of the uncompressed trace size (measured: 4-5x)."""
 
@@ -82,9 +85,13 @@ def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars:
     if workers <= 1:
         out.update((f, analyze_file(f, top_k)) for f in todo)
         return out
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        out.update(zip(todo, pool.map(analyze_file, todo, repeat(top_k)), strict=True))
+    try:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            out.update(zip(todo, pool.map(analyze_file, todo, repeat(top_k)), strict=True))
+    except (BrokenProcessPool, OSError) as err:  # e.g. a script without `if __name__ == "__main__":`
+        log.warning("perf-callbacks: parallel analysis failed (%s); analysing one file at a time", err)
+        out.update((f, analyze_file(f, top_k)) for f in todo if f not in out)
     return out
 
 
