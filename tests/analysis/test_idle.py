@@ -155,8 +155,12 @@ def test_foreign_device_to_device_copies_and_old_pytorch() -> None:
     assert "DtoD/device" in copy and "keep the data on the device" not in copy
     old = analyze(FOREIGN / "trace_file_list" / "inference_rank_1.json.gz")  # Kernel/Runtime categories
     assert old.gpu_utilization == pytest.approx(0.018, abs=0.002)
-    mtia = analyze(FOREIGN / "mtia_trace_single_rank" / "mtia_rank_0.json.gz")
-    assert mtia.gpu_utilization is not None and mtia.ranks[0].device_kind == "mtia"
+    mtia = analyze(FOREIGN / "mtia_inference_trace" / "mtia_inference_rank_0.json.gz")
+    assert mtia.ranks[0].device_kind == "mtia"
+    assert mtia.gpu_utilization == pytest.approx(0.957, abs=0.002)  # HTA's figure for this trace
     assert not any("bf16" in r or "TF32" in r for r in mtia.recommendations)
+    amd = analyze(FOREIGN / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    assert amd.ranks[0].device_kind == "rocm" and amd.gpu_utilization == pytest.approx(0.016, abs=0.002)
+    assert not any("CUDA graphs" in r or "bf16" in r for r in amd.recommendations)
     cupti = format_text(analyze(FOREIGN / "cupti_profiler" / "benchmark_result_924719_1679055439_trace.json.gz"))
     assert "no device activity recorded" in cupti and "CPU-only" not in cupti and "bf16" not in cupti
