@@ -47,6 +47,10 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
     head.windows = [_summary(r) for r in ordered]
     head.others = ordered[1:]
     head.errors = errors
+    if found.skipped:
+        shown = ", ".join(f"{f.name} ({why})" for f, why in found.skipped[:3])
+        more = f" and {len(found.skipped) - 3} more" if len(found.skipped) > 3 else ""
+        head.notes.append(f"not traces, left out: {shown}{more}")
     return head
 
 

@@ -40,8 +40,8 @@ _SEAM = b"\n  },\n  {"
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _END = b"\n  ]"
 _RANK = re.compile(r"rank[_-]?(\d+)")
-_HEAD = 256 << 10
-_LIST_HEAD = re.compile(rb'^\s*\[\s*(\]|\{\s*"(ph|cat|name|ts|pid)")')
+_HEAD = 64 << 10
+_LIST_HEAD = re.compile(rb'^\s*\[\s*(\]|\{)')
 TRACE_SUFFIXES = (".json", ".json.gz")
 _READ_ERRORS = (OSError, EOFError, ValueError, TypeError, zlib.error)
 
@@ -59,7 +59,7 @@ def is_candidate(path: Path) -> bool:
 def sniff(path: Path) -> str | None:
     """Return None when the start of ``path`` looks like a Kineto trace, else why it does not.
 
-    A trace is a JSON object whose first 256 KiB hold ``"traceEvents"`` (or ``"schemaVersion"``), or a JSON list
+    A trace is a JSON object whose first 64 KiB hold ``"traceEvents"`` (or ``"schemaVersion"``), or a JSON list
     of event objects.
     """
     try:
@@ -72,7 +72,7 @@ def sniff(path: Path) -> str | None:
         if b'"traceEvents"' in head or b'"schemaVersion"' in head:
             return None
         return "a JSON object without traceEvents"
-    if _LIST_HEAD.match(head):
+    if _LIST_HEAD.match(head) and (b'"ts"' in head or b'"ph"' in head or b"{" not in head):
         return None
     return "not a JSON trace" if stripped else "empty file"
 

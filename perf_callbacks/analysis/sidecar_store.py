@@ -61,7 +61,7 @@ def write_atomic(path: Path, text: str) -> None:
 def _rank_from_head(trace: Path) -> int | None:
     try:
         with open_trace(trace) as f:
-            head = f.read(256 << 10)
+            head = f.read(64 << 10)
     except (OSError, EOFError, ValueError):
         return None
     match = _DIST_RANK.search(head)

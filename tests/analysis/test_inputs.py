@@ -34,6 +34,7 @@ def test_any_file_name_is_read_by_content(tmp_path: Path, sync_doc: dict[str, An
     assert result.verdict == "sync_bound"
     assert [Path(r.path).name for r in result.ranks] == [name]
     assert discover(tmp_path).skipped == [(tmp_path / "hparams.json", "a JSON object without traceEvents")]
+    assert result.notes == ["not traces, left out: hparams.json (a JSON object without traceEvents)"]
 
 
 def test_folder_without_a_trace_says_what_it_found(tmp_path: Path) -> None:
