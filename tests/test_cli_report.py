@@ -170,3 +170,25 @@ def test_console_script_never_shows_a_traceback(tmp_path: Path) -> None:
     assert f"{bad}: not a valid gzip file" in done.stderr
     assert "rank1.pt.trace.json.gz: no profiled events" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_randomly_damaged_events_never_raise(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Keys removed or given the wrong type in 5% of a real trace's events: a report or one line, never a traceback."""
+    import random
+
+    rng = random.Random(0)
+    original = load_doc("sync_bound")
+    junk: list[Any] = [None, "x", -1, 1e308, [], {}, float("inf"), True]
+    for i in range(12):
+        events = [dict(e) for e in original["traceEvents"]]
+        for e in rng.sample(events, len(events) // 20):
+            key = rng.choice(sorted(e))
+            if rng.random() < 0.5:
+                del e[key]
+            else:
+                e[key] = rng.choice(junk)
+        trace = save_doc(tmp_path / f"rank{i}.json", {**original, "traceEvents": events})
+        code, out, err = _run(capsys, str(trace))
+        assert code in (EXIT_OK, EXIT_FAILED)
+        assert "internal error" not in err and "malformed events (" not in err
+        assert (code == EXIT_OK and "verdict: " in out) or (code == EXIT_FAILED and err.count("\n") == 1)

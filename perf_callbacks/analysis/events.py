@@ -103,10 +103,12 @@ class _Collector:
         t = self.trace
         t.events += len(events)
         for e in events:
-            kind = CATEGORY.get(e.get("cat")) if isinstance(e, dict) else None  # type: ignore[arg-type]
+            if not isinstance(e, dict):
+                t.bad_events += 1
+                continue
+            cat = e.get("cat")
+            kind = CATEGORY.get(cat) if isinstance(cat, str) else None
             if kind is None:
-                if not isinstance(e, dict):
-                    t.bad_events += 1
                 continue
             ts = e.get("ts")
             if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not isfinite(ts):
@@ -182,8 +184,10 @@ class _Collector:
         if args.get("Device Type") != 1:
             return
         t = self.trace
-        t.peak_allocated = max(t.peak_allocated or 0, int(args.get("Total Allocated", 0)))
-        t.peak_reserved = max(t.peak_reserved or 0, int(args.get("Total Reserved", 0)))
+        allocated, reserved = args.get("Total Allocated", 0), args.get("Total Reserved", 0)
+        if isinstance(allocated, int) and isinstance(reserved, int):
+            t.peak_allocated = max(t.peak_allocated or 0, allocated)
+            t.peak_reserved = max(t.peak_reserved or 0, reserved)
 
 
 def collective_name(raw: str) -> str:
