@@ -26,6 +26,8 @@ from perf_callbacks.analysis.sidecar_store import read_sidecar
 from perf_callbacks.analysis.verdict import judge_rank
 
 log = logging.getLogger(__name__)
+MIN_PARALLEL_BYTES = 16 << 20
+"""Below this much JSON in all, starting processes costs more than it saves: the files are parsed in this process."""
 MEMORY_PER_BYTE = 6
 """Peak resident memory of one analysis, as a multiple of the uncompressed trace size (measured: 4-5x)."""
 
@@ -82,7 +84,7 @@ def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars:
         else:
             todo += files
     workers = min(jobs, len(todo), memory_bound_jobs(todo))
-    if workers <= 1:
+    if workers <= 1 or sum(_uncompressed_size(f) for f in todo) < MIN_PARALLEL_BYTES:
         out.update((f, analyze_file(f, top_k)) for f in todo)
         return out
     try:

@@ -119,8 +119,9 @@ def test_partial_from_sidecar_meta_and_summary(tmp_path: Path) -> None:
 
 
 def test_jobs_give_the_same_result(tmp_path: Path) -> None:
+    """Three 10 MB traces: enough JSON (over MIN_PARALLEL_BYTES) for worker processes to start."""
     for rank in range(3):
-        _window(tmp_path, "window-000004-000006", "sync_bound", rank=rank)
+        _window(tmp_path, "window-000004-000006", "compute_bound", rank=rank)
     one = analyze(tmp_path, jobs=1)
     many = analyze(tmp_path, jobs=3)
     assert [r.rank for r in many.ranks] == [0, 1, 2]
