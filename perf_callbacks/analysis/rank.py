@@ -59,11 +59,13 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
 def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
     """The fields added after v0.1: identity, window definition, backlog, graphs, per-kind copies, each device."""
     totals = tl.totals()
+    base = trace.meta.get("baseTimeNanoseconds")
+    offset = base / 1e3 if isinstance(base, (int, float)) and not isinstance(base, bool) else 0.0
     return {
         "rank_source": trace.rank_source,
         "run_id": _run_id(trace),
-        "start_us": tl.lo,
-        "end_us": tl.hi,
+        "start_us": tl.lo + offset,
+        "end_us": tl.hi + offset,
         "device_kind": trace.device_kind if trace.has_gpu else None,
         "window_definition": WINDOW_DEFINITION if trace.steps else WINDOW_NO_STEPS,
         "backlog_fraction": totals["backlog"] / span,

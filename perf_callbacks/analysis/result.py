@@ -29,7 +29,11 @@ class StepResult:
 
 @dataclass
 class RankResult:
-    """Metrics, verdict and recommendations for one rank. Fractions are of the window (see ``Timeline``)."""
+    """Metrics, verdict and recommendations for one rank. Fractions are of the window (see ``Timeline``).
+
+    ``start_us``/``end_us`` bound the window in wall-clock microseconds where the trace has ``baseTimeNanoseconds``
+    (Kineto's timestamps are then relative to it), else in the trace's own clock.
+    """
 
     rank: int
     path: str

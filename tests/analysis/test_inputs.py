@@ -135,3 +135,18 @@ def test_rank_from_distributed_info_then_name_then_order(tmp_path: Path, sync_do
     result = analyze(tmp_path)
     got = {Path(r.path).name: (r.rank, r.rank_source) for r in result.ranks}
     assert got == {"rank7.json": (2, "distributedInfo"), "rank3.json": (3, "file name"), "trace.json": (0, "order")}
+
+
+def test_ranks_on_hosts_with_different_clock_bases_stay_one_job(tmp_path: Path, sync_doc: dict[str, Any]) -> None:
+    """Kineto timestamps count from each host's baseTimeNanoseconds: 1000 s apart in ts, the same wall-clock time."""
+    info = {"world_size": 2, "backend": "nccl"}
+    save_doc(tmp_path / "rank0.json", {**sync_doc, "distributedInfo": {**info, "rank": 0}})
+    moved = [{**e, "ts": e["ts"] - 1e9} if isinstance(e.get("ts"), (int, float)) else e
+             for e in sync_doc["traceEvents"]]
+    base = sync_doc["baseTimeNanoseconds"] + 10**12
+    save_doc(tmp_path / "rank1.json", {**sync_doc, "traceEvents": moved, "baseTimeNanoseconds": base,
+                                       "distributedInfo": {**info, "rank": 1}})
+    result = analyze(tmp_path)
+    assert [r.rank for r in result.ranks] == [0, 1] and result.notes == []
+    save_doc(tmp_path / "rank1.json", {**sync_doc, "traceEvents": moved, "distributedInfo": {**info, "rank": 1}})
+    assert len(analyze(tmp_path).windows) == 2  # without the base the ranges are 1000 s apart: separate runs
