@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
@@ -29,8 +30,13 @@ def format_text(result: AnalysisResult, top_k: int = 5) -> str:
     if len(result.windows) > 1:
         lines += ["", "other windows and trace sets (most recent first):"]
         lines += [f"  {w['path']}{' (partial)' if w.get('partial') else ''}: {w['verdict']}, "
-                  f"GPU {_pct(w['gpu_utilization'])}, ranks {w['ranks']}" for w in result.windows[1:]]
+                  f"GPU {_pct(w['gpu_utilization'])}, ranks {w['ranks']}{_files(w)}" for w in result.windows[1:]]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _files(window: dict[str, Any]) -> str:
+    files = window.get("files") or []
+    return f" ({', '.join(files)})" if 0 < len(files) <= 4 else ""
 
 
 def verdict_line(result: AnalysisResult) -> str:
