@@ -5,11 +5,30 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+DESCRIPTION = """\
+Why is my GPU training slow, and what should I change.
+
+  perf-callbacks report PATH           verdict, utilization and advice from Kineto traces
+  perf-callbacks nsys -- python ...    the Nsight Systems command for the profiling window
+"""
+REPORT_EPILOG = """\
+exit codes:
+  0  every trace file was analysed
+  1  partial: some files could not be read (one line each on stderr); the report covers the rest
+  2  nothing to report (no trace found, none readable), a bad option, or an unwritable --html path
+"""
+EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``perf-callbacks`` command."""
-    parser = argparse.ArgumentParser(prog="perf-callbacks", description=__doc__)
+    from perf_callbacks import __version__
+
+    parser = argparse.ArgumentParser(prog="perf-callbacks", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"perf-callbacks {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_report(sub)
     _add_nsys(sub)
@@ -18,28 +37,73 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("report", help="analyse traces: verdict, top ops, GPU utilization, stragglers")
+    from perf_callbacks.analysis.collect import default_jobs
+
+    p = sub.add_parser("report", help="analyse traces: verdict, top ops, GPU utilization, stragglers",
+                       description="Analyse Kineto traces: verdict, top ops, utilization, idle causes, stragglers.",
+                       epilog=REPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", help="a trace file, a window folder of per-rank traces, or a whole output_dir")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page (every window)")
+    p.add_argument("--jobs", type=_positive, default=default_jobs(), metavar="N",
+                   help="parse up to N trace files at once in separate processes (default: the CPU cores, %(default)s; "
+                        "fewer when memory is short)")
+    p.add_argument("--no-sidecars", action="store_true", help="parse every trace even where a sidecar summary matches")
     p.set_defaults(func=_run_report)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _run_report(args: argparse.Namespace) -> int:
+    problem = _html_problem(args.html) if args.html else None
+    if problem:
+        print(f"perf-callbacks report: cannot write --html {args.html}: {problem}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        return _report(args)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"perf-callbacks report: {err}", file=sys.stderr)
+    except OSError as err:
+        print(f"perf-callbacks report: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - the command prints one line, never a traceback
+        print(f"perf-callbacks report: internal error ({type(err).__name__}: {err}); please report it with the "
+              "trace", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _report(args: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from perf_callbacks.analysis import analyze, format_text, render_html
 
-    try:
-        result = analyze(args.path)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"perf-callbacks report: {err}", file=sys.stderr)
-        return 2
+    result = analyze(args.path, jobs=args.jobs, sidecars=not args.no_sidecars)
+    for error in result.errors:
+        print(f"perf-callbacks report: skipped {error}", file=sys.stderr)
     if args.html:
         Path(args.html).write_text(render_html(result), encoding="utf-8")
+        print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result), end="\n" if args.json else "")
-    return 0
+    return EXIT_PARTIAL if result.errors else EXIT_OK
+
+
+def _html_problem(target: str) -> str | None:
+    """Why ``target`` cannot be written (checked before the analysis), or None."""
+    import os
+
+    path = Path(target)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return "it is a folder"
+    if not parent.is_dir():
+        return f"folder {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "permission denied"
+    return None
 
 
 def _add_nsys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

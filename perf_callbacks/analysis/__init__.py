@@ -10,6 +10,7 @@ from __future__ import annotations
 from perf_callbacks.analysis.api import analyze, analyze_window
 from perf_callbacks.analysis.html import render_html
 from perf_callbacks.analysis.result import VERDICTS, AnalysisResult, RankResult, StepResult
+from perf_callbacks.analysis.sidecar_store import read_sidecar, sidecar_path
 from perf_callbacks.analysis.text import format_text
 
 __all__ = [
@@ -20,5 +21,7 @@ __all__ = [
     "analyze",
     "analyze_window",
     "format_text",
+    "read_sidecar",
     "render_html",
+    "sidecar_path",
 ]

@@ -1,70 +1,136 @@
-"""``analyze``: from a path to an ``AnalysisResult`` (loader -> events -> timeline -> rank metrics -> verdicts)."""
+"""``analyze``: from a path to an ``AnalysisResult`` (discover -> per-rank results -> trace sets -> verdicts)."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 from perf_callbacks.analysis.cluster import imbalance, stragglers
-from perf_callbacks.analysis.events import load_rank
-from perf_callbacks.analysis.loader import Window, find_windows
-from perf_callbacks.analysis.rank import analyze_rank
+from perf_callbacks.analysis.collect import Loaded, analyze_file, load_all
+from perf_callbacks.analysis.discover import Window, discover
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
-from perf_callbacks.analysis.verdict import judge_rank, verdict_from
+from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
+from perf_callbacks.analysis.verdict import verdict_from, verdict_margin
+
+_PARTIAL_SUMMARY = re.compile(r"\bpartial window\b|\(partial\)|\bpartial: (true|yes)\b", re.IGNORECASE)
 
 
-def analyze(path: str | Path, top_k: int = 10) -> AnalysisResult:
+def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = True) -> AnalysisResult:
     """Analyses a trace file, a window folder of per-rank traces, or a whole ``output_dir``.
 
-    With an ``output_dir`` every window is analysed; the result describes the most recent one (newest trace file)
-    and ``result.windows`` summarises all of them, most recent first.
+    With an ``output_dir`` every window is analysed. The result describes the most recent window with completed
+    steps (a full one before any partial one), ``result.windows`` summarises every window and trace set (the headline
+    first), ``result.others`` holds their full results and ``result.errors`` one line per file that could not be read.
 
     Args:
-        path: a ``.json``/``.json.gz`` Kineto trace, a folder of ``rank{R}.pt.trace.json[.gz]``, or a folder of those.
+        path: a ``.json``/``.json.gz`` Kineto trace, a folder of traces, or a folder of such folders.
         top_k: how many top ops to keep.
+        jobs: parse up to this many files at once, in separate processes.
+        sidecars: reuse ``rank{R}.summary.json`` sidecars that match their trace instead of parsing it.
 
     Raises:
-        FileNotFoundError: when no trace is found under ``path``.
-        ValueError: when the traces hold no events at all.
+        FileNotFoundError: when no trace is found under ``path`` (the message says what was found).
+        ValueError: when no trace could be analysed (the message gives each file's reason).
     """
-    results = [analyze_window(w, top_k) for w in find_windows(path)]
-    first = results[0]
-    first.windows = [_summary(r) for r in results]
-    return first
+    found = discover(path)
+    files = [f for w in found.windows for f in w.files]
+    loaded = load_all([w.files for w in found.windows], top_k, jobs, sidecars)
+    errors = [loaded[f].error or "" for f in files if loaded[f].error]
+    entries = [r for w in found.windows for r in _window_results(w, [loaded[f] for f in w.files], top_k)]
+    if not entries:
+        raise ValueError(f"no profiled events in {path}: " + "; ".join(errors))
+    head = _headline(entries)
+    ordered = [head] + [e for e in entries if e is not head]
+    head.windows = [_summary(r) for r in ordered]
+    head.others = ordered[1:]
+    head.errors = errors
+    if found.skipped:
+        shown = ", ".join(f"{f.name} ({why})" for f, why in found.skipped[:3])
+        more = f" and {len(found.skipped) - 3} more" if len(found.skipped) > 3 else ""
+        head.notes.append(f"not traces, left out: {shown}{more}")
+    return head
 
 
 def analyze_window(window: Window, top_k: int = 10) -> AnalysisResult:
-    """Analyses one window: every rank, then the verdict and stragglers across ranks."""
-    ranks: list[RankResult] = []
-    for f in window.files:
-        r = analyze_rank(load_rank(f), top_k)
-        if r is not None:
-            judge_rank(r)
-            ranks.append(r)
-    if not ranks:
+    """Analyses one window (its most recent trace set): every rank, then the verdict and stragglers across ranks."""
+    results = _window_results(window, [analyze_file(f, top_k) for f in window.files], top_k)
+    if not results:
         raise ValueError(f"no profiled events in {window.path}")
+    return results[0]
+
+
+def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> AnalysisResult:
+    """Combine the judged rank results of one trace set into the window's result."""
     ranks.sort(key=lambda r: r.rank)
     slow, reasons = stragglers(ranks)
     ratio, spread = imbalance(ranks)
     losses = _mean_losses(ranks)
     verdict = verdict_from(losses)
+    margin = verdict_margin(losses)
     return AnalysisResult(
-        path=str(window.path),
+        path=path,
         verdict=verdict,
         gpu_utilization=_mean([r.gpu_utilization for r in ranks]),
         data_wait_fraction=_mean([r.data_wait_fraction for r in ranks]) or 0.0,
         step_time_ms=median(s.time_ms for r in ranks for s in r.steps) if any(r.steps for r in ranks) else None,
         top_ops=_merge_top_ops(ranks, top_k),
         peak_memory_bytes=max((r.peak_memory_bytes for r in ranks if r.peak_memory_bytes is not None), default=None),
-        recommendations=_overall_recommendations(ranks, verdict, losses, slow, reasons),
+        recommendations=_overall_recommendations(ranks, verdict, slow, reasons),
         ranks=ranks,
         stragglers=slow,
         imbalance_ratio=ratio,
         step_time_spread_ms=spread,
         straggler_reasons=reasons,
+        verdict_margin=margin.margin,
+        runner_up=margin.runner_up,
+        verdict_note=margin.note,
+        devices=[{"rank": r.rank, **d} for r in ranks for d in r.devices],
     )
+
+
+def _window_results(window: Window, loaded: list[Loaded], top_k: int) -> list[AnalysisResult]:
+    ok = [x for x in loaded if x.result is not None]
+    ranks = [x.result for x in ok if x.result is not None]
+    assign_order_ranks(ranks)
+    metas = {x.result.path: x.meta for x in ok if x.result is not None}
+    sets, notes = split_sets(ranks)
+    notes += [f"{Path(r.path).name}: {r.bad_events} malformed events skipped (not objects, or without a finite "
+              "numeric ts)" for r in ranks if r.bad_events]
+    out = []
+    for i, members in enumerate(sets):
+        result = build_result(str(window.path), members, top_k)
+        result.notes = list(notes)
+        if len(sets) > 1:
+            names = ", ".join(Path(r.path).name for r in members)
+            result.notes.append(f"trace set {i + 1} of {len(sets)} in {window.path}: {names}")
+        result.partial = _is_partial(window, members, [metas.get(r.path) for r in members])
+        out.append(result)
+    return out
+
+
+def _is_partial(window: Window, ranks: list[RankResult], metas: list[dict[str, Any] | None]) -> bool:
+    """Partial when a sidecar says so, or the window's summary.txt does, or fewer steps than the folder name."""
+    flags = [bool(m["partial"]) for m in metas if m is not None and "partial" in m]
+    if flags:
+        return any(flags)
+    summary = window.path / "summary.txt"
+    try:
+        if window.path.is_dir() and summary.is_file() and _PARTIAL_SUMMARY.search(summary.read_text("utf-8")):
+            return True
+    except (OSError, UnicodeDecodeError):
+        pass
+    expected = window.expected_steps
+    return expected is not None and max(len(r.steps) for r in ranks) < expected
+
+
+def _headline(entries: list[AnalysisResult]) -> AnalysisResult:
+    """The most recent full window with completed steps; else the most recent with steps; else the most recent."""
+    stepped = [e for e in entries if any(r.steps for r in e.ranks)]
+    full = [e for e in stepped if not e.partial]
+    return (full or stepped or entries)[0]
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -79,7 +145,7 @@ def _mean_losses(ranks: list[RankResult]) -> dict[str, float]:
 
 def _merge_top_ops(ranks: list[RankResult], k: int) -> list[dict[str, Any]]:
     if len(ranks) == 1:
-        return ranks[0].top_ops
+        return ranks[0].top_ops[:k]
     merged: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"self_time_us": 0.0, "count": 0})
     for r in ranks:
         for op in r.top_ops:
@@ -93,7 +159,7 @@ def _merge_top_ops(ranks: list[RankResult], k: int) -> list[dict[str, Any]]:
 
 
 def _overall_recommendations(
-    ranks: list[RankResult], verdict: str, losses: dict[str, float], slow: list[int], reasons: dict[int, str]
+    ranks: list[RankResult], verdict: str, slow: list[int], reasons: dict[int, str]
 ) -> list[str]:
     """Straggler findings first, then the advice of the rank that suffers most from the overall verdict."""
     recs = [f"rank {rk} {reasons[rk]}; the other ranks wait for it in every collective" for rk in slow]
@@ -106,4 +172,6 @@ def _overall_recommendations(
 
 def _summary(r: AnalysisResult) -> dict[str, Any]:
     return {"path": r.path, "verdict": r.verdict, "gpu_utilization": r.gpu_utilization,
-            "step_time_ms": r.step_time_ms, "ranks": [x.rank for x in r.ranks], "stragglers": r.stragglers}
+            "step_time_ms": r.step_time_ms, "ranks": [x.rank for x in r.ranks], "stragglers": r.stragglers,
+            "partial": r.partial, "verdict_note": r.verdict_note,
+            "files": [Path(x.path).name for x in r.ranks]}

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from math import isfinite
 from pathlib import Path
 from typing import Any
 
 from perf_callbacks.analysis.loader import rank_from_name, read_trace
 
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
+            "Memset": "memset", "mtia_ccp_events": "kernel"}
+"""Device activity categories: Kineto's, PyTorch 1.8-1.13's (``Kernel``, ``Memcpy``, ``Memset``) and MTIA's."""
+CATEGORY = {
+    "cpu_op": "cpu_op", "Operator": "cpu_op",
+    "cuda_runtime": "runtime", "cuda_driver": "runtime", "Runtime": "runtime", "mtia_runtime": "runtime",
+    "user_annotation": "annotation", "User annotation": "annotation",
+    "python_function": "python", "Python function": "python",
+    "cpu_instant_event": "instant",
+    **dict.fromkeys(GPU_CATS, "gpu"),
+}
+"""Every category the analysis reads, old names mapped onto the current ones."""
+GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "hipGraphLaunch", "cuGraphLaunch"})
 SYNC_CALLS = frozenset(
     {
         "cudaStreamSynchronize",
@@ -28,6 +41,9 @@ DATA_WAIT = "perf_callbacks.data_wait"
 OWN_SPAN_PREFIX = "perf_callbacks."
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _COMM_PREFIXES = ("gloo:", "nccl:")
+_COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reduce", "Gather", "Scatter",
+                "SendRecv", "Send", "Recv", "Barrier")
+_NCCL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
 Span = tuple[float, float]
 
@@ -54,6 +70,11 @@ class RankTrace:
     data_spans: list[Span] = field(default_factory=list)
     data_names: set[str] = field(default_factory=set)
     comm_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    graph_launches: dict[int, float] = field(default_factory=dict)
+    device_kind: str = "cuda"
+    rank_source: str = "order"
+    bad_events: int = 0
+    runtime_calls: int = 0
     python_events: int = 0
     peak_allocated: int | None = None
     peak_reserved: int | None = None
@@ -82,52 +103,74 @@ class _Collector:
         t = self.trace
         t.events += len(events)
         for e in events:
+            if not isinstance(e, dict):
+                t.bad_events += 1
+                continue
             cat = e.get("cat")
-            if cat == "cpu_op":
+            kind = CATEGORY.get(cat) if isinstance(cat, str) else None
+            if kind is None:
+                continue
+            ts = e.get("ts")
+            if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not isfinite(ts):
+                t.bad_events += 1
+                continue
+            if kind == "cpu_op":
                 self._cpu_op(e)
-            elif cat in GPU_CATS:
-                self._gpu(e, GPU_CATS[cat])
-            elif cat == "cuda_runtime" or cat == "cuda_driver":
+            elif kind == "gpu":
+                self._gpu(e, GPU_CATS[e["cat"]])
+            elif kind == "runtime":
                 self._runtime(e)
-            elif cat == "user_annotation":
+            elif kind == "annotation":
                 self._annotation(e)
-            elif cat == "python_function":
+            elif kind == "python":
                 t.python_events += 1
-            elif cat == "cpu_instant_event" and e.get("name") == "[memory]":
+            elif e.get("name") == "[memory]" and isinstance(e.get("args"), dict):
                 self._memory(e["args"])
 
     def _cpu_op(self, e: dict[str, Any]) -> None:
-        t, name, ts = self.trace, e["name"], e["ts"]
+        t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
         if name.startswith(OWN_SPAN_PREFIX):  # our phase spans (fast record function): annotations, not operators
             self._annotation(e)
             return
-        end = ts + e.get("dur", 0)
+        end = ts + _dur(e)
+        args = _args(e)
+        if name == "record_param_comms" and args.get("Collective name"):
+            name = f"record_param_comms ({collective_name(str(args['Collective name']))})"
         t.cpu_ops.append((ts, end, e.get("tid"), name))
-        ext = e.get("args", {}).get("External id")
+        ext = args.get("External id", args.get("external id"))
         if ext is not None:
             t.ext_names[ext] = name
         if name in SYNC_CALLS:
             t.syncs.append((ts, end, name))
 
     def _gpu(self, e: dict[str, Any], kind: str) -> None:
-        args = e.get("args", {})
+        args = _args(e)
         ts = e["ts"]
-        row = (ts, ts + e.get("dur", 0), kind, e.get("name", ""), args.get("device", 0), args.get("correlation", -1),
-               args.get("External id", -1))
+        device = args.get("device", e.get("pid", 0))
+        if e["cat"] == "mtia_ccp_events":
+            self.trace.device_kind = "mtia"
+            device = e.get("pid", 0)
+        row = (ts, ts + _dur(e), kind, str(e.get("name", "")), device if isinstance(device, int) else 0,
+               args.get("correlation", -1), args.get("External id", args.get("external id", -1)))
         self.trace.gpu.append(row)
 
     def _runtime(self, e: dict[str, Any]) -> None:
-        t, name, ts = self.trace, e.get("name", ""), e["ts"]
-        args = e.get("args", {})
+        t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
+        args = _args(e)
+        t.runtime_calls += 1
+        if name.startswith("hip"):
+            t.device_kind = "rocm"
         corr = args.get("correlation")
         if corr is not None:
-            t.launches[corr] = (ts, args.get("External id", -1))
+            t.launches[corr] = (ts, args.get("External id", args.get("external id", -1)))
+            if name in GRAPH_LAUNCHES:
+                t.graph_launches[corr] = ts + _dur(e)
         if name in SYNC_CALLS:
-            t.syncs.append((ts, ts + e.get("dur", 0), name))
+            t.syncs.append((ts, ts + _dur(e), name))
 
     def _annotation(self, e: dict[str, Any]) -> None:
-        t, name, ts = self.trace, e.get("name", ""), e["ts"]
-        end = ts + e.get("dur", 0)
+        t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
+        end = ts + _dur(e)
         step = _STEP.fullmatch(name)
         if step:
             t.steps.append((int(step.group(1)), ts, end, e.get("tid")))
@@ -141,8 +184,30 @@ class _Collector:
         if args.get("Device Type") != 1:
             return
         t = self.trace
-        t.peak_allocated = max(t.peak_allocated or 0, int(args.get("Total Allocated", 0)))
-        t.peak_reserved = max(t.peak_reserved or 0, int(args.get("Total Reserved", 0)))
+        allocated, reserved = args.get("Total Allocated", 0), args.get("Total Reserved", 0)
+        if isinstance(allocated, int) and isinstance(reserved, int):
+            t.peak_allocated = max(t.peak_allocated or 0, allocated)
+            t.peak_reserved = max(t.peak_reserved or 0, reserved)
+
+
+def collective_name(raw: str) -> str:
+    """Return the usual spelling of a collective (``allreduce``, ``AllReduce``, ``all_reduce`` -> ``AllReduce``).
+
+    Example:
+        >>> collective_name("reduce_scatter_tensor_coalesced")
+        'ReduceScatter'
+    """
+    key = raw.lower().replace("_", "")
+    for known in _COLLECTIVES:
+        if key.startswith(known.lower()):
+            return known
+    return raw
+
+
+def nccl_collective(kernel: str) -> str | None:
+    """Return the collective of an NCCL kernel name such as ``ncclDevKernel_AllGather_RING_LL``, else None."""
+    match = _NCCL.search(kernel)
+    return collective_name(match.group(1)) if match else None
 
 
 def load_rank(path: Path) -> RankTrace:
@@ -161,9 +226,23 @@ def load_rank(path: Path) -> RankTrace:
     trace.meta = meta
     info = meta.get("distributedInfo") or {}
     rank = info.get("rank") if isinstance(info, dict) else None
-    trace.rank = int(rank) if rank is not None else (rank_from_name(path) or 0)
+    named = rank_from_name(path)
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        trace.rank, trace.rank_source = rank, "distributedInfo"
+    elif named is not None:
+        trace.rank, trace.rank_source = named, "file name"
     trace.steps.sort()
     trace.gpu.sort()
     trace.syncs.sort(key=lambda s: s[1])
     trace.comm_spans.sort()
     return trace
+
+
+def _dur(e: dict[str, Any]) -> float:
+    dur = e.get("dur", 0)
+    return dur if type(dur) in (int, float) and isfinite(dur) and dur > 0 else 0.0
+
+
+def _args(e: dict[str, Any]) -> dict[str, Any]:
+    args = e.get("args")
+    return args if isinstance(args, dict) else {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.text import verdict_line
 from perf_callbacks.analysis.timeline import CAUSES, Timeline
 
 COLORS = {
@@ -15,11 +16,13 @@ COLORS = {
     "sync": "#c62828",
     "host": "#f9a825",
     "other": "#9e9e9e",
+    "backlog": "#90a4ae",
 }
 _WIDTH = 1000
 _CSS = """body{font:14px sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
-.verdict{font-size:22px;font-weight:bold;color:#c62828}.key span{display:inline-block;margin-right:14px}
+.verdict{font-size:22px;font-weight:bold;color:#c62828}.verdict.close{color:#8d6e00}
+.verdict.ok{color:#2e7d32}.key span{display:inline-block;margin-right:14px}
 .sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}"""
 
 
@@ -27,7 +30,7 @@ def render_html(result: AnalysisResult) -> str:
     """Render the report as one HTML page.
 
     The page holds the verdict, the recommendations, per-step stacked bars by cause and a timeline strip for each
-    rank, and the top-ops table.
+    rank, and the top-ops table; then the same for every other window and trace set.
 
     Example:
         >>> from perf_callbacks.analysis.result import AnalysisResult
@@ -35,10 +38,23 @@ def render_html(result: AnalysisResult) -> str:
         >>> page.startswith("<!DOCTYPE html>") and "http" not in page
         True
     """
+    parts = [f"<h1>perf-callbacks report: {escape(result.path)}</h1>", *_window(result)]
+    notes = result.notes + [f"skipped: {e}" for e in result.errors]
+    if notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
+    for other in result.others:
+        partial = " (partial)" if other.partial else ""
+        parts += [f"<hr><h1>{escape(other.path)}{partial}</h1>", *_window(other)]
+    body = "\n".join(parts)
+    return f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>perf-callbacks report</title>' \
+           f"<style>{_CSS}</style></head><body>{body}</body></html>"
+
+
+def _window(result: AnalysisResult) -> list[str]:
     gpu = "n/a" if result.gpu_utilization is None else f"{result.gpu_utilization:.1%}"
+    css = "verdict close" if result.verdict_note else "verdict ok" if result.verdict == "compute_bound" else "verdict"
     parts = [
-        f"<h1>perf-callbacks report: {escape(result.path)}</h1>",
-        f'<p class="verdict">{escape(result.verdict)}</p>',
+        f'<p class="{css}">{escape(verdict_line(result))}</p>',
         f"<p>GPU utilization {gpu} &middot; data wait {result.data_wait_fraction:.1%} &middot; "
         f"stragglers {escape(str(result.stragglers or 'none'))}</p>",
         "<h2>Recommendations</h2><ol>" + "".join(f"<li>{escape(t)}</li>" for t in result.recommendations) + "</ol>",
@@ -47,9 +63,7 @@ def render_html(result: AnalysisResult) -> str:
     for r in result.ranks:
         parts.append(f"<h3>rank {r.rank}: {escape(r.verdict)}</h3>" + _step_bars(r) + _strip(r.timeline))
     parts.append("<h2>Top ops</h2>" + _ops_table(result))
-    body = "\n".join(parts)
-    return f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>perf-callbacks report</title>' \
-           f"<style>{_CSS}</style></head><body>{body}</body></html>"
+    return parts
 
 
 def _legend() -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -40,55 +40,50 @@ _SEAM = b"\n  },\n  {"
 _START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _END = b"\n  ]"
 _RANK = re.compile(r"rank[_-]?(\d+)")
+_HEAD = 64 << 10
+_LIST_HEAD = re.compile(rb'^\s*\[\s*(\]|\{)')
+TRACE_SUFFIXES = (".json", ".json.gz")
+_READ_ERRORS = (OSError, EOFError, ValueError, TypeError, zlib.error)
 
 
-@dataclass(frozen=True)
-class Window:
-    """One profiling window: a folder (or a single file) holding one trace per rank.
+class TraceError(ValueError):
+    """A file that cannot be read as a trace; the message names the file and says why."""
 
-    Args:
-        path: the window folder, or the trace file itself.
-        files: the trace files, one per rank.
+
+def is_candidate(path: Path) -> bool:
+    """Whether ``path`` has a trace's file name ending (``.json`` or ``.json.gz``) and is not hidden or a sidecar."""
+    name = path.name
+    return name.endswith(TRACE_SUFFIXES) and not name.startswith(".") and not name.endswith(".summary.json")
+
+
+def sniff(path: Path) -> str | None:
+    """Return None when the start of ``path`` looks like a Kineto trace, else why it does not.
+
+    A trace is a JSON object whose first 64 KiB hold ``"traceEvents"`` (or ``"schemaVersion"``), or a JSON list
+    of event objects.
     """
-
-    path: Path
-    files: list[Path] = field(default_factory=list)
+    try:
+        with open_trace(path) as f:
+            head = f.read(_HEAD)
+    except _READ_ERRORS as err:
+        return f"unreadable ({_reason(err)})"
+    stripped = head.lstrip()
+    if stripped.startswith(b"{"):
+        if b'"traceEvents"' in head or b'"schemaVersion"' in head:
+            return None
+        return "a JSON object without traceEvents"
+    if _LIST_HEAD.match(head) and (b'"ts"' in head or b'"ph"' in head or b"{" not in head):
+        return None
+    return "not a JSON trace" if stripped else "empty file"
 
 
 def is_trace_file(path: Path) -> bool:
-    """Whether ``path`` looks like a Kineto trace written by torch.profiler or by this package."""
-    name = path.name
-    if not (name.endswith(".json") or name.endswith(".json.gz")):
-        return False
-    return ".trace." in name or name.startswith("rank") or "pt.trace" in name
-
-
-def find_windows(path: str | Path) -> list[Window]:
-    """List the windows under ``path``, most recent first (newest trace file modification time, then name).
-
-    Args:
-        path: a trace file, a window folder of per-rank traces, or an ``output_dir`` holding window folders.
-
-    Raises:
-        FileNotFoundError: when ``path`` does not exist or holds no trace.
-    """
-    root = Path(path)
-    if root.is_file():
-        return [Window(root, [root])]
-    if not root.is_dir():
-        raise FileNotFoundError(f"no trace file or folder at {root}")
-    groups: dict[Path, list[Path]] = {}
-    for f in sorted(root.rglob("*.json*")):
-        if f.is_file() and is_trace_file(f):
-            groups.setdefault(f.parent, []).append(f)
-    if not groups:
-        raise FileNotFoundError(f"no *.json or *.json.gz trace under {root}")
-    windows = [Window(folder, files) for folder, files in groups.items()]
-    return sorted(windows, key=lambda w: (max(f.stat().st_mtime for f in w.files), str(w.path)), reverse=True)
+    """Whether ``path`` is a Kineto trace: a ``.json``/``.json.gz`` file whose content starts like one."""
+    return is_candidate(path) and sniff(path) is None
 
 
 def rank_from_name(path: Path) -> int | None:
-    """Return the rank written in a file name such as ``rank3.pt.trace.json.gz``, or None."""
+    """Return the rank written in a file name such as ``rank3.pt.trace.json.gz`` or ``rank-3.json``, or None."""
     match = _RANK.search(path.name)
     return int(match.group(1)) if match else None
 
@@ -101,20 +96,57 @@ def read_trace(path: Path, sink: EventSink) -> dict[str, Any]:
         sink: takes each parsed slice of ``traceEvents``.
 
     Returns:
-        Every top-level key except ``traceEvents``.
+        Every top-level key except ``traceEvents`` (empty for a trace whose top level is a list of events).
+
+    Raises:
+        TraceError: when the file cannot be read or parsed (truncated gzip, invalid JSON, wrong top level).
     """
-    with _open(path) as f:
+    try:
+        return _read(path, sink)
+    except TraceError:
+        raise
+    except _READ_ERRORS as err:
+        raise TraceError(f"{path}: {_reason(err)}") from None
+
+
+def _read(path: Path, sink: EventSink) -> dict[str, Any]:
+    with open_trace(path) as f:
         meta = _read_streamed(f, sink)
     if meta is not None:
         return meta
     sink.reset()
-    with _open(path) as f:
-        doc = _loads(f.read())
-    sink.add(doc.pop("traceEvents", []))
+    with open_trace(path) as f:
+        text = f.read()
+    try:
+        doc = _loads(text)
+    except ValueError:  # orjson refuses NaN and Infinity, which Python's json (and some writers) accept
+        doc = json.loads(text)
+    if isinstance(doc, list):
+        sink.add(doc)
+        return {}
+    if not isinstance(doc, dict):
+        raise TraceError(f"{path}: top level is a JSON {type(doc).__name__}, not an object or a list of events")
+    events = doc.pop("traceEvents", [])
+    if not isinstance(events, list):
+        raise TraceError(f"{path}: traceEvents is a {type(events).__name__}, not a list")
+    sink.add(events)
     return dict(doc)
 
 
-def _open(path: Path) -> BinaryIO:
+def _reason(err: BaseException) -> str:
+    if isinstance(err, EOFError):
+        return "truncated file (the compressed stream ends early)"
+    if isinstance(err, gzip.BadGzipFile):
+        return f"not a valid gzip file ({err})"
+    if isinstance(err, zlib.error):
+        return f"corrupt gzip data ({err})"
+    if isinstance(err, ValueError):
+        return f"invalid JSON ({str(err).splitlines()[0][:120]})"
+    return f"{type(err).__name__}: {err}"
+
+
+def open_trace(path: Path) -> BinaryIO:
+    """Open a ``.json`` or ``.json.gz`` file for reading bytes."""
     if path.name.endswith(".gz"):
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return path.open("rb")

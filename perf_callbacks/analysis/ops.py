@@ -6,13 +6,11 @@ not ops, and torch's ``key_averages()`` shows ``train_step`` at thousands of per
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from typing import Any
 
 from perf_callbacks.analysis.events import RankTrace
-
-_MEMCPY = re.compile(r"Memcpy (\w+)")
+from perf_callbacks.analysis.timeline import copy_kind
 
 
 def top_ops(trace: RankTrace, k: int = 10) -> list[dict[str, Any]]:
@@ -23,7 +21,7 @@ def top_ops(trace: RankTrace, k: int = 10) -> list[dict[str, Any]]:
     """
     if trace.has_gpu:
         times, counts = _device_self_times(trace)
-        device = "cuda"
+        device = trace.device_kind
     else:
         times, counts = _cpu_self_times(trace)
         device = "cpu"
@@ -35,18 +33,24 @@ def top_ops(trace: RankTrace, k: int = 10) -> list[dict[str, Any]]:
     ]
 
 
-def copy_times(trace: RankTrace) -> dict[str, float]:
+def copy_times(trace: RankTrace, device: int | None = None) -> dict[str, float]:
     """Memcpy and memset microseconds by direction and host memory kind, e.g. ``HtoD/pageable``, ``memset``."""
     out: dict[str, float] = defaultdict(float)
-    for ts, end, kind, name, *_ in trace.gpu:
-        if kind == "memset":
-            out["memset"] += end - ts
-        elif kind == "memcpy":
-            match = _MEMCPY.match(name)
-            direction = match.group(1) if match else "other"
-            memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else "device"
-            out[f"{direction}/{memory}"] += end - ts
+    for ts, end, kind, name, dev, *_ in trace.gpu:
+        if kind != "kernel" and (device is None or dev == device):
+            out[copy_kind(kind, name)] += end - ts
     return dict(out)
+
+
+def top_kernels(trace: RankTrace, device: int, k: int = 5) -> list[dict[str, Any]]:
+    """Return the ``k`` kernels (by name) with the most time on ``device``, with their share of its busy time."""
+    times: dict[str, float] = defaultdict(float)
+    for ts, end, kind, name, dev, *_ in trace.gpu:
+        if dev == device and kind == "kernel":
+            times[name] += end - ts
+    grand = sum(times.values()) or 1.0
+    ranked = sorted(times.items(), key=lambda kv: -kv[1])[:k]
+    return [{"name": n, "time_us": round(t, 3), "fraction": t / grand} for n, t in ranked]
 
 
 def _device_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]:

@@ -1,16 +1,24 @@
-"""Per-rank metrics: step times, busy fractions, losses by cause, copies, communication, memory."""
+"""Per-rank metrics: step times, busy fractions, losses by cause, copies, communication, memory, and each device."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from statistics import median
+from typing import Any
 
-from perf_callbacks.analysis.events import RankTrace
+from perf_callbacks.analysis.events import RankTrace, nccl_collective
 from perf_callbacks.analysis.intervals import clip, intersect, total, union
-from perf_callbacks.analysis.ops import copy_times, top_ops
+from perf_callbacks.analysis.ops import copy_times, top_kernels, top_ops
 from perf_callbacks.analysis.result import RankResult, StepResult
-from perf_callbacks.analysis.timeline import Timeline, build_timeline
+from perf_callbacks.analysis.timeline import (
+    WINDOW_DEFINITION,
+    WINDOW_NO_STEPS,
+    Timeline,
+    build_timeline,
+    devices,
+)
 
-GPU_LOSSES = ("input", "sync", "host", "copy", "communication")
+GPU_LOSSES = ("input", "sync", "host", "copy", "communication", "other")
 CPU_LOSSES = ("input", "communication")
 
 
@@ -20,10 +28,9 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
     if tl is None:
         return None
     span = max(tl.hi - tl.lo, 1e-9)
-    totals = tl.totals()
     on_gpu = tl.device is not None
-    losses = {c: totals[c] / span for c in (GPU_LOSSES if on_gpu else CPU_LOSSES)}
     steps = _steps(trace, tl)
+    dev = tl.device
     return RankResult(
         rank=trace.rank,
         path=str(trace.path),
@@ -32,20 +39,74 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         kernel_busy_fraction=_kernel_busy(trace, tl) / span if on_gpu else None,
         step_time_ms=median(s.time_ms for s in steps) if steps else None,
         data_wait_fraction=total(clip(union(trace.data_spans), tl.lo, tl.hi)) / span,
-        losses=losses,
+        losses=_losses(tl, GPU_LOSSES if on_gpu else CPU_LOSSES),
         steps=steps,
-        copies_ms={k: v / 1e3 for k, v in copy_times(trace).items()},
+        copies_ms={k: v / 1e3 for k, v in copy_times(trace, dev).items()},
         comm_ms=_comm_ms(trace, tl),
         top_ops=top_ops(trace, top_k),
         peak_memory_bytes=trace.peak_allocated,
-        device_memory_bytes=_device_memory(trace, tl.device),
+        device_memory_bytes=_device_memory(trace, dev),
         profiler_flags=[k for k in ("with_stack", "record_shapes", "profile_memory") if trace.flag(k)],
         data_loader=min(trace.data_names) if trace.data_names else None,
-        collectives_ms=[(b - a) / 1e3 for a, b, _ in trace.comm_spans] + _nccl_kernels_ms(trace),
+        collectives_ms=[(b - a) / 1e3 for a, b, _ in trace.comm_spans] + _nccl_kernels_ms(trace, dev),
         sync_calls_ms={k: v / 1e3 for k, v in sorted(tl.sync_calls.items(), key=lambda kv: -kv[1])},
-        launches_per_step=_launches_per_step(trace, len(steps)) if on_gpu else None,
+        launches_per_step=_launches_per_step(trace, len(steps), dev) if on_gpu else None,
         timeline=tl,
+        **_extra(trace, tl, span),
     )
+
+
+def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
+    """The fields added after v0.1: identity, window definition, backlog, graphs, per-kind copies, each device."""
+    totals = tl.totals()
+    base = trace.meta.get("baseTimeNanoseconds")
+    offset = base / 1e3 if isinstance(base, (int, float)) and not isinstance(base, bool) else 0.0
+    return {
+        "rank_source": trace.rank_source,
+        "run_id": _run_id(trace),
+        "start_us": tl.lo + offset,
+        "end_us": tl.hi + offset,
+        "device_kind": trace.device_kind if trace.has_gpu else None,
+        "window_definition": WINDOW_DEFINITION if trace.steps else WINDOW_NO_STEPS,
+        "backlog_fraction": totals["backlog"] / span,
+        "graph_idle_fraction": tl.graph_idle_us / span,
+        "copy_exposed_ms": {k: v / 1e3 for k, v in tl.copy_exposed_us.items()},
+        "collectives_by_op_ms": _collectives_by_op(trace, tl),
+        "devices": [_device_view(trace, d, tl) for d in devices(trace)] if len(devices(trace)) > 1 else [],
+        "bad_events": trace.bad_events,
+        "runtime_calls": trace.runtime_calls,
+    }
+
+
+def _losses(tl: Timeline, causes: tuple[str, ...]) -> dict[str, float]:
+    span = max(tl.hi - tl.lo, 1e-9)
+    totals = tl.totals()
+    return {c: totals[c] / span for c in causes}
+
+
+def _device_view(trace: RankTrace, device: int, primary: Timeline) -> dict[str, Any]:
+    """Utilization, losses and top kernels of one device of a rank that drives several."""
+    tl = primary if device == primary.device else build_timeline(trace, device)
+    assert tl is not None  # the trace has ops on this device
+    span = max(tl.hi - tl.lo, 1e-9)
+    n_steps = len(trace.steps)
+    return {
+        "device": device,
+        "gpu_utilization": tl.busy_us / span,
+        "losses": _losses(tl, GPU_LOSSES),
+        "backlog_fraction": tl.totals()["backlog"] / span,
+        "kernels_per_step": _launches_per_step(trace, n_steps, device),
+        "comm_ms": _comm_ms(trace, tl),
+        "top_kernels": top_kernels(trace, device),
+    }
+
+
+def _run_id(trace: RankTrace) -> str:
+    """What tells runs apart in one folder: the job's world size and backend from ``distributedInfo``."""
+    info = trace.meta.get("distributedInfo")
+    if not isinstance(info, dict):
+        return ""
+    return f"world_size={info.get('world_size')},backend={info.get('backend')}"
 
 
 def _steps(trace: RankTrace, tl: Timeline) -> list[StepResult]:
@@ -53,7 +114,7 @@ def _steps(trace: RankTrace, tl: Timeline) -> list[StepResult]:
     starts = [s[1] for s in trace.steps] + [tl.hi]
     out = []
     for (n, ts, end, _tid), nxt in zip(trace.steps, starts[1:], strict=False):
-        causes = {k: round(v / 1e3, 4) for k, v in tl.totals(ts, nxt).items()}
+        causes = {k: round(v / 1e3, 4) for k, v in tl.totals(ts, nxt).items() if k != "backlog" or v > 0}
         out.append(StepResult(n, (end - ts) / 1e3, causes))
     return out
 
@@ -63,17 +124,36 @@ def _kernel_busy(trace: RankTrace, tl: Timeline) -> float:
                        if g[2] == "kernel" and g[4] == tl.device and g[1] > tl.lo and g[0] < tl.hi))
 
 
+def _is_nccl(g: tuple[float, float, str, str, int, int, int]) -> bool:
+    return g[2] == "kernel" and "nccl" in g[3].lower()
+
+
 def _comm_ms(trace: RankTrace, tl: Timeline) -> dict[str, float]:
-    """Return collective time in total, and the part of it that overlapped compute kernels."""
-    nccl = union((g[0], g[1]) for g in trace.gpu if g[2] == "kernel" and "nccl" in g[3].lower())
+    """Return collective time in total, and the part that overlapped compute kernels (on the timeline's device)."""
+    on_dev = [g for g in trace.gpu if g[4] == tl.device]
+    nccl = union((g[0], g[1]) for g in on_dev if _is_nccl(g))
     host = union((a, b) for a, b, _ in trace.comm_spans)
     spans = clip(union(nccl + host), tl.lo, tl.hi)
-    kernels = union((g[0], g[1]) for g in trace.gpu if g[2] == "kernel" and "nccl" not in g[3].lower())
+    kernels = union((g[0], g[1]) for g in on_dev if g[2] == "kernel" and not _is_nccl(g))
     return {"total": total(spans) / 1e3, "overlapped": total(intersect(spans, kernels)) / 1e3}
 
 
-def _nccl_kernels_ms(trace: RankTrace) -> list[float]:
-    return [(g[1] - g[0]) / 1e3 for g in trace.gpu if g[2] == "kernel" and "nccl" in g[3].lower()]
+def _collectives_by_op(trace: RankTrace, tl: Timeline) -> dict[str, float]:
+    """Milliseconds per collective (AllReduce, AllGather, ...) from NCCL kernel names, else host collective spans."""
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for g in trace.gpu:
+        name = nccl_collective(g[3]) if _is_nccl(g) and g[4] == tl.device else None
+        if name:
+            spans[name].append((g[0], g[1]))
+    if not spans:
+        for a, b, span_name in trace.comm_spans:
+            spans[span_name.split(":", 1)[-1]].append((a, b))
+    out = {name: total(clip(union(s), tl.lo, tl.hi)) / 1e3 for name, s in spans.items()}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _nccl_kernels_ms(trace: RankTrace, device: int | None) -> list[float]:
+    return [(g[1] - g[0]) / 1e3 for g in trace.gpu if _is_nccl(g) and g[4] == device]
 
 
 def _device_memory(trace: RankTrace, device: int | None) -> int | None:
@@ -84,7 +164,7 @@ def _device_memory(trace: RankTrace, device: int | None) -> int | None:
     return None
 
 
-def _launches_per_step(trace: RankTrace, n_steps: int) -> float | None:
+def _launches_per_step(trace: RankTrace, n_steps: int, device: int | None) -> float | None:
     lo, hi = (trace.steps[0][1], trace.steps[-1][2]) if trace.steps else (float("-inf"), float("inf"))
-    ops = [g for g in trace.gpu if g[2] == "kernel" and lo <= g[0] <= hi]
+    ops = [g for g in trace.gpu if g[2] == "kernel" and g[4] == device and lo <= g[0] <= hi]
     return len(ops) / n_steps if n_steps else None

@@ -7,7 +7,15 @@ from typing import Any
 
 from perf_callbacks.analysis.timeline import Timeline
 
-VERDICTS = ("compute_bound", "input_bound", "host_bound", "sync_bound", "copy_bound", "communication_bound")
+VERDICTS = (
+    "compute_bound",
+    "input_bound",
+    "host_bound",
+    "sync_bound",
+    "copy_bound",
+    "communication_bound",
+    "unexplained_idle",
+)
 
 
 @dataclass
@@ -21,7 +29,11 @@ class StepResult:
 
 @dataclass
 class RankResult:
-    """Metrics, verdict and recommendations for one rank. Fractions are of the window (see ``Timeline``)."""
+    """Metrics, verdict and recommendations for one rank. Fractions are of the window (see ``Timeline``).
+
+    ``start_us``/``end_us`` bound the window in wall-clock microseconds where the trace has ``baseTimeNanoseconds``
+    (Kineto's timestamps are then relative to it), else in the trace's own clock.
+    """
 
     rank: int
     path: str
@@ -45,12 +57,35 @@ class RankResult:
     verdict: str = "compute_bound"
     recommendations: list[str] = field(default_factory=list)
     timeline: Timeline | None = field(default=None, repr=False)
+    rank_source: str = "order"
+    run_id: str = ""
+    start_us: float = 0.0
+    end_us: float = 0.0
+    device_kind: str | None = None
+    window_definition: str = ""
+    backlog_fraction: float = 0.0
+    graph_idle_fraction: float = 0.0
+    copy_exposed_ms: dict[str, float] = field(default_factory=dict)
+    collectives_by_op_ms: dict[str, float] = field(default_factory=dict)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    bad_events: int = 0
+    runtime_calls: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("timeline", "steps")}
         out["steps"] = [s.__dict__ for s in self.steps]
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankResult:
+        """Rebuild a result from ``to_dict`` output (the timeline is not kept, so it is None)."""
+        known = {f for f in cls.__dataclass_fields__ if f not in ("timeline", "steps")}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["sync_calls_ms"] = dict(kwargs.get("sync_calls_ms", {}))
+        steps = [StepResult(int(s["step"]), float(s["time_ms"]), dict(s.get("causes_ms", {})))
+                 for s in data.get("steps", [])]
+        return cls(steps=steps, **kwargs)
 
 
 @dataclass
@@ -71,7 +106,15 @@ class AnalysisResult:
         imbalance_ratio: max / mean over ranks of step time minus collective wait (1.0 = balanced).
         step_time_spread_ms: max - min over ranks of the median step time.
         straggler_reasons: rank -> why it is late.
-        windows: summaries of every window found, most recent first.
+        windows: summaries of every window (and trace set) found: the headline first, then most recent first.
+        verdict_margin: the largest loss minus the 10% threshold (negative when under it), None without losses.
+        runner_up: the verdict that the next largest loss would give.
+        verdict_note: why the verdict is a close call (``close to the 10% threshold``), or empty.
+        devices: with several devices in one rank's file, one entry per rank and device.
+        notes: what the discovery found worth saying (duplicate ranks, separate runs, partial windows).
+        errors: one line per file that could not be read (file name and reason).
+        partial: whether the window has fewer completed steps than it was meant to hold.
+        others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
     path: str
@@ -88,10 +131,18 @@ class AnalysisResult:
     step_time_spread_ms: float | None = None
     straggler_reasons: dict[int, str] = field(default_factory=dict)
     windows: list[dict[str, Any]] = field(default_factory=list)
+    verdict_margin: float | None = None
+    runner_up: str | None = None
+    verdict_note: str = ""
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    partial: bool = False
+    others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the ``perf-callbacks report --json`` object."""
-        out = {k: v for k, v in self.__dict__.items() if k != "ranks"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("ranks", "others")}
         out["ranks"] = [r.to_dict() for r in self.ranks]
         out["straggler_reasons"] = {str(k): v for k, v in self.straggler_reasons.items()}
         return out
@@ -111,8 +162,8 @@ class AnalysisResult:
             "perf/peak_memory_gb": None if self.peak_memory_bytes is None else self.peak_memory_bytes / 1e9,
             "perf/imbalance_ratio": self.imbalance_ratio,
         }
-        for cause in ("sync", "host", "copy", "communication", "input"):
+        for cause in ("sync", "host", "copy", "communication", "other"):
             shares = [r.losses[cause] for r in self.ranks if cause in r.losses]
-            key = {"sync": "host_sync", "host": "launch_overhead", "input": "input_idle"}.get(cause, cause)
+            key = {"sync": "host_sync", "host": "launch_overhead", "other": "unexplained_idle"}.get(cause, cause)
             values[f"perf/{key}_fraction"] = sum(shares) / len(shares) if shares else None
         return {k: float(v) for k, v in values.items() if v is not None}

@@ -1,66 +1,112 @@
-"""Sidecar summaries: ``rank{R}.summary.json`` next to each trace (interim version; see issue 12's full one)."""
+"""Sidecar summaries: ``rank{R}.summary.json`` next to a trace, written once so that reports need not parse it again.
+
+The training process runs this module in a background subprocess at the end of each window::
+
+    python -m perf_callbacks.analysis.sidecar TRACE [--meta JSON_STRING] [--top-k K]
+
+It analyses the one trace, writes the sidecar atomically (a hidden temporary name, then a rename), and exits 0. When
+the analysis fails it still writes a sidecar, with an ``"error"`` key, and exits 1. It never prints a traceback.
+``perf-callbacks report`` uses a window's sidecars when every trace of it has a matching one (same file name and byte
+size), so a report over hundreds of ranks reads kilobytes.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-FORMAT = "perf-callbacks-sidecar/1"
+from perf_callbacks.analysis.api import build_result
+from perf_callbacks.analysis.collect import analyze_file
+from perf_callbacks.analysis.sidecar_store import FORMAT, read_sidecar, sidecar_path, write_atomic
+from perf_callbacks.analysis.text import format_text
 
+__all__ = ["FORMAT", "main", "read_sidecar", "sidecar_path", "write_sidecar"]
 
-def sidecar_path(trace: Path) -> Path:
-    """``rank{R}.summary.json`` next to ``rank{R}.pt.trace.json.gz``."""
-    name = trace.name
-    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    return trace.with_name(f"{name}.summary.json")
+RANK_TOP_K = 10
+"""Top ops kept in the sidecar's rank result (what a report lists at most by default)."""
 
 
 def write_sidecar(trace: Path, meta: dict[str, Any] | None = None, top_k: int = 5) -> dict[str, Any]:
-    """Analyse one trace and write its sidecar atomically; returns what was written."""
-    from perf_callbacks.analysis import analyze, format_text
+    """Analyse ``trace`` and write its sidecar; return what was written.
 
-    out: dict[str, Any] = {"format": FORMAT, "trace": trace.name, "trace_bytes": trace.stat().st_size,
-                           "meta": meta or {}}
-    try:
-        result = analyze(trace, top_k=max(top_k, 1))
-        out.update(text=format_text(result, top_k=top_k), scalars=dict(result.scalars()),
-                   rank=result.ranks[0].to_dict() if result.ranks else None)
-    except Exception as err:  # noqa: BLE001 - the sidecar records the failure instead
-        out["error"] = f"{type(err).__name__}: {err}"
-    dest = sidecar_path(trace)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
-    tmp.write_text(json.dumps(out))
-    os.replace(tmp, dest)
-    return out
+    Args:
+        trace: one Kineto trace file.
+        meta: anything the caller wants kept with the summary (window, partial, interrupted, steps, overhead_ms).
+        top_k: how many top ops the ``text`` report lists.
 
+    Returns:
+        The sidecar: ``format``, ``trace``, ``trace_bytes``, ``meta``, and either ``text``, ``scalars``, ``rank``
+        (the rank result as a dict), ``verdict`` and ``verdict_note``, or ``error`` (one line) when it failed.
 
-def read_sidecar(trace: Path) -> dict[str, Any] | None:
-    """The sidecar of ``trace`` if it exists and matches the trace (name and size), else None."""
-    try:
-        data: dict[str, Any] = json.loads(sidecar_path(trace).read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("trace") != trace.name or data.get("trace_bytes") != trace.stat().st_size:
-        return None
+    Example:
+        >>> import tempfile, json, pathlib
+        >>> t = pathlib.Path(tempfile.mkdtemp()) / "rank0.pt.trace.json"
+        >>> _ = t.write_text(json.dumps({"traceEvents": []}))
+        >>> write_sidecar(t)["error"].endswith("rank0.pt.trace.json: no profiled events (no events; no op, kernel or "
+        ...                                    "ProfilerStep)")
+        True
+    """
+    trace = Path(trace)
+    data: dict[str, Any] = {"format": FORMAT, "trace": trace.name, "trace_bytes": _size(trace), "meta": meta or {}}
+    loaded = analyze_file(trace, max(top_k, RANK_TOP_K))
+    if loaded.result is None:
+        data["error"] = loaded.error or f"{trace}: could not be analysed"
+    else:
+        result = build_result(str(trace), [loaded.result], max(top_k, RANK_TOP_K))
+        data.update(text=format_text(result, top_k=top_k), scalars=result.scalars(), verdict=result.verdict,
+                    verdict_note=result.verdict_note, rank=loaded.result.to_dict())
+    write_atomic(sidecar_path(trace), json.dumps(data, indent=1, default=_plain))
     return data
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perf_callbacks.analysis.sidecar TRACE [--meta JSON] [--top-k K]``."""
-    p = argparse.ArgumentParser(prog="python -m perf_callbacks.analysis.sidecar")
-    p.add_argument("trace", type=Path)
-    p.add_argument("--meta", default="{}")
-    p.add_argument("--top-k", type=int, default=5)
-    args = p.parse_args(argv)
-    out = write_sidecar(args.trace, json.loads(args.meta), args.top_k)
-    return 1 if "error" in out else 0
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m perf_callbacks.analysis.sidecar TRACE [--meta JSON] [--top-k K]``: 0 written, 1 failed, 2 usage."""
+    parser = argparse.ArgumentParser(prog="python -m perf_callbacks.analysis.sidecar",
+                                     description="Write rank{R}.summary.json next to one trace.")
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--meta", default="{}", help="a JSON object kept in the sidecar as `meta`")
+    parser.add_argument("--top-k", type=int, default=5, help="top ops in the text report (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        meta = json.loads(args.meta)
+    except ValueError as err:
+        print(f"perf-callbacks sidecar: --meta is not JSON ({err})", file=sys.stderr)
+        return 2
+    try:
+        data = write_sidecar(args.trace, meta if isinstance(meta, dict) else {"value": meta}, args.top_k)
+    except OSError as err:
+        print(f"perf-callbacks sidecar: cannot write {sidecar_path(args.trace)}: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - a background summary never ends in a traceback
+        data = _write_error(args.trace, meta, f"{args.trace}: analysis failed ({type(err).__name__}: {err})")
+    if "error" in data:
+        print(f"perf-callbacks sidecar: {data['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_error(trace: Path, meta: Any, error: str) -> dict[str, Any]:
+    data = {"format": FORMAT, "trace": trace.name, "trace_bytes": _size(trace), "meta": meta, "error": error}
+    with contextlib.suppress(OSError):
+        write_atomic(sidecar_path(trace), json.dumps(data, default=_plain))
+    return data
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _plain(value: object) -> object:
+    """JSON fallback for tuples inside results and for anything else unexpected (as text)."""
+    return list(value) if isinstance(value, (tuple, set)) else str(value)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
-_CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other")
+_CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
 
 
 def format_text(result: AnalysisResult, top_k: int = 5) -> str:
@@ -14,14 +17,31 @@ def format_text(result: AnalysisResult, top_k: int = 5) -> str:
         result: what ``analyze`` returned.
         top_k: how many top ops to list.
     """
-    lines = [f"perf-callbacks report: {result.path}", f"verdict: {result.verdict}", *_headline(result), ""]
+    partial = " (partial window: fewer completed steps than planned)" if result.partial else ""
+    lines = [f"perf-callbacks report: {result.path}{partial}", f"verdict: {verdict_line(result)}",
+             *_headline(result), ""]
+    lines += [f"note: {n}" for n in result.notes]
+    lines += [f"skipped: {e}" for e in result.errors]
+    lines += [""] if result.notes or result.errors else []
     lines += ["recommendations:"] + [f"  {i}. {t}" for i, t in enumerate(result.recommendations, 1)] + [""]
     lines += _ops(result, top_k)
+    lines += _devices(result)
     lines += _ranks(result)
     if len(result.windows) > 1:
-        lines += ["", "other windows (most recent first):"]
-        lines += [f"  {w['path']}: {w['verdict']}, GPU {_pct(w['gpu_utilization'])}" for w in result.windows[1:]]
+        lines += ["", "other windows and trace sets (most recent first):"]
+        lines += [f"  {w['path']}{' (partial)' if w.get('partial') else ''}: {w['verdict']}, "
+                  f"GPU {_pct(w['gpu_utilization'])}, ranks {w['ranks']}{_files(w)}" for w in result.windows[1:]]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _files(window: dict[str, Any]) -> str:
+    files = window.get("files") or []
+    return f" ({', '.join(files)})" if 0 < len(files) <= 4 else ""
+
+
+def verdict_line(result: AnalysisResult) -> str:
+    """``compute_bound``, or ``compute_bound (input 10.4%, close to the 10% threshold)`` for a close call."""
+    return f"{result.verdict} ({result.verdict_note})" if result.verdict_note else result.verdict
 
 
 def _pct(x: float | None) -> str:
@@ -34,9 +54,7 @@ def _ms(x: float | None) -> str:
 
 def _headline(result: AnalysisResult) -> list[str]:
     lines = [
-        f"GPU utilization: {_pct(result.gpu_utilization)} (union of kernel/memcpy/memset time over the window)"
-        if result.gpu_utilization is not None
-        else "GPU utilization: n/a (CPU-only trace)",
+        _utilization(result),
         f"step time (median): {_ms(result.step_time_ms)}   data wait: {_pct(result.data_wait_fraction)}",
     ]
     if result.peak_memory_bytes is not None:
@@ -45,6 +63,40 @@ def _headline(result: AnalysisResult) -> list[str]:
         lines.append(f"peak memory allocated: {result.peak_memory_bytes / 1e9:.2f} GB{of}")
     if len(result.ranks) == 1:
         lines.append("time by cause: " + _causes(result.ranks[0]))
+    return lines
+
+
+def _utilization(result: AnalysisResult) -> str:
+    first = result.ranks[0] if result.ranks else None
+    window = f"; window: {first.window_definition}" if first and first.window_definition else ""
+    if result.gpu_utilization is None:
+        calls = sum(r.runtime_calls for r in result.ranks)
+        why = f" ({calls} runtime calls but no kernel records)" if calls else ""
+        return f"GPU utilization: n/a (no device activity recorded{why})"
+    kind = {"cuda": "GPU", None: "GPU"}.get(first.device_kind if first else None, "device")
+    text = f"{kind} utilization: {_pct(result.gpu_utilization)} (union of kernel/memcpy/memset time{window})"
+    backlog = _mean_of(r.backlog_fraction for r in result.ranks)
+    if backlog >= 0.001:
+        text += f"\nbacklog: {backlog:.1%} of the window the device was still running work queued before it " \
+                "(not counted as busy, not host idle)"
+    return text
+
+
+def _mean_of(values: Iterable[float]) -> float:
+    vals = list(values)
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def _devices(result: AnalysisResult) -> list[str]:
+    if not result.devices:
+        return []
+    lines = ["", "devices:"]
+    for d in result.devices:
+        losses = ", ".join(f"{k} {v:.1%}" for k, v in sorted(d["losses"].items(), key=lambda kv: -kv[1]) if v >= 0.01)
+        top = d["top_kernels"][0]["name"][:50] if d["top_kernels"] else "none"
+        per_step = "n/a" if d["kernels_per_step"] is None else f"{d['kernels_per_step']:.0f}"
+        lines.append(f"  rank {d['rank']} device {d['device']}: utilization {_pct(d['gpu_utilization'])}, "
+                     f"{per_step} kernels/step, idle: {losses or 'none'}; top kernel {top}")
     return lines
 
 

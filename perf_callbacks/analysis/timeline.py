@@ -4,23 +4,33 @@ Busy time is the union of kernel, memcpy and memset intervals (never a sum of du
 ``input`` while a DataLoader ``__next__`` or ``perf_callbacks.data_wait`` range runs, ``communication`` while a
 gloo/nccl collective runs on the host, ``sync`` when the gap begins as a blocking call returns, ``host`` when the next
 operation was launched only after the device had gone idle, and ``other`` when it had been launched in time.
+The gap at the window's start is ``backlog`` when the first op started long after its launch (more than
+``BACKLOG_US``): the device was still running work queued before the window, which is not host idle. The kernels of a
+CUDA graph replay take the launch time of their ``cudaGraphLaunch``; idle between two kernels of one replay is
+``other``, and counted in ``graph_idle_us``.
 On CPU-only traces the main thread is labelled instead: ``compute`` inside traced CPU ops, ``other`` outside them.
 """
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
 from perf_callbacks.analysis.events import RankTrace
-from perf_callbacks.analysis.intervals import Span, gaps, intersect, subtract, total, union
+from perf_callbacks.analysis.intervals import Span, clip, gaps, intersect, subtract, total, union
 
-CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other")
+CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
 SYNC_WINDOW_US = 300.0
 SLACK_US = 5.0
+BACKLOG_US = 100.0
+WINDOW_DEFINITION = "first ProfilerStep start to the later of the last step end and the last device op end"
+WINDOW_NO_STEPS = "first to last traced op (the trace has no ProfilerStep)"
 
 Segment = tuple[float, float, str]
+GpuOp = tuple[float, float, str, str, int, int, int]
+_MEMCPY = re.compile(r"Memcpy (\w+)")
 
 
 @dataclass
@@ -42,6 +52,8 @@ class Timeline:
     sync_calls: dict[str, float] = field(default_factory=dict)
     device: int | None = None
     busy_us: float = 0.0
+    graph_idle_us: float = 0.0
+    copy_exposed_us: dict[str, float] = field(default_factory=dict)
 
     def totals(self, lo: float | None = None, hi: float | None = None) -> dict[str, float]:
         """Microseconds per cause inside ``[lo, hi]`` (the whole window by default)."""
@@ -67,21 +79,26 @@ def window_bounds(trace: RankTrace) -> Span | None:
     return lo, max(hi, gpu_end) if gpu_end is not None else hi
 
 
+def devices(trace: RankTrace) -> list[int]:
+    """Return the devices with activity, the one with the most ops first (a rank normally drives one)."""
+    return [d for d, _ in Counter(g[4] for g in trace.gpu).most_common()]
+
+
 def primary_device(trace: RankTrace) -> int | None:
-    """Return the device with the most ops (a rank normally drives one), or None without device activity."""
-    counts = Counter(g[4] for g in trace.gpu)
-    return counts.most_common(1)[0][0] if counts else None
+    """Return the device with the most ops, or None without device activity."""
+    found = devices(trace)
+    return found[0] if found else None
 
 
-def build_timeline(trace: RankTrace) -> Timeline | None:
-    """Labels every moment of the rank's window; None when the trace holds no op at all."""
+def build_timeline(trace: RankTrace, device: int | None = None) -> Timeline | None:
+    """Labels every moment of the rank's window on ``device`` (the primary one by default); None without any op."""
     bounds = window_bounds(trace)
     if bounds is None:
         return None
     lo, hi = bounds
     data = union(trace.data_spans)
     comm = union((a, b) for a, b, _ in trace.comm_spans)
-    device = primary_device(trace)
+    device = primary_device(trace) if device is None else device
     tl = Timeline(lo, hi, device=device)
     if device is None:
         tl.segments = _label(intersect([(lo, hi)], data), "input") + _label(
@@ -92,13 +109,13 @@ def build_timeline(trace: RankTrace) -> Timeline | None:
         traced = union((o[0], o[1]) for o in trace.cpu_ops if main is None or o[2] == main)
         tl.segments += _label(intersect(rest, traced), "compute") + _label(subtract(rest, traced), "other")
     else:
-        busy, tl.segments = _busy_segments(trace, device, lo, hi)
+        busy, tl.segments = _busy_segments(trace, device, tl)
         tl.busy_us = total(busy)
         idle = gaps(busy, lo, hi)
         tl.segments += _label(intersect(idle, data), "input")
         idle = subtract(idle, data)
         tl.segments += _label(intersect(idle, comm), "communication")
-        tl.segments += _classify_gaps(trace, device, subtract(idle, comm), tl.sync_calls)
+        tl.segments += _classify_gaps(trace, device, subtract(idle, comm), tl)
     tl.segments.sort()
     return tl
 
@@ -107,18 +124,47 @@ def _label(spans: list[Span], cause: str) -> list[Segment]:
     return [(a, b, cause) for a, b in spans]
 
 
-def _busy_segments(trace: RankTrace, device: int, lo: float, hi: float) -> tuple[list[Span], list[Segment]]:
+def _busy_segments(trace: RankTrace, device: int, tl: Timeline) -> tuple[list[Span], list[Segment]]:
+    lo, hi = tl.lo, tl.hi
     ops = [g for g in trace.gpu if g[4] == device and g[1] > lo and g[0] < hi]
     kernels = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == "kernel" and "nccl" not in g[3].lower())
     comm = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == "kernel" and "nccl" in g[3].lower())
     copies = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] != "kernel")
     comm_exposed = subtract(comm, kernels)
     copy_exposed = subtract(subtract(copies, kernels), comm)
+    for kind, spans in copy_spans(ops).items():
+        exposed = total(intersect(copy_exposed, clip(spans, lo, hi)))
+        if exposed > 0:
+            tl.copy_exposed_us[kind] = exposed
     segments = _label(kernels, "compute") + _label(comm_exposed, "communication") + _label(copy_exposed, "copy")
     return union(kernels + comm + copies), segments
 
 
-def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], sync_calls: dict[str, float]) -> list[Segment]:
+def copy_kind(kind: str, name: str) -> str:
+    """``HtoD/pageable``, ``DtoD/device``, ``memset``...: direction and host memory of a copy or memset.
+
+    Example:
+        >>> copy_kind("memcpy", "Memcpy HtoD (Pageable -> Device)")
+        'HtoD/pageable'
+    """
+    if kind == "memset":
+        return "memset"
+    match = _MEMCPY.match(name)
+    direction = match.group(1) if match else "other"
+    memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else "device"
+    return f"{direction}/{memory}"
+
+
+def copy_spans(ops: list[GpuOp]) -> dict[str, list[Span]]:
+    """The merged intervals of each copy kind among ``ops``."""
+    by_kind: dict[str, list[Span]] = {}
+    for g in ops:
+        if g[2] != "kernel":
+            by_kind.setdefault(copy_kind(g[2], g[3]), []).append((g[0], g[1]))
+    return {k: union(v) for k, v in by_kind.items()}
+
+
+def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], tl: Timeline) -> list[Segment]:
     ops = [g for g in trace.gpu if g[4] == device]
     starts = [g[0] for g in ops]
     sync_ends = [s[1] for s in trace.syncs]
@@ -126,14 +172,34 @@ def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], sync_calls
     for p0, p1 in pieces:
         blocker = _blocking_call(trace.syncs, sync_ends, p0, p1)
         if blocker is not None:
-            sync_calls[blocker] = sync_calls.get(blocker, 0.0) + p1 - p0
+            tl.sync_calls[blocker] = tl.sync_calls.get(blocker, 0.0) + p1 - p0
             out.append((p0, p1, "sync"))
             continue
         i = bisect_left(starts, p1 - SLACK_US)
-        launched = trace.launches.get(ops[i][5]) if i < len(ops) else None
-        late = launched is None or launched[0] >= p0 - SLACK_US
-        out.append((p0, p1, "host" if late else "other"))
+        cause = _gap_cause(trace, ops, i, p0, tl)
+        if cause == "graph":
+            tl.graph_idle_us += p1 - p0
+            cause = "other"
+        out.append((p0, p1, cause))
     return out
+
+
+def _gap_cause(trace: RankTrace, ops: list[GpuOp], i: int, p0: float, tl: Timeline) -> str:
+    """Why the device idled from ``p0`` until ``ops[i]`` started: host, backlog, graph (inside a replay) or other."""
+    if i >= len(ops):
+        return "host"  # nothing more was launched before the window ended
+    nxt = ops[i]
+    corr = nxt[5]
+    graph_end = trace.graph_launches.get(corr)
+    launched = trace.launches.get(corr)
+    if launched is None:
+        return "backlog" if p0 <= tl.lo + SLACK_US else "host"
+    if graph_end is not None and i > 0 and ops[i - 1][5] == corr:
+        return "graph"
+    if p0 <= tl.lo + SLACK_US and nxt[0] - launched[0] > BACKLOG_US:
+        return "backlog"
+    ready = graph_end if graph_end is not None else launched[0]
+    return "host" if ready >= p0 - SLACK_US else "other"
 
 
 def _blocking_call(syncs: list[tuple[float, float, str]], ends: list[float], p0: float, p1: float) -> str | None:

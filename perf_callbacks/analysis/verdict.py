@@ -3,17 +3,67 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from perf_callbacks.analysis.result import RankResult
 
 THRESHOLD = 0.10
+CLOSE = 0.03
 VERDICT_OF = {
     "input": "input_bound",
     "host": "host_bound",
     "sync": "sync_bound",
     "copy": "copy_bound",
     "communication": "communication_bound",
+    "other": "unexplained_idle",
 }
+_LABEL = {"other": "unexplained idle"}
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How clear a verdict is.
+
+    Args:
+        margin: the largest loss minus ``THRESHOLD`` (negative when under it), None without losses.
+        runner_up: the verdict the next candidate would give (the next cause, or ``compute_bound``).
+        note: ``input 10.4%, close to the 10% threshold`` when the call is within ``CLOSE`` of flipping, else "".
+    """
+
+    margin: float | None
+    runner_up: str | None
+    note: str
+
+
+def verdict_margin(losses: dict[str, float]) -> Margin:
+    """Return how close ``verdict_from(losses)`` is to flipping: to the threshold, or to the next cause.
+
+    Example:
+        >>> verdict_margin({"input": 0.104, "host": 0.02}).note
+        'input 10.4%, close to the 10% threshold'
+        >>> verdict_margin({"input": 0.5, "host": 0.02}).note
+        ''
+    """
+    ranked = sorted(losses.items(), key=lambda kv: -kv[1])
+    if not ranked:
+        return Margin(None, None, "")
+    (cause, share), rest = ranked[0], ranked[1:]
+    second = rest[0] if rest else ("", 0.0)
+    margin = share - THRESHOLD
+    if share < THRESHOLD:
+        runner_up = VERDICT_OF[cause]
+    else:
+        runner_up = VERDICT_OF[second[0]] if second[0] and second[1] >= THRESHOLD else "compute_bound"
+    note = ""
+    if abs(margin) < CLOSE:
+        note = f"{_label(cause)} {share:.1%}, close to the {THRESHOLD:.0%} threshold"
+    elif share >= THRESHOLD and second[1] >= THRESHOLD and share - second[1] < CLOSE:
+        note = f"{_label(cause)} {share:.1%}, close to {_label(second[0])} {second[1]:.1%}"
+    return Margin(margin, runner_up, note)
+
+
+def _label(cause: str) -> str:
+    return _LABEL.get(cause, cause)
 
 
 def verdict_from(losses: dict[str, float]) -> str:
@@ -34,6 +84,8 @@ def judge_rank(r: RankResult) -> None:
     r.verdict = verdict_from(r.losses)
     ranked = sorted(((share, _ADVICE[c](r, share)) for c, share in r.losses.items() if share >= 0.02), reverse=True)
     recs = [text for _, text in ranked]
+    if r.backlog_fraction >= 0.02:
+        recs.append(_backlog_note(r))
     if r.verdict == "compute_bound":
         recs.insert(0, _compute_advice(r))
     caveat = _profiler_caveat(r)
@@ -67,24 +119,61 @@ def _sync_advice(r: RankResult, share: float) -> str:
 
 def _host_advice(r: RankResult, share: float) -> str:
     per_step = f"{r.launches_per_step:.0f} kernels per step, " if r.launches_per_step else ""
-    return f"the device waited {_pct(share)} of the time for the host to launch work ({per_step}GPU busy " \
-           f"{_pct(r.gpu_utilization or 0.0)}): cut Python and launch overhead with torch.compile or CUDA graphs, " \
-           "fused/foreach optimizers, and a larger batch per step"
+    cuda = r.device_kind in (None, "cuda")
+    where = f"({per_step}{'GPU' if cuda else 'device'} busy {_pct(r.gpu_utilization or 0.0)})"
+    fix = "cut Python and launch overhead with torch.compile or CUDA graphs, fused/foreach optimizers, and a larger " \
+          "batch per step" if cuda else "cut Python and launch overhead: fewer, larger ops and a larger batch per step"
+    return f"the device waited {_pct(share)} of the time for the host to launch work {where}: {fix}"
+
+
+_COPY_FIX = {
+    "HtoD/pageable": "copy from pinned memory (DataLoader pin_memory=True) with .to(device, non_blocking=True)",
+    "DtoH/pageable": "read results back less often, into pinned buffers, with non_blocking=True",
+    "HtoD/pinned": "start the next batch's copy early (non_blocking=True on a side stream, or a prefetcher) so it "
+                   "overlaps compute",
+    "DtoH/pinned": "read results back less often: keep metrics on the device and fetch them every N steps",
+    "DtoH/device": "read results back less often: keep metrics on the device and fetch them every N steps",
+    "DtoD/device": "the data is already on the device: find the ops that copy it (.contiguous(), .clone(), dtype "
+                   "casts, torch.cat, non-fused optimizer states) and use views, in-place or fused ops",
+    "PtoP/device": "peer-to-peer copies between devices: keep each tensor on the device that uses it, or move the "
+                   "transfer into a collective",
+    "memset": "buffers are zeroed on the device: use zero_grad(set_to_none=True) and torch.empty where the values "
+              "are overwritten",
+}
 
 
 def _copy_advice(r: RankResult, share: float) -> str:
-    worst = max(r.copies_ms.items(), key=lambda kv: kv[1], default=("memcpy", 0.0))
-    fix = "use pinned memory (pin_memory=True) and .to(device, non_blocking=True)" if "pageable" in worst[0] else \
-        "overlap copies with compute on a side stream, or keep the data on the device"
-    return f"copies not overlapped with compute took {_pct(share)} of the time (largest: {worst[0]} " \
-           f"{worst[1]:.1f} ms): {fix}"
+    kinds = r.copy_exposed_ms or r.copies_ms
+    ranked = sorted(kinds.items(), key=lambda kv: -kv[1])
+    parts = [f"{k} {ms:.1f} ms: {_COPY_FIX.get(k, 'overlap it with compute on a side stream')}" for k, ms in ranked
+             if ms >= 0.1 * ranked[0][1]][:3]
+    return f"copies not overlapped with compute took {_pct(share)} of the time; by kind, " + "; ".join(parts)
 
 
 def _comm_advice(r: RankResult, share: float) -> str:
     tot, over = r.comm_ms.get("total", 0.0), r.comm_ms.get("overlapped", 0.0)
-    return f"collectives were exposed {_pct(share)} of the time ({tot:.1f} ms in collectives, {over:.1f} ms " \
+    ops = ", ".join(f"{name} {ms:.1f} ms" for name, ms in list(r.collectives_by_op_ms.items())[:3])
+    which = f" ({ops})" if ops else ""
+    return f"collectives{which} were exposed {_pct(share)} of the time ({tot:.1f} ms in collectives, {over:.1f} ms " \
            "overlapped with compute): overlap them (DDP bucket_cap_mb, FSDP prefetch), fix stragglers first, or " \
            "communicate less often (gradient accumulation with no_sync)"
+
+
+def _other_advice(r: RankResult, share: float) -> str:
+    graph = r.graph_idle_fraction
+    inside = ""
+    if graph >= 0.01:
+        inside = f"; {_pct(graph)} of the window is inside CUDA graph replays (between kernels of one " \
+                 "cudaGraphLaunch): look for graph nodes waiting on other streams, events or host nodes"
+    lead = f"unexplained idle {_pct(share)}: the device idled although its next op had already been launched"
+    return f"{lead}{inside}; look at cross-stream waits (cudaStreamWaitEvent), work on other devices or " \
+           "processes, and the gaps in an Nsight Systems timeline (perf-callbacks nsys)"
+
+
+def _backlog_note(r: RankResult) -> str:
+    return f"backlog {_pct(r.backlog_fraction)}: at the window's start the device was still running work queued " \
+           "before it (its first op started long after its launch); that time is not host idle, and the window " \
+           "is too short to judge: profile more steps (schedule.active) to see the steady state"
 
 
 _ADVICE: dict[str, Callable[[RankResult, float], str]] = {
@@ -93,13 +182,19 @@ _ADVICE: dict[str, Callable[[RankResult, float], str]] = {
     "host": _host_advice,
     "copy": _copy_advice,
     "communication": _comm_advice,
+    "other": _other_advice,
 }
 
 
 def _compute_advice(r: RankResult) -> str:
     top = r.top_ops[0] if r.top_ops else None
     lead = f"{top['name']} has {_pct(top['fraction'])} of self {top['device']} time" if top else "no single op leads"
-    busy = f"GPU busy {_pct(r.gpu_utilization)}" if r.gpu_utilization is not None else "no removable loss found"
+    if r.gpu_utilization is None:
+        return f"no device activity recorded and no removable host-side loss found ({lead}): speed up the host " \
+               "code, or profile with activities=[CPU, CUDA] to see the device"
+    if r.device_kind not in (None, "cuda"):
+        return f"compute-bound (device busy {_pct(r.gpu_utilization)}; {lead}): speed up the device kernels themselves"
+    busy = f"GPU busy {_pct(r.gpu_utilization)}"
     return f"compute-bound ({busy}; {lead}): speed up the math itself: bf16/TF32, torch.compile, fused or flash " \
            "attention kernels"
 

@@ -45,3 +45,47 @@ def gloo_window(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.analysis.gloo_traces import write_traces
 
     return write_traces(tmp_path_factory.mktemp("gloo") / "window-000002-000004")
+
+
+def load_doc(name: str) -> dict[str, Any]:
+    """The parsed JSON of a fixture trace, to be changed and written again with ``write_trace``."""
+    with gzip.open(fixture_trace(name), "rt") as f:
+        doc: dict[str, Any] = json.load(f)
+    return doc
+
+
+def save_doc(path: Path, doc: Any) -> Path:
+    """Write a (changed) trace document, compact; ``.gz`` names are gzipped."""
+    text = json.dumps(doc)
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def device_busy(events: list[dict[str, Any]], device: int = 0) -> float:
+    """Utilization as the fixtures README counts it, computed here without the package: union of device intervals
+    over [first ProfilerStep start, max(last step end, last device op end)]."""
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    ops = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events
+                 if e.get("cat") in DEVICE_CATS and e.get("args", {}).get("device") == device)
+    lo = min(e["ts"] for e in steps)
+    hi = max([e["ts"] + e["dur"] for e in steps] + [b for _, b in ops])
+    busy, cur_a, cur_b = 0.0, None, None
+    for a, b in ops:
+        a, b = max(a, lo), min(b, hi)
+        if b <= a:
+            continue
+        if cur_b is None or a > cur_b:
+            busy += 0.0 if cur_b is None or cur_a is None else cur_b - cur_a
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    if cur_a is not None and cur_b is not None:
+        busy += cur_b - cur_a
+    return busy / (hi - lo)
+
+
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}

@@ -1,0 +1,68 @@
+"""Where a trace's sidecar summary lives, and reading it back only while it still matches its trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from perf_callbacks.analysis.loader import open_trace, rank_from_name
+
+FORMAT = "perf-callbacks-sidecar/1"
+_DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)')
+
+
+def sidecar_path(trace: Path) -> Path:
+    """``rank{R}.summary.json`` next to ``trace``.
+
+    R comes from the file name (``rank3...``), else from the trace's ``distributedInfo``; without either, the
+    sidecar is named after the trace (``<name>.summary.json``).
+
+    Example:
+        >>> sidecar_path(Path("w/rank3.pt.trace.json.gz")).as_posix()
+        'w/rank3.summary.json'
+    """
+    rank = rank_from_name(trace)
+    if rank is None:
+        rank = _rank_from_head(trace)
+    stem = f"rank{rank}" if rank is not None else trace.name
+    return trace.with_name(f"{stem}.summary.json")
+
+
+def read_sidecar(trace: Path) -> dict[str, Any] | None:
+    """The sidecar of ``trace``, or None when it is absent, unreadable, or written for another version of the file.
+
+    A sidecar matches when its ``trace`` (file name) and ``trace_bytes`` (size) are those of the file now.
+    """
+    try:
+        data = json.loads(sidecar_path(trace).read_text(encoding="utf-8"))
+        size = trace.stat().st_size
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    if data.get("trace") != trace.name or data.get("trace_bytes") != size:
+        return None
+    return data
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a hidden temporary name in the same folder, then rename it to ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _rank_from_head(trace: Path) -> int | None:
+    try:
+        with open_trace(trace) as f:
+            head = f.read(64 << 10)
+    except (OSError, EOFError, ValueError):
+        return None
+    match = _DIST_RANK.search(head)
+    return int(match.group(1)) if match else None
