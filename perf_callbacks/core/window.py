@@ -136,7 +136,7 @@ class WindowRecorder:
             self._instruments_off()
             recorded = session.recording
             session.stop()
-            if recorded and self.completed > 0:
+            if recorded and self.steps and (self.completed > 0 or error is not None):  # an interrupted step ran
                 self._export(session, error)
         except Exception as err:  # noqa: BLE001
             self._fail(err)

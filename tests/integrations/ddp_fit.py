@@ -1,6 +1,7 @@
 """A 2-process DDP fit on CPU (gloo), run as a script: Lightning's ddp strategy re-launches this file per rank.
 
-Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R [--oom]]
+Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R [--oom]] [--in-memory]
+With --in-memory, the loader is a fast in-process TensorDataset (num_workers=0).
 With --fail-rank R, rank R raises in training_step at step 4 (inside the window 3-4); ValueError, or with --oom
 torch.OutOfMemoryError.
 Each rank writes OUT_DIR/result-rank{R}.json with the warnings it saw and the traces it exported.
@@ -38,7 +39,7 @@ def main() -> None:
         model = OOMModel("forward", at=4)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always", PerfWarning)
-        trainer.fit(model, loader(num_workers=1))
+        trainer.fit(model, loader(num_workers=0 if "--in-memory" in sys.argv else 1))
     perf = [f"{w.category.__name__}: {w.message}" for w in seen if issubclass(w.category, PerfWarning)]
     result = {"rank": trainer.global_rank, "warnings": perf, "exported": [str(p) for p in cb.engine.exported]}
     (out / f"result-rank{trainer.global_rank}.json").write_text(json.dumps(result))
