@@ -22,9 +22,9 @@ from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.dataloader import inspect_loader
+from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
-from perf_callbacks.exceptions import PerfConfigError
 
 
 class GPUPerfCallback(Callback):
@@ -202,11 +202,7 @@ class GPUPerfCallback(Callback):
 
     # ---- helpers -----------------------------------------------------------------------------------------------
     def _output_dir(self, trainer: pl.Trainer) -> Path:
-        if self.config.ranks is not None and max(self.config.ranks) >= trainer.world_size:
-            raise PerfConfigError(
-                f"ranks={list(self.config.ranks)} names ranks beyond the world size {trainer.world_size}; "
-                f"valid ranks are 0-{trainer.world_size - 1}"
-            )
+        check_ranks(self.config.ranks, trainer.world_size)
         if self.config.output_dir is not None:
             return Path(self.config.output_dir)
         log_dir = trainer.log_dir if trainer.loggers else None
