@@ -14,7 +14,6 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.exceptions import (
     DataLoaderWarning,
-    InstrumentUnavailableWarning,
     PerformanceDegradationWarning,
     TraceSizeWarning,
 )
@@ -72,18 +71,6 @@ def test_trace_has_distributed_info_and_no_other_json(tmp_path: Path) -> None:
     assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 
-def test_no_profiler_outside_windows(tmp_path: Path) -> None:
-    engine = make_engine(tmp_path)
-    with mock.patch("perf_callbacks.core.engine.ProfilerSession") as session_cls:
-        run_steps(engine, 2)  # steps 0, 1: skip_first=2
-        engine.batch_start(2)  # step 2: wait
-        assert session_cls.call_count == 0
-        engine.batch_end(stepped=True)  # the warm-up step 3 opens at the end of step 2, to include its data wait
-    assert session_cls.call_count == 1
-    session_cls.return_value.prepare.assert_called_once_with()
-    session_cls.return_value.mark_step.assert_called_once_with(3)
-
-
 def test_untraced_rank_exports_nothing(tmp_path: Path) -> None:
     engine = make_engine(tmp_path, ranks=[1])
     run_steps(engine, 8)
@@ -104,17 +91,6 @@ def test_exception_mid_window_flushes_partial_trace(tmp_path: Path) -> None:
     engine.close()  # idempotent
 
 
-def test_foreign_profiler_makes_it_stand_aside(tmp_path: Path) -> None:
-    engine = make_engine(tmp_path)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        with pytest.warns(InstrumentUnavailableWarning, match="another torch.profiler"):
-            run_steps(engine, 8)
-        assert torch.autograd.profiler._is_profiler_enabled
-    engine.close()
-    assert engine.exported == []
-    assert prof.key_averages() is not None
-
-
 def test_trace_size_cap_skips_export(tmp_path: Path) -> None:
     engine = make_engine(tmp_path, max_trace_mb=0.0001)
     with pytest.warns(TraceSizeWarning, match="above max_trace_mb=0.0001; it was not written"):
@@ -122,15 +98,6 @@ def test_trace_size_cap_skips_export(tmp_path: Path) -> None:
     assert engine.exported == []
     assert not list(tmp_path.rglob("*.json*"))
     assert not list(tmp_path.rglob("*.partial"))
-
-
-def test_export_failure_disables_profiler_and_training_goes_on(tmp_path: Path) -> None:
-    engine = make_engine(tmp_path, schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 1, "repeat": 0})
-    with mock.patch("perf_callbacks.core.engine.compress_trace", side_effect=OSError(28, "No space left on device")), \
-            pytest.warns(InstrumentUnavailableWarning, match="profiler disabled: OSError.*No space left"):
-        run_steps(engine, 12)
-    assert engine.exported == [] and not engine.profiling
-    assert not list(tmp_path.rglob("*.gz")) and not list(tmp_path.rglob("*.partial"))
 
 
 def test_metrics_logged_every_n_steps_without_window_steps(tmp_path: Path) -> None:
