@@ -114,13 +114,16 @@ def test_without_cuda_warns_once_and_does_nothing(no_cuda: None) -> None:
     assert not capture.capturing
 
 
-def test_on_this_cpu_only_torch_the_real_call_never_raises() -> None:
-    if torch.cuda.is_available():
-        pytest.skip("needs a machine without CUDA")
+def test_the_real_call_never_raises() -> None:
     capture = NsysCapture(enabled=True)
-    with pytest.warns(InstrumentUnavailableWarning):
+    if torch.cuda.is_available():  # cudaProfilerStart/Stop without nsys attached are harmless no-ops
         capture.start(0)
+        assert capture.capturing
+    else:
+        with pytest.warns(InstrumentUnavailableWarning):
+            capture.start(0)
     capture.stop(0)
+    assert not capture.capturing
 
 
 def test_without_cuda_other_ranks_stay_quiet(no_cuda: None) -> None:
