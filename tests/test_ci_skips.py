@@ -82,3 +82,13 @@ def test_in_ci_a_gpu_skip_alone_passes(pytester: pytest.Pytester, monkeypatch: p
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     assert result.ret == pytest.ExitCode.OK
+
+
+def test_ci_script_runs_the_readme_test_command_in_ci_mode() -> None:
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    script = (root / ".ci" / "run").read_text().splitlines()
+    command = next(line for line in script if line.startswith("python3 -m venv"))
+    assert f"```bash\n{command}\n```" in readme  # the README's test command, word for word
+    assert 'export CI="${CI:-true}"' in script
+    assert "exit 1" in "\n".join(script)  # a missing compiler or Chromium stops CI instead of skipping tests
