@@ -35,6 +35,7 @@ MARGIN = range(7, 13)
 LOG_EVERY = 2
 NVML = importlib.util.find_spec("pynvml") is not None
 SYNC_ERROR = "synchronizing CUDA operation"
+ACCELERATOR = "cuda"
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +100,7 @@ def lightning_fit(tmp_path: Path, callbacks: list[Any]) -> Any:
             return torch.optim.SGD(self.parameters(), lr=1e-3)
 
     trainer = pl.Trainer(
-        accelerator="cuda", devices=1, max_steps=STEPS, logger=CSVLogger(str(tmp_path), name="csv"),
+        accelerator=ACCELERATOR, devices=1, max_steps=STEPS, logger=CSVLogger(str(tmp_path), name="csv"),
         log_every_n_steps=LOG_EVERY, callbacks=callbacks, enable_progress_bar=False, enable_checkpointing=False,
         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=2, val_check_interval=5,
         default_root_dir=tmp_path,
@@ -157,8 +158,10 @@ def test_lightning_callback_adds_no_sync_outside_windows(tmp_path: Path) -> None
     assert not [str(w.message) for w in caught if issubclass(w.category, PerfWarning)]
     assert trainer.global_step == STEPS
     assert {name for name, _ in seen} == set(hooks) - {"on_exception"}  # every other hook of ours ran checked
-    batch_steps = {s for name, s in seen if name == "on_train_batch_end"}
-    assert {0, STEPS - 1} <= batch_steps and {s for s in range(STEPS) if s not in MARGIN} == batch_steps
+    starts = {s for name, s in seen if name == "on_train_batch_start"}  # global_step before the step
+    ends = {s for name, s in seen if name == "on_train_batch_end"}  # and after it: the logging steps are even ones
+    assert starts == {s for s in range(STEPS) if s not in MARGIN} and {0, STEPS - 1} <= starts
+    assert ends == {s for s in range(1, STEPS + 1) if s not in MARGIN} and {1, STEPS} <= ends
     assert {("on_validation_start", 5), ("on_validation_end", 5), ("setup", 0), ("teardown", STEPS)} <= set(seen)
     assert [p.parent.name for p in perf.engine.exported] == ["window-000010-000011"]
     logged = set(next(csv.reader((Path(trainer.logger.log_dir) / "metrics.csv").open())))
