@@ -65,4 +65,4 @@ def test_no_kineto_warning_from_our_calls(tmp_path: Path, script: str) -> None:
                           text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     noise = [line for line in proc.stderr.splitlines() if any(k in line for k in KINETO_NOISE)]
-    assert noise == [], "\\n".join(noise[:10])
+    assert noise == [], "\n".join(noise[:10])
