@@ -146,6 +146,7 @@ class GPUPerfCallback(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self.engine is not None:
             self.engine.close(exception)
+        _unwrap_save_checkpoint(trainer)  # Lightning calls no teardown hook after a failed fit
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -227,7 +228,10 @@ class GPUPerfCallback(Callback):
 
 
 def _wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
-    """Give ``trainer.save_checkpoint`` (what ModelCheckpoint calls) a ``checkpoint`` range; removed at teardown."""
+    """Give ``trainer.save_checkpoint`` (what ModelCheckpoint calls) a ``checkpoint`` range.
+
+    Removed at teardown, or in ``on_exception`` when ``fit`` fails.
+    """
     save = type(trainer).save_checkpoint.__get__(trainer)
 
     def save_checkpoint(*args: Any, **kwargs: Any) -> None:
