@@ -40,7 +40,7 @@ def test_compress_trace_on_a_full_disk_leaves_nothing_behind(tmp_path: Path, ful
 def test_export_failure_disables_profiler_and_training_goes_on(tmp_path: Path, full_disk: None) -> None:
     logged: list[int] = []
     config = PerfConfig.from_dict({"schedule": {"skip_first": 2, "wait": 0, "warmup": 1, "active": 1, "repeat": 0},
-                                   "summary": False})
+                                   "summary": False, "degradation_threshold": 1e6})
     engine = PerfEngine(config, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5,
                                            log_metrics=lambda metrics, step: logged.append(step)))
     x = torch.randn(8, 8, requires_grad=True)
