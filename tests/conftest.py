@@ -1,7 +1,25 @@
+"""Test-session rules: ``gpu`` tests skip without CUDA, and in CI no other test may skip.
+
+In CI (``CI=true``, as GitHub Actions and ``.ci/run`` set it) a skipped test that is not marked ``gpu`` is reported
+as a failure, and so is a test module skipped at import: a missing C compiler, Chromium or test dependency must
+fail the run, not hide the tests that need it.
+"""
+
 from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from typing import Any
 
 import pytest
 import torch
+
+pytest_plugins = ["pytester"]
+
+
+def in_ci() -> bool:
+    """Whether the tests run in CI, where only ``gpu`` tests may skip."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -9,3 +27,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and in_ci() and "gpu" not in item.keywords:
+        report.outcome = "failed"
+        report.longrepr = f"unexpected skip in CI (only tests marked gpu may skip): {_reason(report.longrepr)}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.CollectReport = outcome.get_result()
+    if report.skipped and in_ci() and "gpu" not in collector.keywords:
+        report.outcome = "failed"
+        report.longrepr = f"unexpected skip in CI (only tests marked gpu may skip): {_reason(report.longrepr)}"
+
+
+def _reason(longrepr: Any) -> str:
+    """The reason of a skip report: pytest stores ``(path, line, "Skipped: reason")``."""
+    return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)

@@ -39,6 +39,7 @@ from accelerate.utils import broadcast_object_list
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
+from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
@@ -110,6 +111,7 @@ class AcceleratePerfHook:
         """Attach to ``accelerator`` (on every process, after ``prepare``); returns ``self``."""
         if self.engine is not None or self._standing_aside:
             raise RuntimeError("AcceleratePerfHook.register() was already called; create one hook per run")
+        check_ranks(self.config.ranks, accelerator.num_processes)
         self.accelerator = acc = accelerator
         other = vars(acc).get(OWNER_ATTR)
         if other is not None and other is not self and not other._closed:

@@ -23,10 +23,11 @@ from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.dataloader import inspect_loader
+from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
-from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from perf_callbacks.integrations._cli_errors import config_or_exit
 
 CHECKPOINT_KEY = "perf_callbacks"
@@ -188,6 +189,7 @@ class GPUPerfCallback(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self.engine is not None:
             self.engine.close(exception)
+        _unwrap_save_checkpoint(trainer)  # Lightning calls no teardown hook after a failed fit
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -248,11 +250,7 @@ class GPUPerfCallback(Callback):
 
     # ---- helpers -----------------------------------------------------------------------------------------------
     def _output_dir(self, trainer: pl.Trainer) -> Path:
-        if self.config.ranks is not None and max(self.config.ranks) >= trainer.world_size:
-            raise PerfConfigError(
-                f"ranks={list(self.config.ranks)} names ranks beyond the world size {trainer.world_size}; "
-                f"valid ranks are 0-{trainer.world_size - 1}"
-            )
+        check_ranks(self.config.ranks, trainer.world_size)
         if self.config.output_dir is not None:
             return Path(self.config.output_dir)
         log_dir = trainer.log_dir if trainer.loggers else None
@@ -277,7 +275,10 @@ class GPUPerfCallback(Callback):
 
 
 def _wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
-    """Give ``trainer.save_checkpoint`` (what ModelCheckpoint calls) a ``checkpoint`` range; removed at teardown."""
+    """Give ``trainer.save_checkpoint`` (what ModelCheckpoint calls) a ``checkpoint`` range.
+
+    Removed at teardown, or in ``on_exception`` when ``fit`` fails.
+    """
     save = type(trainer).save_checkpoint.__get__(trainer)
 
     def save_checkpoint(*args: Any, **kwargs: Any) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from accelerate.data_loader import prepare_data_loader  # a test dependency; the core never imports it
 from torch.utils.data import DataLoader, IterableDataset, Sampler, TensorDataset, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
@@ -84,9 +85,6 @@ def test_data_wait_finding_quotes_the_numbers() -> None:
 def test_core_does_not_import_accelerate() -> None:
     code = "import sys, perf_callbacks.core.dataloader; print('accelerate' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
-
-
-prepare_data_loader = pytest.importorskip("accelerate.data_loader").prepare_data_loader
 
 
 def prepared(dl: DataLoader, **kwargs: Any) -> Any:

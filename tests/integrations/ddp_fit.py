@@ -1,9 +1,11 @@
 """A 2-process DDP fit on CPU (gloo), run as a script: Lightning's ddp strategy re-launches this file per rank.
 
-Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R [--oom]] [--in-memory]
+Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R [--oom] [--linger]]
+    [--in-memory]
 With --in-memory, the loader is a fast in-process TensorDataset (num_workers=0).
 With --fail-rank R, rank R raises in training_step at step 4 (inside the window 3-4); ValueError, or with --oom
-torch.OutOfMemoryError.
+torch.OutOfMemoryError. With --linger as well, the process group times out after 5 s, every rank catches its error,
+and rank R stays alive until rank 0 has written its result: rank 0, still training, must get out through the timeout.
 Each rank writes OUT_DIR/result-rank{R}.json with the warnings it saw and the traces it exported.
 """
 
@@ -12,10 +14,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.strategies import DDPStrategy
 
 from perf_callbacks import GPUPerfCallback, PerfWarning
 from tests.integrations.lit_helpers import TinyModel, loader
@@ -27,7 +32,9 @@ def main() -> None:
     cb = GPUPerfCallback(output_dir=str(out / "perf"),
                          schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2, "repeat": 2},
                          data_wait_steps=1000)
-    trainer = L.Trainer(strategy="ddp", accelerator="cpu", devices=2, max_steps=10, logger=False, callbacks=[cb],
+    linger = "--linger" in sys.argv
+    strategy = DDPStrategy(timeout=timedelta(seconds=5)) if linger else "ddp"
+    trainer = L.Trainer(strategy=strategy, accelerator="cpu", devices=2, max_steps=10, logger=False, callbacks=[cb],
                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
                         use_distributed_sampler=use_sampler)
     fail_rank = int(sys.argv[sys.argv.index("--fail-rank") + 1]) if "--fail-rank" in sys.argv else None
@@ -37,12 +44,24 @@ def main() -> None:
         from tests.integrations.test_oom import OOMModel
 
         model = OOMModel("forward", at=4)
+    error = None
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always", PerfWarning)
-        trainer.fit(model, loader(num_workers=0 if "--in-memory" in sys.argv else 1))
+        try:
+            trainer.fit(model, loader(num_workers=0 if "--in-memory" in sys.argv else 1))
+        except Exception as err:
+            if not linger:
+                raise
+            error = f"{type(err).__name__}: {err}"
     perf = [f"{w.category.__name__}: {w.message}" for w in seen if issubclass(w.category, PerfWarning)]
-    result = {"rank": trainer.global_rank, "warnings": perf, "exported": [str(p) for p in cb.engine.exported]}
+    result = {"rank": trainer.global_rank, "warnings": perf, "exported": [str(p) for p in cb.engine.exported],
+              "error": error, "time": time.time()}
     (out / f"result-rank{trainer.global_rank}.json").write_text(json.dumps(result))
+    deadline = time.time() + 60
+    while linger and trainer.global_rank == fail_rank and not (out / "result-rank0.json").exists():
+        if time.time() > deadline:
+            break
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -130,11 +130,25 @@ def test_resume_continues_the_schedule_by_global_step(tmp_path: Path) -> None:
     trainer(tmp_path, [second], max_steps=10).fit(TinyModel(), loader(), ckpt_path=str(ckpt))
     assert [profiler_steps(p) for p in first.engine.exported] == [[3], [5]]
     assert [profiler_steps(p) for p in second.engine.exported] == [[7], [9]]
-    # a checkpoint saved with the callback loads without it, and resuming a finished run does nothing
-    trainer(tmp_path, [], max_steps=6).fit(TinyModel(), loader(), ckpt_path=str(ckpt))
-    done = GPUPerfCallback(output_dir=str(tmp_path / "c"), schedule=sched, **QUIET)
-    trainer(tmp_path, [done], max_steps=6).fit(TinyModel(), loader(), ckpt_path=str(ckpt))
-    assert done.engine.exported == []
+    # a checkpoint saved with the callback loads without it
+    plain = trainer(tmp_path, [], max_steps=8)
+    plain.fit(TinyModel(), loader(), ckpt_path=str(ckpt))
+    assert plain.global_step == 8
+
+
+def test_resuming_a_run_whose_windows_are_done_records_nothing_more(tmp_path: Path) -> None:
+    sched = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 1, "repeat": 1}  # one window: step 3
+    first = GPUPerfCallback(output_dir=str(tmp_path / "a"), schedule=sched, **QUIET)
+    t = trainer(tmp_path, [first], max_steps=5)
+    t.fit(TinyModel(), loader())
+    ckpt = tmp_path / "done.ckpt"
+    t.save_checkpoint(ckpt)
+    assert [profiler_steps(p) for p in first.engine.exported] == [[3]]
+    again = GPUPerfCallback(output_dir=str(tmp_path / "b"), schedule=sched, **QUIET)
+    resumed = trainer(tmp_path, [again], max_steps=12)
+    resumed.fit(TinyModel(), loader(), ckpt_path=str(ckpt))
+    assert resumed.global_step == 12  # steps 5-11 ran
+    assert again.engine.exported == [] and not list((tmp_path / "b").rglob("*.gz"))
 
 
 def test_validate_and_test_calls_around_fit_write_nothing_and_mix_no_runs(tmp_path: Path) -> None:

@@ -73,10 +73,21 @@ def test_host_memory_stays_flat_over_2000_steps_and_10_windows(tmp_path: Path) -
                 self.rss_after_first_windows = host_rss_bytes()
 
     sched = {"skip_first": 10, "wait": 190, "warmup": 1, "active": 2, "repeat": 10}  # windows every 193 steps
-    cb = RssProbe(output_dir=str(tmp_path), schedule=sched, check_dataloaders=False, summary=False,
+    cb = RssProbe(output_dir=str(tmp_path), schedule=sched, check_dataloaders=False,  # default summary: on
                  data_wait_threshold=1.0, degradation_threshold=100.0)
     trainer(tmp_path, [cb], max_steps=2000, log_every_n_steps=50).fit(TinyModel(), loader(n=2048))
     growth_mb = (host_rss_bytes() - cb.rss_after_first_windows) / 2**20
     print(f"RSS growth over steps 300-2000: {growth_mb:.1f} MB, windows: {len(cb.engine.exported)}")
     assert len(cb.engine.exported) == 10
+    assert len(list(tmp_path.rglob("summary.txt"))) == 10  # every window was analysed and summarised
     assert growth_mb < 40
+
+
+def test_a_failed_fit_leaves_no_save_checkpoint_wrapper(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule=WINDOW, check_dataloaders=False)
+    t = trainer(tmp_path, [cb], max_steps=20)
+    with pytest.raises(ValueError, match="user error at step 4"):
+        t.fit(TinyModel(fail_at_step=4), loader())
+    assert "save_checkpoint" not in vars(t)
+    t.save_checkpoint(tmp_path / "after.ckpt")  # the Trainer's own method, not one bound to the closed engine
+    assert torch.load(tmp_path / "after.ckpt", weights_only=False)["global_step"] == 4

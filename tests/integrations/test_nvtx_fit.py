@@ -87,3 +87,65 @@ def test_accelerate_loop_emits_the_same_ranges(injection_lib: Path, tmp_path: Pa
     assert "data_wait" in in_step
     # save_state after opt.step(): the optimizer_step phase has ended, the micro-batch has not
     assert [p for p in paths if p[-1] == "checkpoint"] == [("step", "checkpoint")]
+
+
+# ---- balance after an exception, Ctrl-C or preemption mid-window ------------------------------------------------------
+LIGHTNING_FAILING_FIT = textwrap.dedent("""
+    import pathlib, tempfile
+    import pytest
+    from perf_callbacks import GPUPerfCallback
+    from tests.integrations.lit_helpers import TinyModel, loader, trainer
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    cb = GPUPerfCallback(output_dir=str(tmp), check_dataloaders=False, nvtx_modules=True, degradation_threshold=1e6,
+                         schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 4})
+    with pytest.raises(ValueError, match="user error at step 4"):  # raised inside forward, mid-window
+        trainer(tmp, [cb], max_steps=20, accumulate_grad_batches=2).fit(TinyModel(fail_at_step=4), loader())
+    assert cb.engine.exported
+""")
+
+ACCELERATE_FAILING_LOOP = textwrap.dedent("""
+    import pathlib, tempfile, torch
+    from torch import nn
+    from accelerate import Accelerator
+    from perf_callbacks import AcceleratePerfHook
+    from tests.integrations.test_accelerate import data
+    tmp = pathlib.Path(tempfile.mkdtemp())
+    acc = Accelerator(cpu=True, gradient_accumulation_steps=2)
+    model = nn.Linear(8, 1)
+    model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data())
+    hook = AcceleratePerfHook(output_dir=str(tmp), check_dataloaders=False, nvtx_modules=True,
+                              schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 4})
+    try:
+        with hook.register(acc):
+            for x, y in hook.iter(dl):
+                with acc.accumulate(model):
+                    with hook.phase("loss"):
+                        loss = nn.functional.mse_loss(model(x), y)
+                        if hook.optimizer_steps == 4:
+                            raise ERROR  # inside a nested phase range, mid-window
+                    acc.backward(loss)
+                    opt.step()
+                    opt.zero_grad()
+    except ERROR:
+        pass
+    assert hook.engine.exported
+""")
+
+
+@pytest.mark.parametrize(
+    ("script", "steps"),
+    [
+        (LIGHTNING_FAILING_FIT, [0, 1, 2, 3, 4]),
+        (ACCELERATE_FAILING_LOOP.replace("ERROR", "ValueError"), [0, 1, 2, 3, 4]),
+        (ACCELERATE_FAILING_LOOP.replace("ERROR", "KeyboardInterrupt"), [0, 1, 2, 3, 4]),
+    ],
+    ids=["lightning-exception", "accelerate-exception", "accelerate-ctrl-c"],
+)
+def test_ranges_are_balanced_after_an_exception_mid_window(
+    injection_lib: Path, tmp_path: Path, script: str, steps: list[int]
+) -> None:
+    events = run_with_injection(script, tmp_path, injection_lib)
+    ours = [e for e in events if e.domain == "perf_callbacks"]
+    assert [e.payload for e in pushes(ours) if e.message == "step"] == steps
+    paths = assert_balanced(ours)
+    assert ("step", "forward") in paths  # the tool saw the ranges that the exception cut short

@@ -1,0 +1,94 @@
+"""In CI only tests marked ``gpu`` may skip: the rule in ``tests/conftest.py``, checked on small test files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+EXAMPLES = '''
+import pytest
+
+@pytest.mark.gpu
+def test_gpu_only():
+    pytest.skip("needs CUDA")
+
+def test_plain_skip():
+    pytest.skip("no C compiler")
+
+@pytest.mark.skipif(True, reason="needs chromium")
+def test_skipif():
+    pass
+
+@pytest.mark.xfail(reason="known bug", strict=True)
+def test_xfail():
+    assert False
+
+def test_passes():
+    pass
+'''
+
+MODULE_SKIP = '''
+import pytest
+pytest.importorskip("a_module_that_is_not_installed")
+
+def test_hidden():
+    pass
+'''
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    shutil.copy(CONFTEST, pytester.path / "conftest.py")
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: needs CUDA\n")
+    pytester.makepyfile(test_examples=EXAMPLES, test_module_skip=MODULE_SKIP)
+    return pytester
+
+
+def test_outside_ci_skips_are_skips(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    result = suite.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=4, xfailed=1)  # one whole module skipped
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_in_ci_a_skip_not_marked_gpu_fails_the_run(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    result = suite.runpytest("-p", "no:cacheprovider", "-rfE", "test_examples.py")
+    result.assert_outcomes(passed=1, skipped=1, failed=1, errors=1, xfailed=1)  # a skip at setup fails as an error
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "FAILED test_examples.py::test_plain_skip*unexpected skip in CI*no C compiler*",
+        "ERROR test_examples.py::test_skipif*unexpected skip in CI*needs chromium*",
+    ])
+
+
+def test_in_ci_a_module_skipped_at_import_fails_the_run(suite: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    result = suite.runpytest("-p", "no:cacheprovider", "test_module_skip.py")
+    result.assert_outcomes(errors=1)
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error stops the whole run
+    result.stdout.fnmatch_lines(["*unexpected skip in CI*a_module_that_is_not_installed*"])
+
+
+def test_in_ci_a_gpu_skip_alone_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copy(CONFTEST, pytester.path / "conftest.py")
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: needs CUDA\n")
+    pytester.makepyfile(test_gpu="import pytest\n\n@pytest.mark.gpu\ndef test_cuda():\n    pytest.skip('no CUDA')\n")
+    monkeypatch.setenv("CI", "true")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_ci_script_runs_the_readme_test_command_in_ci_mode() -> None:
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    script = (root / ".ci" / "run").read_text().splitlines()
+    command = next(line for line in script if line.startswith("python3 -m venv"))
+    assert f"```bash\n{command}\n```" in readme  # the README's test command, word for word
+    assert 'export CI="${CI:-true}"' in script
+    assert "exit 1" in "\n".join(script)  # a missing compiler or Chromium stops CI instead of skipping tests
