@@ -143,6 +143,8 @@ class PerfEngine:
             self._ended, self._expected = True, self.step + 1
             self.steps_run += 1
             self._samples = samples
+            if self.config.nsys_steps is not None and self.step == self.config.nsys_steps[1]:
+                self.windows.nsys.stop(self.step)
             if (self.step + 1) % self.ctx.log_every_n_steps == 0:  # the steps measured so far (this one is not yet)
                 with self._tool("log"):
                     self._guard("metrics", self._log_interval, self.step + 1)
@@ -238,9 +240,6 @@ class PerfEngine:
         step = self.step
         if self._nvtx_on:
             self.nvtx.pop()
-        nsys_steps = self.config.nsys_steps
-        if nsys_steps is not None and step == nsys_steps[1]:
-            self.windows.nsys.stop(step)
         if not self._ended or step is None:  # abandoned: no optimizer step completed (a `break`, a resumed count)
             return
         if self.windows.action.value:  # a profiled step: its times are not comparable

@@ -171,17 +171,17 @@ def _engine_capture_steps(tmp_path: Path, cuda: mock.MagicMock, **options: objec
 
 def test_engine_captures_the_profiler_window(tmp_path: Path, cuda: mock.MagicMock) -> None:
     seen = _engine_capture_steps(tmp_path, cuda, schedule={"skip_first": 3, "wait": 0, "warmup": 1, "active": 2})
-    # recorded steps 4-5: the capture starts as step 4 opens (at the end of step 3, so it holds step 4's data wait)
-    # and stops when step 5 closes; the warm-up step 3 stays out
-    assert seen == [("start", "batch_end", 3), ("stop", "batch_end", 5)]
+    # recorded steps 4-5: the capture starts as step 4 begins (its first activity: here its batch; with a timed loader,
+    # its fetch) and stops when step 5's optimizer step ends; the warm-up step 3 stays out
+    assert seen == [("start", "batch_start", 4), ("stop", "batch_end", 5)]
 
 
 def test_engine_captures_nsys_steps_instead_of_the_window(tmp_path: Path, cuda: mock.MagicMock) -> None:
     seen = _engine_capture_steps(tmp_path, cuda, nsys_steps=[6, 8],
                                  schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 2})
-    assert seen == [("start", "batch_end", 5), ("stop", "batch_end", 8)]
+    assert seen == [("start", "batch_start", 6), ("stop", "batch_end", 8)]
 
 
 def test_engine_capture_still_open_at_close_is_stopped(tmp_path: Path, cuda: mock.MagicMock) -> None:
     seen = _engine_capture_steps(tmp_path, cuda, nsys_steps=[10, 20], schedule={"skip_first": 100})
-    assert seen == [("start", "batch_end", 9), ("stop", "close", -1)]
+    assert seen == [("start", "batch_start", 10), ("stop", "close", -1)]

@@ -60,16 +60,16 @@ def test_no_profiler_outside_windows(tmp_path: Path, monkeypatch: pytest.MonkeyP
         engine.batch_start(step)
         assert torch.autograd.profiler._is_profiler_enabled is (step in RECORDED), step
         (x @ x).sum().backward()
-        engine.batch_end(stepped=True)  # closes `step` and opens `step + 1` (its span includes the data wait)
+        engine.batch_end(stepped=True)  # ends `step`'s work; `step + 1` begins at its first activity, not here
         gc.collect()
-        nxt = step + 1
-        assert torch.autograd.profiler._is_profiler_enabled is (nxt in RECORDED), nxt
-        assert len(SpyProfile.alive) == (nxt in RECORDED | WARMUP), f"profiler objects alive when step {nxt} opens"
+        window_goes_on = step in WARMUP or (step in RECORDED and step + 1 in RECORDED)
+        assert torch.autograd.profiler._is_profiler_enabled is (step in RECORDED and step + 1 in RECORDED), step
+        assert len(SpyProfile.alive) == window_goes_on, f"profiler objects alive after step {step}"
     engine.close()
-    # built and warmed up as the warm-up step opens (at the end of the step before), recording from the first active
-    # step, stopped when the last active step closes; nothing else, ever
+    # built and warmed up as the warm-up step begins, recording from the first active step, stopped when the last
+    # active step's optimizer step ends; nothing else, ever
     expected = [(kind, at) for first in (5, 11, 17)
-                for kind, at in (("create", first - 1), ("prepare", first - 1), ("start", first), ("stop", first + 2))]
+                for kind, at in (("create", first), ("prepare", first), ("start", first + 1), ("stop", first + 2))]
     assert SpyProfile.calls == expected
     assert [p.parent.name for p in engine.exported] == ["window-000006-000007", "window-000012-000013",
                                                          "window-000018-000019"]

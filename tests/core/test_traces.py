@@ -32,7 +32,7 @@ def test_compress_trace_on_a_full_disk_leaves_nothing_behind(tmp_path: Path, ful
     raw.write_text(json.dumps({"traceEvents": []}))
     dest = tmp_path / "rank0.pt.trace.json.gz"
     with pytest.raises(OSError, match="No space left") as info:
-        compress_trace(raw, dest, {"rank": 0})
+        compress_trace(raw, dest)
     assert info.value.errno == errno.ENOSPC
     assert sorted(p.name for p in tmp_path.iterdir()) == [raw.name]  # the caller owns (and deletes) the raw file
 
