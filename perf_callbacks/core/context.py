@@ -29,7 +29,8 @@ class RunContext:
             (an adapter whose ``log_metrics`` is a cross-rank collective must give a local one here).
         data_loader: name and num_workers of the training loader, quoted by the data-wait warning.
         distributed_initialized: ``torch.distributed`` is initialised (else the trace gets ``distributedInfo``).
-        loader_hint: how to get data wait measured in this adapter, printed once when it was not.
+        advice: rewrites a warning's advice in the framework's own terms (e.g. ``dataloader_num_workers`` for
+            ``transformers.TrainingArguments``); default unchanged.
     """
 
     output_dir: Path
@@ -43,7 +44,11 @@ class RunContext:
     log_summary: MetricsFn | None = None
     data_loader: tuple[str, int | None] = ("train_dataloader", None)
     distributed_initialized: bool = False
-    loader_hint: str = ""
+    advice: Callable[[str], str] | None = None
+
+    def rephrase(self, message: str) -> str:
+        """``message`` in the framework's own terms (see ``advice``)."""
+        return self.advice(message) if self.advice is not None else message
 
     @property
     def distributed_info(self) -> dict[str, object] | None:

@@ -230,6 +230,18 @@ class WindowRecorder:
         self.summaries.append(job.summary)
         publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]))
 
+    def nothing_recorded(self) -> bool:
+        """True when this rank was to profile, stood aside for no one, and recorded no window."""
+        return self.enabled and not (self.exported or self.jobs or self.stood_aside)
+
+    def nothing_recorded_line(self, steps_run: int) -> str:
+        """The one line that says so, with where the first window would have started."""
+        s = self.config.schedule
+        first = s.skip_first + s.wait + s.warmup
+        return (f"perf-callbacks: no profiling window was recorded: {steps_run} optimizer steps ran, and the first "
+                f"window starts at step {first} (schedule: skip_first={s.skip_first}, wait={s.wait}, "
+                f"warmup={s.warmup}). Lower schedule.skip_first to profile a shorter run.")
+
     @property
     def stood_aside(self) -> bool:
         """A window was left to another profiler (and the user was told)."""

@@ -139,7 +139,7 @@ class GPUPerfCallback(Callback):
         )
         self.engine = PerfEngine(self.config, ctx)
         self.engine.attach_model(pl_module)
-        if isinstance(trainer.profiler, PyTorchProfiler):
+        if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self.engine.windows.enabled = False
             warn_user("Trainer(profiler=PyTorchProfiler) records its own torch.profiler trace, and only one can run at "
                       "a time: perf-callbacks records no trace; NVTX ranges, metrics and checks go on. Remove "
@@ -325,7 +325,7 @@ def _wrap_fetch(trainer: pl.Trainer, engine: PerfEngine) -> None:
 def _unwrap_fetch(trainer: pl.Trainer) -> None:
     loop = trainer.fit_loop.epoch_loop
     for name in ("_on_before_fetch", "_on_after_fetch"):
-        vars(loop).pop(name, None)
+        loop.__dict__.pop(name, None)
 
 
 def _fitting(trainer: pl.Trainer) -> bool:

@@ -70,7 +70,7 @@ def test_load_state_before_register_continues_the_numbering(tmp_path: Path) -> N
     schedule = {"skip_first": 6, "wait": 0, "warmup": 1, "active": 2}
     acc, hook, parts = setup(tmp_path, schedule=schedule)
     with hook:
-        for _ in zip(range(4), hook.iter(parts[2])):
+        for _ in zip(range(4), hook.iter(parts[2]), strict=False):
             acc.backward(nn.functional.mse_loss(parts[0](_[1][0]), _[1][1]))
             parts[1].step()
             parts[1].zero_grad()

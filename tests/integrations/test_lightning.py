@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
 from lightning.pytorch.loggers import TensorBoardLogger
+from torch.utils.data import DataLoader
 
 from perf_callbacks import DataLoaderWarning, GPUPerfCallback, PerfConfigError
 from tests.integrations.lit_helpers import SlowDataset, TinyModel, loader, names, profiler_steps, trainer

@@ -1,0 +1,91 @@
+"""What the engine measured, step by step: interval metrics, and the warnings those measurements back.
+
+Every warning here quotes a measurement: the data-wait share over the first ``data_wait_steps`` steps, and a lasting
+slowdown against the run's own baseline. Nothing is said from a setting alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.dataloader import Finding, data_wait_finding
+from perf_callbacks.core.memory import MemorySampler
+from perf_callbacks.core.stats import DataWaitCheck, DegradationDetector, StepStats
+from perf_callbacks.exceptions import DataLoaderWarning, PerformanceDegradationWarning, PerfWarning, ShardingWarning
+
+WarnFn = Callable[[str, type[PerfWarning], str], None]
+
+
+class StepMonitor:
+    """Step statistics of one rank, the data-wait check and the slowdown detector.
+
+    Args:
+        config: thresholds and ``data_wait_steps``.
+        ctx: the loader's name and workers, the logging interval and where metrics go.
+        warn: ``warn(key, category, message)``, the engine's warn-once (rank 0).
+    """
+
+    def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn) -> None:
+        self.ctx, self._warn = ctx, warn
+        self.stats = StepStats()
+        self.degradation = DegradationDetector(config.degradation_threshold)
+        self.data_wait_check = DataWaitCheck(config.data_wait_steps, config.data_wait_threshold)
+        self.overhead = {"window": 0.0, "log": 0.0}  # seconds of our own work in this interval
+
+    def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool) -> None:
+        """One optimizer step outside profiling windows (seconds)."""
+        self.stats.update(step_time, wait, samples)
+        if loader_timed:
+            share = self.data_wait_check.update(step, step_time, wait)
+            if share is not None:
+                name, workers = self.ctx.data_loader
+                first = self.data_wait_check.first_step or 0
+                message = data_wait_finding(name, share, first, step, workers).message
+                self._warn("data_wait", DataLoaderWarning, self.ctx.rephrase(message))
+
+    def findings(self, findings: list[Finding]) -> None:
+        """Warn once for each DataLoader finding.
+
+        ``num_workers=0`` alone is no problem (an in-memory dataset loads fastest in-process): it is said only with the
+        measured data-wait share (:meth:`measured`), so the advice is always backed by a measurement.
+        """
+        for f in findings:
+            if f.code == "num_workers":
+                continue
+            category = ShardingWarning if f.code in ("not_sharded", "double_sharded") else DataLoaderWarning
+            self._warn(f"{f.code}:{f.loader}", category, self.ctx.rephrase(f.message))
+
+    def log_interval(self, step: int, memory: MemorySampler | None, clean: bool, loader_timed: bool,
+                     extra: Callable[[dict[str, float]], None] | None = None) -> None:
+        """Close the logging interval ending at ``step``: log its metrics; ``clean`` feeds the slowdown detector."""
+        metrics = self.stats.compute()
+        self.stats.reset()
+        if not loader_timed:
+            metrics.pop("train/data_wait_fraction", None)
+        if memory is not None:
+            metrics.update(memory.sample())
+            if extra is not None:
+                extra(metrics)
+        for kind, seconds in self.overhead.items():
+            metrics[f"overhead/{kind}_ms"] = seconds * 1e3
+        self.overhead = dict.fromkeys(self.overhead, 0.0)
+        median = metrics.get("train/step_time_ms")
+        if median is not None and clean:
+            self._check_slowdown(median, step)
+        if self.ctx.log_metrics is not None and metrics:
+            self.ctx.log_metrics({f"perf/{k}": v for k, v in metrics.items()}, step)
+
+    def _check_slowdown(self, median: float, step: int) -> None:
+        slow = self.degradation.check(median, step)
+        if slow is None:
+            return
+        n = self.ctx.log_every_n_steps
+        self._warn("degradation", PerformanceDegradationWarning, (
+            f"median step time has been {slow.ratio - 1:.0%} above this run's baseline for {slow.intervals} logging "
+            f"intervals (steps {slow.since_step - n}-{slow.until_step}): {slow.median:.2f} ms against "
+            f"{slow.baseline:.2f} ms over steps {slow.baseline_steps[0] - n}-{slow.baseline_steps[1]}, beyond the "
+            f"baseline's own spread ({self.degradation.noise:.0%}); intervals with profiling windows, validation or "
+            "checkpoints are left out. Look for memory fragmentation (reserved >> allocated), a growing Python-side "
+            "cache, other jobs on the machine, or thermal throttling"))
