@@ -57,9 +57,10 @@ class DegradationDetector:
     """Tells a lasting slowdown from noise, on per-interval median step times.
 
     - The first ``warmup_intervals`` intervals are skipped (compilation, allocator growth, cudnn autotuning).
-    - The baseline is the median of the next ``baseline_intervals`` interval medians; their spread is the run's noise.
-    - An interval is slow when its median is above the baseline by more than ``threshold`` *and* by more than twice
-      the noise; the warning fires once, after ``persist`` slow intervals in a row.
+    - The baseline is the median of the next ``baseline_intervals`` interval medians; their spread (a robust standard
+      deviation: 1.4826 times their median absolute deviation) is the run's noise.
+    - An interval is slow when its median is above the baseline by more than ``threshold`` *and* by more than three
+      times the noise; the warning fires once, after ``persist`` slow intervals in a row.
     - The engine feeds only clean intervals: those holding a profiling window, validation or a checkpoint save are
       left out, since their step times are not comparable.
 
@@ -71,11 +72,12 @@ class DegradationDetector:
 
     Example:
         >>> d = DegradationDetector(0.2)
-        >>> [d.check(m, step) for step, m in enumerate([5.0, 2.0, 2.1, 1.9, 3.0, 3.1, 3.2], 1)][-1] is not None
+        >>> medians = [5.0, 2.0, 2.1, 1.9, 2.0, 2.05, 3.0, 3.1, 3.2]  # warm-up, baseline of 5, then 50% slower
+        >>> [d.check(m, step) for step, m in enumerate(medians, 1)][-1] is not None
         True
     """
 
-    def __init__(self, threshold: float, warmup_intervals: int = 1, baseline_intervals: int = 3,
+    def __init__(self, threshold: float, warmup_intervals: int = 1, baseline_intervals: int = 5,
                  persist: int = 3) -> None:
         self.threshold, self.warmup, self.persist = threshold, warmup_intervals, persist
         self.baseline_intervals = baseline_intervals
@@ -92,9 +94,11 @@ class DegradationDetector:
 
     @property
     def noise(self) -> float:
-        """Relative spread of the baseline interval medians."""
+        """Relative robust spread of the baseline interval medians (1.4826 x MAD / median)."""
         base = self.baseline
-        return (max(self._early) - min(self._early)) / base if base else 0.0
+        if not base:
+            return 0.0
+        return 1.4826 * statistics.median(abs(m - base) for m in self._early) / base
 
     def check(self, median: float, step: int) -> Slowdown | None:
         """Feed one clean interval's median (any unit) ending at ``step``; returns the slowdown once it lasts."""
@@ -107,7 +111,7 @@ class DegradationDetector:
             first = self._base_steps[0] if self._base_steps else step
             self._base_steps = (first, step)
             return None
-        if not base or median / base - 1.0 <= max(self.threshold, 2.0 * self.noise):
+        if not base or median / base - 1.0 <= max(self.threshold, 3.0 * self.noise):
             self._slow = []
             return None
         self._slow.append((step, median))

@@ -1,0 +1,88 @@
+"""The slowdown warning: silent on healthy noisy runs, prompt on a real and lasting slowdown."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.stats import DegradationDetector
+from perf_callbacks.exceptions import PerformanceDegradationWarning
+
+
+def interval_medians(rng: random.Random, intervals: int, steps: int, base: float, slow_from: int | None = None,
+                     factor: float = 1.5) -> list[float]:
+    """Per-interval medians of noisy step times: lognormal jitter, 2% of steps 5x slower (GC, a collective)."""
+    medians = []
+    for i in range(intervals):
+        scale = factor if slow_from is not None and i >= slow_from else 1.0
+        times = sorted(base * scale * rng.lognormvariate(0, 0.3) * (5 if rng.random() < 0.02 else 1)
+                       for _ in range(steps))
+        medians.append(times[steps // 2])
+    return medians
+
+
+def test_healthy_noisy_runs_never_warn() -> None:
+    rng = random.Random(0)
+    for _ in range(200):  # 200 runs of 40 intervals of 50 steps, with a slow first interval (warm-up)
+        detector = DegradationDetector(0.2)
+        medians = [3.0 * rng.uniform(1, 4)] + interval_medians(rng, 39, 50, base=1.0)
+        assert all(detector.check(m, (i + 1) * 50) is None for i, m in enumerate(medians))
+
+
+def test_a_genuine_lasting_slowdown_warns_within_a_few_intervals() -> None:
+    rng = random.Random(1)
+    for _ in range(50):
+        detector = DegradationDetector(0.2)
+        medians = interval_medians(rng, 30, 50, base=1.0, slow_from=10, factor=1.5)
+        fired = [i for i, m in enumerate(medians) if detector.check(m, (i + 1) * 50) is not None]
+        assert fired and 10 <= fired[0] <= 13, fired  # 3 slow intervals in a row, then once
+        assert len(fired) == 1
+
+
+def test_a_short_spike_is_not_a_slowdown() -> None:
+    detector = DegradationDetector(0.2)
+    medians = [5.0, 1.0, 1.05, 0.95, 1.0, 3.0, 3.0, 1.0, 1.0, 3.0, 1.0]  # two slow intervals, never three in a row
+    assert all(detector.check(m, i) is None for i, m in enumerate(medians))
+
+
+def run_engine(tmp_path: Path, steps: int, slow_after: int | None = None) -> list[warnings.WarningMessage]:
+    """Real CPU work per step through the engine, logging every 25 steps; returns the warnings."""
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 10_000}, "summary": False, "data_wait_steps": 10_000})
+    engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=25))
+    a = torch.randn(96, 96)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for step in range(steps):
+            engine.batch_start(step)
+            for _ in range(3 if slow_after is not None and step >= slow_after else 2):
+                (a @ a).sum()
+            end = time.perf_counter() + 0.0005
+            while time.perf_counter() < end:
+                pass
+            engine.batch_end(stepped=True)
+        engine.close()
+    return [w for w in seen if issubclass(w.category, PerformanceDegradationWarning)]
+
+
+@pytest.mark.slow
+def test_engine_stays_silent_under_background_load_and_warns_on_a_real_slowdown(tmp_path: Path) -> None:
+    burner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 60\nwhile time.time() < end: pass"])
+    try:
+        for run in range(3):  # healthy, noisy: another process competes for the CPU the whole time
+            assert run_engine(tmp_path / f"ok{run}", 400) == []
+        slow = run_engine(tmp_path / "slow", 600, slow_after=250)  # every step does 1.5x the work from step 250
+    finally:
+        burner.kill()
+    assert len(slow) == 1
+    message = str(slow[0].message)
+    assert message.startswith("perf-callbacks: median step time has been") and "above this run's baseline" in message
+    assert slow[0].filename == __file__  # points at the training loop, not at the engine
