@@ -67,6 +67,7 @@ SYNC_WARNING = "called a synchronizing CUDA operation"  # what sync debug mode "
 HOOK_US_MAX = 10.0
 MEMORY_US_MAX = 2.0
 WINDOW_RATIO_MAX = 1.05
+STALL_RATIO_MAX = 1.2
 GZ_RATIO_MIN = 8.0
 
 
@@ -544,7 +545,8 @@ def _sync_watched(fn: Callable[..., Any], name: str, found: list[str]) -> Callab
 
 
 def targets(
-    outside: dict[str, Any], window: dict[str, Any], traces: dict[str, Any], sync: dict[str, Any]
+    outside: dict[str, Any], window: dict[str, Any], traces: dict[str, Any], sync: dict[str, Any],
+    stall: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The issue's targets with PASS/MISS (n/a where this device cannot measure it)."""
     ours = outside["perf_callbacks"]
@@ -567,6 +569,8 @@ def targets(
             "le",
         ),
         ("trace raw/gz (x)", traces["perf_callbacks"]["raw_over_gz"], f">= {GZ_RATIO_MIN:g}", GZ_RATIO_MIN, "ge"),
+        ("window-end stall vs stop+export_chrome_trace (ratio)", (stall or {}).get("ratio"),
+         f"<= {STALL_RATIO_MAX:g}", STALL_RATIO_MAX, "le"),
     ]
     out = []
     for what, value, want, limit, op in rows:
@@ -690,6 +694,10 @@ def run(plan: Plan, device: str, tmp: Path) -> dict[str, Any]:
     window = summarize_window(plan, runs, outside["wrapper_us_per_call"])
     traces = summarize_traces(runs)
     analysis = time_analysis([p for r in runs["perf_callbacks_window"] for p in r.traces], quick=plan.quick)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from stall import measure as measure_stall
+
+    stall = measure_stall(device, windows=3 if plan.quick else 7)
     seen = sorted({w for rs in runs.values() for r in rs for w in r.warnings})
     return {
         "environment": {
@@ -704,7 +712,8 @@ def run(plan: Plan, device: str, tmp: Path) -> dict[str, Any]:
         "traces": traces,
         "analysis": analysis,
         "sync_check": sync,
-        "targets": targets(outside, window, traces, sync),
+        "window_end_stall": stall,
+        "targets": targets(outside, window, traces, sync, stall),
         "warnings": seen,
         "seconds": time.perf_counter() - t0,
     }

@@ -25,6 +25,9 @@ def test_overhead_quick_runs_and_writes_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(out.read_text())
 
+    stall = result["window_end_stall"]
+    assert stall["ours_ms"] > 0 and stall["plain_stop_and_export_ms"] > 0 and stall["ratio"] > 0
+    assert any(t["target"].startswith("window-end stall") for t in result["targets"])
     outside = result["outside_windows"]
     assert set(outside) >= {
         "none",

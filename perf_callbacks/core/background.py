@@ -1,10 +1,12 @@
 """Finishing a window off the training loop's critical path.
 
 The training loop waits only for the profiler's export (the events must leave torch first). Compressing the trace
-into place and analysing it run in a :class:`WindowJob` thread: ``zlib`` releases the GIL while it compresses, and
-the analysis runs in a separate, lower-priority Python process (``python -m perf_callbacks.analysis.sidecar``) in a
-session of its own, so Ctrl-C at the terminal does not kill it half-way. The engine polls finished jobs from its
-hooks (a thread liveness check, only while a job is pending) and joins them when training ends.
+into place and analysing it run as a :class:`WindowJob` on one worker thread per process, started before training
+(starting a thread at a window's end costs milliseconds on a busy machine): ``zlib`` releases the GIL while it
+compresses, and the analysis runs in a separate, lower-priority Python process
+(``python -m perf_callbacks.analysis.sidecar``) in a session of its own, so Ctrl-C at the terminal does not kill it
+half-way. The engine polls finished jobs from its hooks (an event check, only while a job is pending) and waits for
+them when training ends.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -30,7 +33,7 @@ _WORKER = (
 )
 
 
-class WindowJob(threading.Thread):
+class WindowJob:
     """Gzip one rank's raw trace into place, then (optionally) analyse it and write the window summary.
 
     Args:
@@ -45,7 +48,6 @@ class WindowJob(threading.Thread):
     def __init__(
         self, raw: Path, dest: Path, meta: dict[str, Any], analyse: bool, header: list[str] | None, top_k: int
     ) -> None:
-        super().__init__(name="perf-callbacks-window", daemon=True)
         self.raw, self.dest, self.meta = raw, dest, meta
         self.analyse, self.header, self.top_k = analyse, header, top_k
         self.trace: Path | None = None
@@ -53,9 +55,28 @@ class WindowJob(threading.Thread):
         self.summary: str | None = None
         self.scalars: dict[str, float] = {}
         self.analysis_s = 0.0
+        self.finished = threading.Event()
+
+    def start(self) -> None:
+        """Queue the job on the worker thread."""
+        _runner().put(self)
+
+    def is_alive(self) -> bool:
+        """Still queued or running."""
+        return not self.finished.is_set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for the job."""
+        self.finished.wait(timeout)
 
     def run(self) -> None:
         """Compress, then analyse; errors are kept in ``self.error`` for the engine."""
+        try:
+            self._run()
+        finally:
+            self.finished.set()
+
+    def _run(self) -> None:
         try:
             self.trace = compress_trace(self.raw, self.dest)
         except BaseException as err:  # noqa: BLE001 - reported to the engine, which disables the profiler
@@ -93,6 +114,29 @@ class WindowJob(threading.Thread):
         with contextlib.suppress(OSError):  # the summary is still printed
             write_text(trace.parent / "summary.txt", text)
         self.summary = text
+
+
+def start_worker() -> None:
+    """Start this process's worker thread now, before training (idempotent)."""
+    _runner()
+
+
+_QUEUE: queue.SimpleQueue[WindowJob] | None = None
+_LOCK = threading.Lock()
+
+
+def _runner() -> queue.SimpleQueue[WindowJob]:
+    global _QUEUE
+    with _LOCK:
+        if _QUEUE is None or not any(t.name == "perf-callbacks-jobs" for t in threading.enumerate()):
+            _QUEUE = queue.SimpleQueue()
+            threading.Thread(target=_serve, args=(_QUEUE,), name="perf-callbacks-jobs", daemon=True).start()
+        return _QUEUE
+
+
+def _serve(jobs: queue.SimpleQueue[WindowJob]) -> None:
+    while True:
+        jobs.get().run()
 
 
 def _worker_env() -> dict[str, str]:

@@ -27,6 +27,9 @@ def window_header(meta: dict[str, Any], rank: int, completed: int) -> list[str]:
     if meta.get("data_wait") == "not measured":
         lines.append("  data wait: not measured in the loop (the DataLoader's next() is not timed); "
                      "the figure below is read from the trace's DataLoader spans, if any")
+    if meta.get("stall_ms") is not None:
+        lines.append(f"  overhead: the training loop waited {meta['stall_ms']:.0f} ms for this window's export; "
+                     "compression and analysis ran in the background")
     if meta.get("phase_peak"):
         lines.append(f"  {meta['phase_peak']} (allocator counters, not the trace)")
     lines.append(f"  the figures below come from rank {rank}'s trace of this window")

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.background import WindowJob
+from perf_callbacks.core.background import WindowJob, start_worker
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
@@ -62,7 +62,10 @@ class WindowRecorder:
         self.summaries: list[str] = []
         self.jobs: list[WindowJob] = []
         self.stall_s = 0.0  # the training loop's wait at the last window's end
+        self._t_finish = 0.0
         self._skip: tuple[int, int] | None = None  # a window left to another profiler
+        if self.enabled:
+            start_worker()  # the thread that finishes windows, started now rather than at a window's end
         self.loader_timed = True  # the engine sets it: data wait was measured in the loop
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
 
@@ -127,7 +130,7 @@ class WindowRecorder:
         session, self.session = self.session, None
         if session is None:
             return
-        t0 = time.perf_counter()
+        t0 = self._t_finish = time.perf_counter()
         if session.stolen:  # stopping or exporting a session whose profiler is gone crashes inside torch
             self.session = session
             self._stolen(self.steps[-1] if self.steps else -1)
@@ -164,6 +167,7 @@ class WindowRecorder:
             meta["data_wait"] = "not measured"
         if self.mem is not None and self.mem.headline():
             meta["phase_peak"] = self.mem.headline()
+        meta["stall_ms"] = round((time.perf_counter() - self._t_finish) * 1e3, 2)  # up to handing over to the job
         header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
         job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, self.config.summary and self.enabled,
                         header, self.config.top_k)
