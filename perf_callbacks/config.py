@@ -177,10 +177,6 @@ class PerfConfig:
         """Plain data, the inverse of :meth:`from_dict`."""
         return dataclasses.asdict(self)
 
-    def replace(self, **changes: Any) -> PerfConfig:
-        """A copy with some options changed, validated again."""
-        return PerfConfig.from_dict({**self.to_dict(), **changes})
-
 
 def _field_names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]

@@ -123,6 +123,6 @@ def test_constructors_reject_unknown_keywords_with_the_yaml_message(tmp_path) ->
     assert str(from_yaml.value) == f"{path}: {lightning.value}"
     assert str(lightning.value) == str(accelerate.value)
     assert str(lightning.value).startswith(UNKNOWN)
-    assert str(lightning.value).endswith(", top_k")
+    assert str(lightning.value).endswith(", top_k, memory_history, memory_history_start")
     with pytest.raises(PerfConfigError, match=r"unknown key 'schedule.actve' \(did you mean 'schedule.active'\?\)"):
         GPUPerfCallback(schedule={"actve": 2})

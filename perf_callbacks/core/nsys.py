@@ -5,19 +5,15 @@ Run the training under ``nsys profile --capture-range=cudaProfilerApi --capture-
 :meth:`NsysCapture.stop`: the profiling window, or ``nsys_steps=[first, last]``. Without CUDA (a CPU build, no device)
 the capture warns once and does nothing; a failing CUDA call switches it off with one warning and never raises.
 
-Example:
-    >>> capture = NsysCapture(enabled=True, ranks=None, rank=0)
-    >>> [step for step in range(6) if nsys_window(step, 2, 3)]
-    [2, 3]
 """
 
 from __future__ import annotations
 
 import logging
 import shlex
-import warnings
 from typing import Any
 
+from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 log = logging.getLogger(__name__)
@@ -59,11 +55,6 @@ def nsys_guide(cmd: list[str], output: str = "perf_callbacks") -> str:
 #   torchrun --nproc-per-node=N --no-python {per_rank}
 #   `ranks: [0]` in the config limits the capture to rank 0.
 # Run it directly: perf-callbacks nsys --run -- {shlex.join(cmd)}"""
-
-
-def nsys_window(step: int, first: int, last: int) -> bool:
-    """Whether optimizer step ``step`` lies inside the capture ``[first, last]`` (both ends included)."""
-    return first <= step <= last
 
 
 class NsysCapture:
@@ -157,10 +148,9 @@ class NsysCapture:
         self._enabled = False
         self._capturing = False
         if self._warn_here:
-            warnings.warn(
+            warn_user(
                 f"{reason}. The Nsight Systems capture window is off and training continues; under "
                 "`nsys profile --capture-range=cudaProfilerApi` nothing will be recorded. Set nsys_capture=False "
                 "to silence this, or run on a CUDA device.",
                 InstrumentUnavailableWarning,
-                stacklevel=4,
             )

@@ -60,8 +60,3 @@ class Schedule:
         c = self.config
         start = c.skip_first + ((step - c.skip_first) // self.cycle) * self.cycle + c.wait + c.warmup
         return start, start + c.active - 1
-
-    def is_finished(self, step: int) -> bool:
-        """True when no step at or after ``step`` will ever be profiled."""
-        c = self.config
-        return c.repeat > 0 and step >= c.skip_first + c.repeat * self.cycle

@@ -8,7 +8,7 @@ import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.nsys import NsysCapture, nsys_window
+from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 
@@ -37,11 +37,6 @@ def profiler_calls(fake: mock.MagicMock) -> list[str]:
     return [name for name, _, _ in fake.mock_calls if name in ("start", "stop")]
 
 
-@pytest.mark.parametrize(("step", "expected"), [(2, False), (3, True), (4, True), (5, True), (6, False)])
-def test_nsys_window_includes_both_ends(step: int, expected: bool) -> None:
-    assert nsys_window(step, 3, 5) is expected
-
-
 def test_start_and_stop_happen_exactly_at_the_window_steps(cuda: mock.MagicMock) -> None:
     capture = NsysCapture(enabled=True, ranks=None, rank=0)
     seen: list[tuple[str, int]] = []
@@ -49,9 +44,9 @@ def test_start_and_stop_happen_exactly_at_the_window_steps(cuda: mock.MagicMock)
     cuda.stop.side_effect = lambda: seen.append(("stop", step))
 
     for step in range(10):  # what the engine does around each optimizer step
-        if nsys_window(step, 3, 5):
+        if 3 <= step <= 5:
             capture.start(step)
-        assert capture.capturing is nsys_window(step, 3, 5)
+        assert capture.capturing is (3 <= step <= 5)
         if step == 5:
             capture.stop(step)
     capture.close()
