@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.dataloader import Finding, inspect_accelerate_loader
+from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -105,6 +104,7 @@ class TransformersPerfCallback(TrainerCallback):
             log_every_n_steps=self.config.log_every_n_steps or _logging_interval(args, state),
             data_loader=("train_dataloader", getattr(loader, "num_workers", None)),
             distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
+            advice=_in_training_args_words,
         )
         self.engine = PerfEngine(self.config, ctx)
         if state.is_world_process_zero:
@@ -178,7 +178,7 @@ class TransformersPerfCallback(TrainerCallback):
         assert self.engine is not None
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         findings = inspect_accelerate_loader(loader, "train_dataloader", args.world_size, self.engine.cuda, local)
-        self.engine.report_findings([_in_training_args_terms(f) for f in findings])
+        self.engine.report_findings(findings)  # phrased in TrainingArguments terms by the context's advice
 
     def _close(self, exc: BaseException | None) -> None:
         """Flush and detach; never raises. Called at train end, on an exception and at interpreter exit."""
@@ -224,11 +224,10 @@ def _logging_interval(args: TrainingArguments, state: TrainerState) -> int:
 _ARG_NAMES = re.compile(r"\b(num_workers|pin_memory|persistent_workers)=")
 
 
-def _in_training_args_terms(finding: Finding) -> Finding:
-    """Phrase a DataLoader finding's fix in ``TrainingArguments`` names (``dataloader_num_workers=4``)."""
-    message = _ARG_NAMES.sub(r"dataloader_\1=", finding.message)
-    message = message.replace("let accelerator.prepare() shard the loader", "let the Trainer shard it")
-    return dataclasses.replace(finding, message=message)
+def _in_training_args_words(message: str) -> str:
+    """Phrase a DataLoader warning's fix in ``TrainingArguments`` names (``dataloader_num_workers=4``)."""
+    message = _ARG_NAMES.sub(r"dataloader_\1=", message)
+    return message.replace("let accelerator.prepare() shard the loader", "let the Trainer shard it")
 
 
 def _preempted(signum: int, frame: Any) -> None:

@@ -144,7 +144,7 @@ def test_data_wait_is_the_time_inside_the_dataloader_only(tmp_path: Path) -> Non
     (trace,) = cb.engine.exported
     waits = durations_ms(trace, "data_wait")
     assert len(waits) == 4  # 2 steps x 2 micro-batches
-    assert all(12.0 <= w < 30.0 for w in waits), waits
+    assert all(12.0 <= w < 40.0 for w in waits), waits  # 12 ms of loading; never the callback's 30 ms on top
 
 
 # ---- resume, evaluation, checkpoints ---------------------------------------------------------------------------------
@@ -247,9 +247,10 @@ def test_metrics_go_to_our_own_events_when_nothing_is_configured(tmp_path: Path)
 
 
 def test_dataloader_advice_is_phrased_in_training_arguments(tmp_path: Path) -> None:
-    cb = callback(tmp_path / "perf", check_dataloaders=True, schedule={"skip_first": 100})
-    with pytest.warns(DataLoaderWarning, match=r"dataloader_num_workers=0.*try dataloader_num_workers=\d"):
-        make_trainer(tmp_path, [cb], max_steps=1).train()
+    cb = callback(tmp_path / "perf", check_dataloaders=True, schedule={"skip_first": 100}, data_wait_steps=3)
+    with pytest.warns(DataLoaderWarning, match=r"dataloader_num_workers=0; data loading took \d+% .*try "
+                      r"dataloader_num_workers=\d"):
+        make_trainer(tmp_path, [cb], max_steps=5, sleep_ms=3.0).train()
 
 
 # ---- two processes ---------------------------------------------------------------------------------------------------
@@ -268,5 +269,6 @@ def test_two_processes_one_trace_per_rank_per_window(tmp_path: Path) -> None:
     (run,) = (tmp_path / "perf").iterdir()
     for w in ("window-000003-000004", "window-000006-000007"):
         assert profiler_steps(run / w / "rank0.pt.trace.json.gz") == profiler_steps(run / w / "rank1.pt.trace.json.gz")
-    # the static check warns once, on rank 0 only
-    assert len(r0["warnings"]) == 1 and "dataloader_num_workers=0" in r0["warnings"][0] and r1["warnings"] == []
+    # the measured data-wait share warns once, on rank 0 only, in TrainingArguments terms
+    assert len(r0["warnings"]) == 1 and "dataloader_num_workers=0; data loading took" in r0["warnings"][0]
+    assert r1["warnings"] == []
