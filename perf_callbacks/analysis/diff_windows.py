@@ -1,0 +1,134 @@
+"""Which window of each side ``perf-callbacks diff`` compares, and analysing the two sides (in parallel when large).
+
+By default each side is its most recent *complete* window: a folder named ``window-FIRST-LAST`` is complete when every
+rank's trace holds all ``LAST - FIRST + 1`` ProfilerSteps (a window cut short by an exception, Ctrl-C or the end of
+training holds fewer). Folders and files with other names count as complete. ``window`` picks another: an index into
+the windows, most recent first (``0`` is the latest), or a window folder name such as ``window-000012-000014``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from perf_callbacks.analysis.api import analyze_window
+from perf_callbacks.analysis.diff import DiffResult, compare
+from perf_callbacks.analysis.loader import Window, find_windows
+from perf_callbacks.analysis.result import AnalysisResult
+
+WINDOW_NAME = re.compile(r"window-(\d+)-(\d+)")
+OPS_TOP_K = 1000
+PARALLEL_MIN_BYTES = 4 << 20
+MAX_TRIES = 3
+
+
+def diff_paths(
+    base: str | Path, new: str | Path, base_window: str | None = None, new_window: str | None = None,
+    parallel: bool | None = None,
+) -> DiffResult:
+    """Pick and analyse one window on each side, then ``compare`` them.
+
+    Args:
+        base: anything ``perf-callbacks report`` accepts: a trace, a window folder, a run folder or an output dir.
+        new: the same, for the side to judge.
+        base_window: an index (``"0"`` = latest) or a window folder name; None for the latest complete window.
+        new_window: the same for ``new``.
+        parallel: analyse the two sides in two processes; None decides by size (at least ``PARALLEL_MIN_BYTES`` of
+            traces in all, and more than one CPU).
+
+    Raises:
+        FileNotFoundError: when a side holds no trace.
+        ValueError: when a window is not found, or a side has no events or no ProfilerStep span.
+    """
+    if parallel is None:
+        parallel = (os.cpu_count() or 1) > 1 and _size(base) + _size(new) >= PARALLEL_MIN_BYTES
+    if parallel:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            later = pool.submit(load_side, str(new), new_window)
+            b = load_side(base, base_window)
+            n = later.result()
+    else:
+        b, n = load_side(base, base_window), load_side(new, new_window)
+    result = compare(b[0], n[0])
+    result.base.update(b[1])
+    result.new.update(n[1])
+    return result
+
+
+def load_side(path: str | Path, window: str | None = None) -> tuple[AnalysisResult, dict[str, Any]]:
+    """Analyse the chosen window of ``path`` (all ops kept, timelines dropped); returns it with a description.
+
+    The description has ``path`` (as given), ``window`` (the folder or file analysed), ``window_index`` (0 = most
+    recent), ``complete`` and ``windows`` (how many windows the path holds).
+    """
+    windows = find_windows(path)
+    if window is not None:
+        index = pick_window(windows, window)
+        return _described(path, windows, index, _analyse(windows[index]))
+    first: tuple[int, AnalysisResult] | None = None
+    error: ValueError | None = None
+    for index, w in enumerate(windows[:MAX_TRIES]):
+        try:
+            result = _analyse(w)
+        except ValueError as err:
+            error = error or err
+            continue
+        if is_complete(w, result):
+            return _described(path, windows, index, result)
+        first = first or (index, result)
+    if first is None:
+        raise error or ValueError(f"no window with profiled events under {path}")
+    return _described(path, windows, first[0], first[1])
+
+
+def pick_window(windows: list[Window], spec: str) -> int:
+    """Index of the window named by ``spec``: an index, most recent first, or a window folder (or file) name.
+
+    Raises:
+        ValueError: naming the windows there are, when none matches.
+    """
+    if spec.lstrip("-").isdigit():
+        index = int(spec)
+        if -len(windows) <= index < len(windows):
+            return index % len(windows)
+    for i, w in enumerate(windows):
+        if spec in (w.path.name, str(w.path)):
+            return i
+    names = ", ".join(f"{i}: {w.path.name}" for i, w in enumerate(windows))
+    raise ValueError(f"no window {spec!r}; the windows there, most recent first, are {names}")
+
+
+def is_complete(window: Window, result: AnalysisResult) -> bool:
+    """Whether every rank holds all the steps the ``window-FIRST-LAST`` folder name announces."""
+    match = WINDOW_NAME.fullmatch(window.path.name)
+    if match is None:
+        return True
+    expected = int(match.group(2)) - int(match.group(1)) + 1
+    return all(len(r.steps) >= expected for r in result.ranks)
+
+
+def _analyse(window: Window) -> AnalysisResult:
+    result = analyze_window(window, OPS_TOP_K)
+    for r in result.ranks:
+        r.timeline = None  # not compared, and large to send between processes
+    return result
+
+
+def _described(
+    path: str | Path, windows: list[Window], index: int, result: AnalysisResult
+) -> tuple[AnalysisResult, dict[str, Any]]:
+    w = windows[index]
+    info = {"path": str(path), "window": str(w.path), "window_index": index, "complete": is_complete(w, result),
+            "windows": len(windows)}
+    return result, info
+
+
+def _size(path: str | Path) -> int:
+    try:
+        return sum(f.stat().st_size for f in find_windows(path)[0].files)
+    except (OSError, IndexError):
+        return 0
