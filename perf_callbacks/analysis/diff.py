@@ -12,7 +12,7 @@ Example:
     ...     return AnalysisResult("t", "compute_bound", None, 0.0, ms, [], None, [], [rank])
     >>> d = compare(run(10.0), run(13.0))
     >>> d.regression, d.summary
-    (True, 'step time +30.0% (10.1 -> 13.1 ms/step, significant regression): compute +3.0 ms/step')
+    (True, 'step time +29.7% (10.1 -> 13.1 ms/step, significant regression): compute +3.0 ms/step')
 """
 
 from __future__ import annotations
