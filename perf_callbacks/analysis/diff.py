@@ -110,17 +110,22 @@ def compare(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
 
 
 def summarize(d: DiffResult) -> str:
-    """One line: the step-time change and its noise verdict, then the largest cause and op behind it."""
+    """One line: the step-time change and its noise verdict, then the causes and the op behind it.
+
+    A second cause is named when its change is at least half that of the first.
+    """
     st = d.step_time_ms
     pct = "n/a" if st["change_pct"] is None else f"{st['change_pct']:+.1f}%"
     judged = f"significant {d.outcome}" if st["significant"] else "within noise"
     head = f"step time {pct} ({st['base']:.1f} -> {st['new']:.1f} ms/step, {judged})"
     parts = []
-    cause = next((c for c in d.contributors if c["kind"] == "cause"), None)
-    if cause is not None and abs(cause["change_ms"]) >= 0.01:
-        changed = d.verdict["base"] != d.verdict["new"]
+    causes = [c for c in d.contributors if c["kind"] == "cause" and abs(c["change_ms"]) >= 0.01]
+    for i, c in enumerate(causes[:2]):
+        if i and abs(c["change_ms"]) < abs(causes[0]["change_ms"]) / 2:
+            break
+        changed = i == 0 and d.verdict["base"] != d.verdict["new"]
         now = f" ({d.verdict['new'].replace('_', '-')} now)" if changed else ""
-        parts.append(f"{CAUSE_LABELS.get(cause['name'], cause['name'])} {cause['change_ms']:+.1f} ms/step{now}")
+        parts.append(f"{CAUSE_LABELS.get(c['name'], c['name'])} {c['change_ms']:+.1f} ms/step{now}")
     op = _op_phrase(d)
     if op:
         parts.append(op)
