@@ -76,7 +76,7 @@ def _run_diff(args: argparse.Namespace) -> int:
         result = diff_paths(args.base, args.new, windows[0], windows[1])
         if args.html:
             Path(args.html).write_text(render_diff_html(result), encoding="utf-8")
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError) as err:
         print(f"perf-callbacks diff: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_diff(result), end="\n" if args.json else "")

@@ -2,8 +2,9 @@
 
 By default each side is its most recent *complete* window: a folder named ``window-FIRST-LAST`` is complete when every
 rank's trace holds all ``LAST - FIRST + 1`` ProfilerSteps (a window cut short by an exception, Ctrl-C or the end of
-training holds fewer). Folders and files with other names count as complete. ``window`` picks another: an index into
-the windows, most recent first (``0`` is the latest), or a window folder name such as ``window-000012-000014``.
+training holds fewer), and a window with an unreadable file is skipped too. Folders and files with other names count
+as complete. ``window`` picks another: an index into the windows, most recent first (``0`` is the latest), or a
+window folder name such as ``window-000012-000014``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -112,7 +114,10 @@ def is_complete(window: Window, result: AnalysisResult) -> bool:
 
 
 def _analyse(window: Window) -> AnalysisResult:
-    result = analyze_window(window, OPS_TOP_K)
+    try:
+        result = analyze_window(window, OPS_TOP_K)
+    except (EOFError, OSError, zlib.error) as err:  # a truncated or corrupt file: name it
+        raise ValueError(f"cannot read {window.path}: {err}") from err
     for r in result.ranks:
         r.timeline = None  # not compared, and large to send between processes
     return result

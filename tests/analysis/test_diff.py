@@ -121,6 +121,10 @@ def test_cli_diff_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["diff", launch, sync, "--fail-on-regression", "0"]) == 0  # 47.3 -> 47.0 ms: within noise
     assert main(["diff", str(tmp_path / "missing"), sync]) == 2
     assert "no trace file or folder" in capsys.readouterr().err
+    truncated = tmp_path / "truncated.pt.trace.json.gz"
+    truncated.write_bytes(fixture_trace("sync_bound").read_bytes()[:30000])
+    assert main(["diff", str(truncated), sync]) == 2
+    assert f"cannot read {truncated}" in capsys.readouterr().err
     assert main(["diff", sync, sync, "--window", "3"]) == 2
     assert main(["diff", sync, sync, "--window", "0", "--window", "0", "--window", "0"]) == 2
     html = tmp_path / "d.html"
@@ -146,6 +150,9 @@ def test_significance_needs_the_spread_and_the_rank_test() -> None:
     base = [10.0, 10.1, 9.9, 10.2, 10.0, 9.8, 10.1, 10.0]
     assert compare_samples(base, [x + 1.0 for x in base]).significant
     assert spread(base) == pytest.approx(0.125)
+    wide = [i * 0.25 for i in range(40)]  # a shift of 3 the rank test sees (p < 1e-4) inside a 4.9 spread
+    inside = compare_samples(wide, [x + 3.0 for x in wide])
+    assert inside.p_value is not None and inside.p_value < 1e-4 and not inside.significant
     noisy = [10.0, 12.0, 8.0, 11.0, 9.0, 13.0, 7.0, 10.0]
     shifted = compare_samples(noisy, [x + 1.0 for x in noisy])
     assert not shifted.significant and "per-step spread" in shifted.reason
