@@ -9,11 +9,12 @@ window folder name such as ``window-000012-000014``.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import pickle
 import re
+import subprocess
+import sys
 import zlib
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ WINDOW_NAME = re.compile(r"window-(\d+)-(\d+)")
 OPS_TOP_K = 1000
 PARALLEL_MIN_BYTES = 4 << 20
 MAX_TRIES = 3
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+_CHILD = "from perf_callbacks.analysis.diff_windows import _child; _child()"
 
 
 def diff_paths(
@@ -39,8 +42,9 @@ def diff_paths(
         new: the same, for the side to judge.
         base_window: an index (``"0"`` = latest) or a window folder name; None for the latest complete window.
         new_window: the same for ``new``.
-        parallel: analyse the two sides in two processes; None decides by size (at least ``PARALLEL_MIN_BYTES`` of
-            traces in all, and more than one CPU).
+        parallel: analyse ``new`` in a child Python process while this one analyses ``base``; None decides by size
+            (at least ``PARALLEL_MIN_BYTES`` of traces in all, and more than one CPU). The child is a plain
+            ``python -c`` process, not ``multiprocessing``, so scripts without a ``__main__`` guard can call this.
 
     Raises:
         FileNotFoundError: when a side holds no trace.
@@ -49,10 +53,14 @@ def diff_paths(
     if parallel is None:
         parallel = (os.cpu_count() or 1) > 1 and _size(base) + _size(new) >= PARALLEL_MIN_BYTES
     if parallel:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            later = pool.submit(load_side, str(new), new_window)
+        child = _start(new, new_window)
+        try:
             b = load_side(base, base_window)
-            n = later.result()
+        except BaseException:
+            child.kill()
+            child.wait()
+            raise
+        n = _finish(child, *child.communicate())
     else:
         b, n = load_side(base, base_window), load_side(new, new_window)
     result = compare(b[0], n[0])
@@ -137,3 +145,28 @@ def _size(path: str | Path) -> int:
         return sum(f.stat().st_size for f in find_windows(path)[0].files)
     except (OSError, IndexError):
         return 0
+
+
+def _start(path: str | Path, window: str | None) -> subprocess.Popen[bytes]:
+    paths = [str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    cmd = [sys.executable, "-c", _CHILD, str(path), "" if window is None else window]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def _finish(child: subprocess.Popen[bytes], out: bytes, err: bytes) -> tuple[AnalysisResult, dict[str, Any]]:
+    if child.returncode != 0 or not out:
+        raise RuntimeError(f"the process analysing the new side failed: {err.decode(errors='replace')[-2000:]}")
+    status, value = pickle.loads(out)
+    if status == "error":
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _child() -> None:
+    """Entry point of the child process: analyse ``argv[1]`` (window ``argv[2]``), write the pickled outcome."""
+    try:
+        outcome: tuple[str, Any] = ("ok", load_side(sys.argv[1], sys.argv[2] or None))
+    except (OSError, ValueError, EOFError) as err:
+        outcome = ("error", err)
+    sys.stdout.buffer.write(pickle.dumps(outcome))

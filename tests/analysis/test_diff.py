@@ -159,3 +159,14 @@ def test_significance_needs_the_spread_and_the_rank_test() -> None:
     assert not compare_samples([10.0], [20.0]).significant
     few = compare_samples([10.0, 10.5, 10.2], [14.0, 14.2, 14.1])
     assert few.significant and few.p_value is None and "too few steps for a rank test" in few.reason
+
+
+def test_parallel_analysis_in_a_child_process_gives_the_same_result(tmp_path: Path) -> None:
+    sync, launch = fixture_trace("sync_bound"), fixture_trace("launch_bound_tiny_kernels")
+    together = diff_paths(sync, launch, parallel=True).to_dict()
+    assert together == diff_paths(sync, launch, parallel=False).to_dict()
+    assert together["new"]["path"] == str(launch) and together["verdict"] == {"base": "sync_bound", "new": "host_bound"}
+    with pytest.raises(FileNotFoundError, match="no trace file or folder"):
+        diff_paths(sync, tmp_path / "missing", parallel=True)
+    with pytest.raises(ValueError, match="no window '9'"):
+        diff_paths(sync, launch, new_window="9", parallel=True)
