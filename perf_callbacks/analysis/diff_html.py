@@ -22,7 +22,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-
 def render_diff_html(d: DiffResult, top_k: int = 25) -> str:
     """Render the comparison as one HTML page.
 
-    The page holds the summary, the verdict change and new recommendations, the headline figures, the time-by-cause
+    The page holds the verdict change and new recommendations, the summary, the headline figures, the time-by-cause
     bars of both sides side by side (mean step, then step by step per rank), and the op table with deltas.
 
     Example:
@@ -43,13 +43,15 @@ def render_diff_html(d: DiffResult, top_k: int = 25) -> str:
         "<h1>perf-callbacks diff</h1>",
         f"<p>base: {escape(d.base.get('window', d.base['path']))}<br>new: {escape(d.new.get('window', d.new['path']))}"
         "</p>",
-        f'<p class="summary {_outcome_class(d)}">{escape(d.summary)}</p>',
-        f"<p>{escape(d.step_time_ms['noise'])}</p>",
         f"<p>verdict: {verdict}</p>",
     ]
     if d.recommendations.get("added"):
-        parts.append("<h2>New recommendations</h2><ol>" +
+        parts.append("<p>new recommendations:</p><ol>" +
                      "".join(f"<li>{escape(t)}</li>" for t in d.recommendations["added"]) + "</ol>")
+    parts += [
+        f'<p class="summary {_outcome_class(d)}">{escape(d.summary)}</p>',
+        f"<p>{escape(d.step_time_ms['noise'])}</p>",
+    ]
     parts += ["<h2>Figures</h2>" + _figures(d), "<h2>Time by cause, ms per step</h2>" + _legend()]
     if d.base_result is not None and d.new_result is not None:
         parts.append(_mean_bars(d.base_result, d.new_result))
