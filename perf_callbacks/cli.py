@@ -1,4 +1,4 @@
-"""Command line: ``perf-callbacks report PATH``, ``perf-callbacks diff BASE NEW`` and ``perf-callbacks nsys -- ...``."""
+"""Command line: ``perf-callbacks report PATH`` and ``perf-callbacks nsys -- python train.py ...``."""
 
 from __future__ import annotations
 
