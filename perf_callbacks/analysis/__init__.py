@@ -8,6 +8,10 @@ Example:
 from __future__ import annotations
 
 from perf_callbacks.analysis.api import analyze, analyze_window
+from perf_callbacks.analysis.diff import DiffResult, compare
+from perf_callbacks.analysis.diff_html import render_diff_html
+from perf_callbacks.analysis.diff_text import format_diff
+from perf_callbacks.analysis.diff_windows import diff_paths
 from perf_callbacks.analysis.html import render_html
 from perf_callbacks.analysis.result import VERDICTS, AnalysisResult, RankResult, StepResult
 from perf_callbacks.analysis.sidecar_store import read_sidecar, sidecar_path
@@ -16,12 +20,17 @@ from perf_callbacks.analysis.text import format_text
 __all__ = [
     "VERDICTS",
     "AnalysisResult",
+    "DiffResult",
     "RankResult",
     "StepResult",
     "analyze",
     "analyze_window",
+    "compare",
+    "diff_paths",
+    "format_diff",
     "format_text",
     "read_sidecar",
+    "render_diff_html",
     "render_html",
     "sidecar_path",
 ]

@@ -1,0 +1,172 @@
+"""``compare`` and ``diff_paths`` on the real H200 fixture traces and real gloo traces; the noise statistics."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perf_callbacks.analysis import analyze
+from perf_callbacks.analysis.diff import compare
+from perf_callbacks.analysis.diff_html import render_diff_html
+from perf_callbacks.analysis.diff_text import format_diff
+from perf_callbacks.analysis.diff_windows import diff_paths, load_side
+from perf_callbacks.analysis.noise import compare_samples, rank_test, spread
+from perf_callbacks.analysis.result import StepResult
+from perf_callbacks.cli import main
+from tests.analysis.conftest import fixture_trace
+
+
+@pytest.fixture(scope="module")
+def compute_vs_input():  # type: ignore[no-untyped-def]
+    return diff_paths(fixture_trace("compute_bound"), fixture_trace("input_bound"), parallel=False)
+
+
+def test_compute_bound_against_input_bound_changes_the_verdict(compute_vs_input) -> None:  # type: ignore[no-untyped-def]
+    d = compute_vs_input
+    assert d.verdict == {"base": "compute_bound", "new": "input_bound"}
+    assert any("num_workers" in t for t in d.recommendations["added"])
+    assert any(t.startswith("compute-bound") for t in d.recommendations["removed"])
+    text = format_diff(d).splitlines()
+    assert text[4] == "verdict: compute_bound -> input_bound"
+    assert text[5] == "new recommendations:" and "num_workers" in text[6]
+
+
+def test_compute_bound_against_input_bound_every_figure_moves_the_right_way(compute_vs_input) -> None:  # type: ignore[no-untyped-def]
+    d = compute_vs_input
+    st = d.step_time_ms
+    assert st["new"] > st["base"] and st["change"] == pytest.approx(st["new"] - st["base"]) and st["change"] > 0
+    assert st["significant"] and d.regression and d.outcome == "regression"
+    assert d.gpu_utilization["change"] < -0.9  # 99.3% -> 0.1% (fixtures README)
+    assert d.data_wait_fraction["change"] > 0.9
+    assert d.peak_memory_bytes["change"] < 0  # the transformer holds far more memory than the MLP
+    assert d.causes["input"]["change"] > 500 and d.causes["compute"]["change"] < -200
+    assert d.contributors[0] == {"kind": "cause", "name": "input", "change_ms": d.causes["input"]["change"]}
+    mm = next(o for o in d.ops["matched"] if o["name"] == "aten::mm")
+    assert mm["change_ms"] < 0 and mm["new"]["count"] < mm["base"]["count"]
+    assert mm["base"]["per_call_ms"] == pytest.approx(mm["base"]["total_ms"] / mm["base"]["count"])
+    assert {o["name"] for o in d.ops["removed"]} >= {"aten::_cudnn_attention_backward"}
+    assert all(o["change_ms"] < 0 for o in d.ops["removed"]) and all(o["change_ms"] > 0 for o in d.ops["added"])
+    assert d.summary.startswith("step time +289.")
+    assert "significant regression): data wait +558.2 ms/step (input-bound now)" in d.summary
+
+
+def test_a_trace_against_itself_changes_nothing() -> None:
+    d = diff_paths(fixture_trace("sync_bound"), fixture_trace("sync_bound"))
+    assert d.step_time_ms["change"] == 0 and not d.step_time_ms["significant"] and not d.regression
+    assert d.outcome == "within noise" and d.verdict == {"base": "sync_bound", "new": "sync_bound"}
+    for key in ("gpu_utilization", "data_wait_fraction", "peak_memory_bytes"):
+        assert getattr(d, key)["change"] == 0
+    assert all(v["change"] == 0 for v in d.causes.values())
+    assert d.ops["matched"] and all(o["change_ms"] == 0 for o in d.ops["matched"])
+    assert d.ops["added"] == [] and d.ops["removed"] == [] and d.recommendations == {"added": [], "removed": []}
+    assert d.summary == "step time +0.0% (47.0 -> 47.0 ms/step, within noise): aten::mm unchanged"
+
+
+def test_json_contract_keys(compute_vs_input) -> None:  # type: ignore[no-untyped-def]
+    out = json.loads(json.dumps(compute_vs_input.to_dict()))
+    assert {"base", "new", "step_time_ms", "gpu_utilization", "data_wait_fraction", "peak_memory_bytes", "causes",
+            "ops", "verdict", "regression", "summary"} <= set(out)
+    assert {"base", "new", "change", "significant"} <= set(out["step_time_ms"])
+    for key in ("gpu_utilization", "data_wait_fraction", "peak_memory_bytes"):
+        assert set(out[key]) == {"base", "new", "change"}
+    assert set(out["causes"]["input"]) == {"base", "new", "change"}
+    assert set(out["ops"]) == {"matched", "added", "removed"} and set(out["verdict"]) == {"base", "new"}
+    assert out["base"]["path"].endswith("compute_bound.pt.trace.json.gz") and out["new"]["complete"] is True
+
+
+def test_html_has_both_sides_step_bars_and_op_deltas(compute_vs_input) -> None:  # type: ignore[no-untyped-def]
+    page = render_diff_html(compute_vs_input)
+    assert page.startswith("<!DOCTYPE html>") and "http" not in page and "<script" not in page
+    assert page.count("<rect") > 6 and "base: data wait 558.18 ms" not in page and "new: data wait 558.18 ms" in page
+    assert "rank 0: base | new, step by step" in page and "#4 " in page
+    assert "aten::mm" in page and "-56.458" in page and 'class="summary regression"' in page
+
+
+def test_several_ranks_per_rank_deltas_and_straggler_change(gloo_window: Path) -> None:
+    base = analyze(gloo_window)
+    same = compare(base, base)
+    assert [r["rank"] for r in same.ranks] == [0, 1]
+    assert same.stragglers == {"base": base.stragglers, "new": base.stragglers, "changed": False}
+    new = copy.deepcopy(base)
+    new.ranks[1].steps = [StepResult(s.step, s.time_ms + 500.0, s.causes_ms) for s in new.ranks[1].steps]
+    new.stragglers = [] if base.stragglers else [1]
+    d = compare(base, new)
+    assert d.stragglers["changed"] and d.ranks[1]["significant"] and d.ranks[1]["change"] == pytest.approx(500.0)
+    assert d.ranks[0]["change"] == 0 and not d.ranks[0]["significant"]
+    assert f"stragglers: {base.stragglers or 'none'} -> {new.stragglers or 'none'} (changed)" in format_diff(d)
+
+
+def test_latest_complete_window_is_the_default_and_window_picks_others(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    for name, trace in (("window-000004-000006", "sync_bound"), ("window-000004-000009", "launch_bound_tiny_kernels")):
+        (run / name).mkdir(parents=True)
+        shutil.copy(fixture_trace(trace), run / name / "rank0.pt.trace.json.gz")
+    os.utime(run / "window-000004-000006" / "rank0.pt.trace.json.gz", (1e9, 1e9))  # older; the newer one is cut short
+    result, info = load_side(tmp_path)
+    assert result.verdict == "sync_bound" and info["window_index"] == 1 and info["complete"] and info["windows"] == 2
+    assert load_side(tmp_path, "0")[0].verdict == "host_bound"
+    assert load_side(tmp_path, "window-000004-000006")[0].verdict == "sync_bound"
+    with pytest.raises(ValueError, match="0: window-000004-000009, 1: window-000004-000006"):
+        load_side(tmp_path, "window-9")
+
+
+def test_cli_diff_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sync, launch = str(fixture_trace("sync_bound")), str(fixture_trace("launch_bound_tiny_kernels"))
+    assert main(["diff", launch, sync, "--fail-on-regression", "0"]) == 0  # 47.3 -> 47.0 ms: within noise
+    assert main(["diff", str(tmp_path / "missing"), sync]) == 2
+    assert "no trace file or folder" in capsys.readouterr().err
+    truncated = tmp_path / "truncated.pt.trace.json.gz"
+    truncated.write_bytes(fixture_trace("sync_bound").read_bytes()[:30000])
+    assert main(["diff", str(truncated), sync]) == 2
+    assert f"cannot read {truncated}" in capsys.readouterr().err
+    assert main(["diff", sync, sync, "--window", "3"]) == 2
+    assert main(["diff", sync, sync, "--window", "0", "--window", "0", "--window", "0"]) == 2
+    html = tmp_path / "d.html"
+    compute = str(fixture_trace("compute_bound"))
+    code = main(["diff", sync, compute, "--json", "--html", str(html), "--fail-on-regression", "5"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["regression"] and out["step_time_ms"]["change_pct"] > 5 and code == 1
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    assert main(["diff", sync, compute, "--fail-on-regression", "10000"]) == 0
+    assert main(["diff", compute, sync, "--fail-on-regression", "5"]) == 0  # an improvement never fails
+
+
+def test_rank_test_exact_and_normal_approximation() -> None:
+    assert rank_test([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]) == pytest.approx(2 / 70)  # 2 of C(8,4) orderings
+    assert rank_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.1)
+    assert rank_test([1.0, 3.0, 5.0, 7.0], [2.0, 4.0, 6.0, 8.0]) == pytest.approx(0.6857, abs=1e-4)
+    # ties (three pairs): U1 = 6.5 - 6 = 0.5, var = 9/12 * (7 - 3*6/30) = 4.8, z = (4.5 - 0.5 - 0.5) / sqrt(4.8)
+    assert rank_test([1.0, 1.0, 2.0], [2.0, 3.0, 3.0]) == pytest.approx(math.erfc(3.5 / math.sqrt(4.8) / math.sqrt(2)))
+    assert rank_test([1.0, 1.0, 2.0], [2.0, 3.0, 3.0]) == pytest.approx(0.1101, abs=1e-4)
+
+
+def test_significance_needs_the_spread_and_the_rank_test() -> None:
+    base = [10.0, 10.1, 9.9, 10.2, 10.0, 9.8, 10.1, 10.0]
+    assert compare_samples(base, [x + 1.0 for x in base]).significant
+    assert spread(base) == pytest.approx(0.125)
+    wide = [i * 0.25 for i in range(40)]  # a shift of 3 the rank test sees (p < 1e-4) inside a 4.9 spread
+    inside = compare_samples(wide, [x + 3.0 for x in wide])
+    assert inside.p_value is not None and inside.p_value < 1e-4 and not inside.significant
+    noisy = [10.0, 12.0, 8.0, 11.0, 9.0, 13.0, 7.0, 10.0]
+    shifted = compare_samples(noisy, [x + 1.0 for x in noisy])
+    assert not shifted.significant and "per-step spread" in shifted.reason
+    assert not compare_samples([10.0], [20.0]).significant
+    few = compare_samples([10.0, 10.5, 10.2], [14.0, 14.2, 14.1])
+    assert few.significant and few.p_value is None and "too few steps for a rank test" in few.reason
+
+
+def test_parallel_analysis_in_a_child_process_gives_the_same_result(tmp_path: Path) -> None:
+    sync, launch = fixture_trace("sync_bound"), fixture_trace("launch_bound_tiny_kernels")
+    together = diff_paths(sync, launch, parallel=True).to_dict()
+    assert together == diff_paths(sync, launch, parallel=False).to_dict()
+    assert together["new"]["path"] == str(launch) and together["verdict"] == {"base": "sync_bound", "new": "host_bound"}
+    with pytest.raises(FileNotFoundError, match="no trace file or folder"):
+        diff_paths(sync, tmp_path / "missing", parallel=True)
+    with pytest.raises(ValueError, match="no window '9'"):
+        diff_paths(sync, launch, new_window="9", parallel=True)
