@@ -56,9 +56,11 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
 
 def analyze_window(window: Window, top_k: int = 10) -> AnalysisResult:
     """Analyses one window (its most recent trace set): every rank, then the verdict and stragglers across ranks."""
-    results = _window_results(window, [analyze_file(f, top_k) for f in window.files], top_k)
+    loaded = [analyze_file(f, top_k) for f in window.files]
+    results = _window_results(window, loaded, top_k)
     if not results:
-        raise ValueError(f"no profiled events in {window.path}")
+        reasons = "; ".join(x.error for x in loaded if x.error)
+        raise ValueError(f"no profiled events in {window.path}" + (f": {reasons}" if reasons else ""))
     return results[0]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from perf_callbacks.analysis.api import analyze_window
 from perf_callbacks.analysis.diff import DiffResult, compare
-from perf_callbacks.analysis.loader import Window, find_windows
+from perf_callbacks.analysis.discover import Window, find_windows
 from perf_callbacks.analysis.result import AnalysisResult
 
 WINDOW_NAME = re.compile(r"window-(\d+)-(\d+)")
