@@ -20,17 +20,17 @@ engine, flushing the partial window, before it propagates unchanged.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-import torch
 from transformers import Trainer
 
+from perf_callbacks.core.adapters import MARK, batch_size, set_aside
 from perf_callbacks.core.engine import PerfEngine
 
 LiveEngine = Callable[[], "PerfEngine | None"]
-_MARK = "__perf_callbacks__"
+_MARK = MARK
 _METHODS = ("get_batch_samples", "evaluate", "_save_checkpoint")
 
 
@@ -50,8 +50,8 @@ def install(trainer: Trainer, live: LiveEngine, count_samples: Callable[[int], N
     """Wrap the Trainer's methods for this run (see the module docstring); a method already wrapped is left alone."""
     wrappers = {
         "get_batch_samples": _timed_get_batch_samples(live, count_samples),
-        "evaluate": around(live, PerfEngine.validation_start, PerfEngine.validation_end),
-        "_save_checkpoint": around(live, PerfEngine.checkpoint_start, PerfEngine.checkpoint_end),
+        "evaluate": set_aside(live, "validation"),
+        "_save_checkpoint": set_aside(live, "checkpoint"),
     }
     for name, wrap in wrappers.items():
         if name not in vars(trainer) and hasattr(trainer, name):
@@ -141,17 +141,10 @@ def _timed_get_batch_samples(live: LiveEngine, count_samples: Callable[[int], No
             if engine is None:
                 return get_batch_samples(epoch_iterator, *args, **kwargs)
             result = get_batch_samples(TimedIterator(epoch_iterator, engine), *args, **kwargs)
-            count_samples(sum(_batch_size(b) or 0 for b in result[0]))
+            count_samples(sum(batch_size(b) or 0 for b in result[0]))
             return result
 
         setattr(wrapped, _MARK, True)
         return wrapped
 
     return wrap
-
-
-def _batch_size(batch: Any) -> int | None:
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else None
-    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, list | tuple) else ()
-    return next((n for n in map(_batch_size, values) if n is not None), None)

@@ -29,7 +29,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,6 +38,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.adapters import batch_size, distributed_initialized, set_aside
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
@@ -128,7 +129,7 @@ class AcceleratePerfHook:
             device=acc.device,
             log_every_n_steps=self.config.log_every_n_steps or 50,
             log_metrics=None,  # set below, once the run folder is known
-            distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
+            distributed_initialized=distributed_initialized(),
         )
         self.engine = PerfEngine(self.config, ctx)
         self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard")
@@ -243,7 +244,7 @@ class AcceleratePerfHook:
 
     def _start_batch(self, batch: Any) -> None:
         if self._batch_size is None:
-            self._batch_size = _batch_size(batch)
+            self._batch_size = batch_size(batch)
         self._in_batch, self._stepped = True, False
         self._micro += 1
         if self.engine is not None and not self._closed:
@@ -346,20 +347,7 @@ class AcceleratePerfHook:
         return wrapped
 
     def _wrap_save_state(self, save_state: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            engine = self.engine if not self._closed else None
-            if engine is None:
-                return save_state(*args, **kwargs)
-            engine.checkpoint_start()
-            try:
-                return save_state(*args, **kwargs)
-            except torch.OutOfMemoryError as err:  # the out-of-memory summary names the phase
-                engine.note_failure(err, "checkpoint")
-                raise
-            finally:
-                engine.checkpoint_end()
-
-        return wrapped
+        return set_aside(lambda: self.engine if not self._closed else None, "checkpoint")(save_state)
 
     # ---- checkpoints ---------------------------------------------------------------------------------------------
     def _save_count(self, optimizer: Any, state: dict[str, Any]) -> dict[str, Any]:
@@ -453,10 +441,3 @@ def _release_sigterm() -> None:
 def _loader_name(acc: Accelerator, loader: Any) -> str:
     index = next((i for i, dl in enumerate(acc._dataloaders) if dl is loader), None)
     return f"prepared DataLoader #{index}" if index is not None else "the DataLoader passed to hook.iter()"
-
-
-def _batch_size(batch: Any) -> int | None:
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else None
-    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, list | tuple) else ()
-    return next((n for n in map(_batch_size, values) if n is not None), None)

@@ -18,10 +18,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import PyTorchProfiler
-from lightning.pytorch.utilities.data import extract_batch_size
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.adapters import batch_size, distributed_initialized, is_ours, set_aside
 from perf_callbacks.core.dataloader import inspect_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
@@ -135,7 +135,7 @@ class GPUPerfCallback(Callback):
             log_every_n_steps=self.config.log_every_n_steps or max(1, getattr(trainer, "log_every_n_steps", 50)),
             log_metrics=self._log_metrics(trainer) if trainer.is_global_zero else None,
             log_text=self._log_text(trainer) if trainer.is_global_zero else None,
-            distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
+            distributed_initialized=distributed_initialized(),
         )
         self.engine = PerfEngine(self.config, ctx)
         self.engine.attach_model(pl_module)
@@ -207,7 +207,7 @@ class GPUPerfCallback(Callback):
         if self.engine is None:
             return
         if self._batch_size is None:
-            self._batch_size = _batch_size(batch)
+            self._batch_size = batch_size(batch)
         self._stepped = False
         self.engine.batch_start(self._steps or 0)
 
@@ -280,23 +280,11 @@ def _wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
     Removed at teardown, or in ``on_exception`` when ``fit`` fails.
     """
     save = type(trainer).save_checkpoint.__get__(trainer)
-
-    def save_checkpoint(*args: Any, **kwargs: Any) -> None:
-        engine.checkpoint_start()
-        try:
-            save(*args, **kwargs)
-        except torch.OutOfMemoryError as err:  # issue 15: the OOM summary names the checkpoint phase
-            engine.note_failure(err, "checkpoint")
-            raise
-        finally:
-            engine.checkpoint_end()
-
-    save_checkpoint.__perf_callbacks__ = True  # type: ignore[attr-defined]
-    trainer.save_checkpoint = save_checkpoint  # type: ignore[method-assign]
+    trainer.save_checkpoint = set_aside(lambda: engine, "checkpoint")(save)  # type: ignore[method-assign]
 
 
 def _unwrap_save_checkpoint(trainer: pl.Trainer) -> None:
-    if getattr(vars(trainer).get("save_checkpoint"), "__perf_callbacks__", False):
+    if is_ours(vars(trainer).get("save_checkpoint")):
         del trainer.save_checkpoint
 
 
@@ -346,10 +334,3 @@ def _blame_flag(finding: Any) -> Any:
     from dataclasses import replace
 
     return replace(finding, message=finding.message + " (the Trainer has use_distributed_sampler=False)")
-
-
-def _batch_size(batch: Any) -> int | None:
-    try:
-        return int(extract_batch_size(batch))
-    except Exception:  # noqa: BLE001 - throughput is optional
-        return None

@@ -32,11 +32,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.adapters import distributed_initialized
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
@@ -103,7 +103,7 @@ class TransformersPerfCallback(TrainerCallback):
             device=args.device,
             log_every_n_steps=self.config.log_every_n_steps or _logging_interval(args, state),
             data_loader=("train_dataloader", getattr(loader, "num_workers", None)),
-            distributed_initialized=torch.distributed.is_available() and torch.distributed.is_initialized(),
+            distributed_initialized=distributed_initialized(),
             advice=_in_training_args_words,
         )
         self.engine = PerfEngine(self.config, ctx)
@@ -210,7 +210,7 @@ def _broadcast_run_name(name: str) -> str:
     """Rank 0's run name on every rank (every rank calls this in ``on_train_begin``)."""
     from accelerate.utils import broadcast_object_list
 
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+    if not distributed_initialized():
         return name
     return str(broadcast_object_list([name])[0])
 

@@ -1,0 +1,71 @@
+"""What every adapter does the same way.
+
+The checkpoint and validation ranges around a framework's own methods, the batch size of a batch, and whether
+``torch.distributed`` is up.
+
+Example:
+    >>> import torch
+    >>> batch_size({"input_ids": torch.zeros(8, 128), "labels": torch.zeros(8)})
+    8
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from perf_callbacks.core.engine import PerfEngine
+
+MARK = "__perf_callbacks__"  # set on every wrapper we install, so it is recognised and removed, never stacked
+
+
+def set_aside(live: Callable[[], PerfEngine | None], phase: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wrap a framework method (a checkpoint save, an evaluation) in the engine's ``phase`` range.
+
+    While ``live()`` returns an engine, each call gets a ``checkpoint`` or ``validation`` range, its time is left out
+    of step time and data wait, and an out-of-memory error inside it is noted with that phase before it propagates.
+    """
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            engine = live()
+            if engine is None:
+                return method(*args, **kwargs)
+            start, end = ((engine.checkpoint_start, engine.checkpoint_end) if phase == "checkpoint"
+                          else (engine.validation_start, engine.validation_end))
+            start()
+            try:
+                return method(*args, **kwargs)
+            except torch.OutOfMemoryError as err:
+                engine.note_failure(err, phase)
+                raise
+            finally:
+                end()
+
+        setattr(wrapped, MARK, True)
+        return wrapped
+
+    return wrap
+
+
+def is_ours(fn: Any) -> bool:
+    """``fn`` is a wrapper perf-callbacks installed."""
+    return bool(getattr(fn, MARK, False))
+
+
+def batch_size(batch: Any) -> int | None:
+    """The leading dimension of the first tensor in ``batch`` (a tensor, a mapping or a sequence), else None."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else None
+    values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, list | tuple) else ()
+    return next((n for n in map(batch_size, values) if n is not None), None)
+
+
+def distributed_initialized() -> bool:
+    """``torch.distributed`` is available and its default process group is up."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
