@@ -12,6 +12,8 @@ Example:
 from __future__ import annotations
 
 import functools
+import signal
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -69,3 +71,27 @@ def batch_size(batch: Any) -> int | None:
 def distributed_initialized() -> bool:
     """``torch.distributed`` is available and its default process group is up."""
     return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def catch_sigterm() -> bool:
+    """Turn SIGTERM (preemption) into ``SystemExit(143)``, so the adapter flushes the window before the process exits.
+
+    Only when SIGTERM still has its default action (which kills the process with no cleanup at all) and this is the
+    main thread; a handler the user or a launcher installed is left alone. Returns whether it was installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return False
+    signal.signal(signal.SIGTERM, _preempted)
+    return True
+
+
+def release_sigterm() -> None:
+    """Give SIGTERM its default action back, if :func:`catch_sigterm` installed ours."""
+    if signal.getsignal(signal.SIGTERM) is _preempted:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _preempted(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)

@@ -27,8 +27,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
-import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,7 +36,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.adapters import batch_size, distributed_initialized, set_aside
+from perf_callbacks.core.adapters import batch_size, catch_sigterm, distributed_initialized, release_sigterm, set_aside
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
@@ -136,7 +134,7 @@ class AcceleratePerfHook:
         ctx.log_metrics = self.metrics.stash  # every rank; sent by the flush at the step boundary
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None
         ctx.log_summary = self.metrics.log_local  # the window summary logs from one rank: no cross-rank gather
-        self._sigterm = _catch_sigterm()
+        self._sigterm = catch_sigterm()
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
@@ -164,7 +162,7 @@ class AcceleratePerfHook:
         for restore in self._restore:
             restore()
         if self._sigterm:
-            _release_sigterm()
+            release_sigterm()
         if self.accelerator is not None and vars(self.accelerator).get("backward") is self._backward:
             del self.accelerator.backward
         if self.accelerator is not None and vars(self.accelerator).get("save_state") is self._save_state:
@@ -413,29 +411,6 @@ def _drop_count(optimizer: Any) -> int | None:
     """Remove the step count that a loaded optimizer state put into the live param groups; return it."""
     counts = [g.pop(COUNT_KEY) for g in getattr(optimizer, "param_groups", []) if COUNT_KEY in g]
     return int(max(counts)) if counts else None
-
-
-def _preempted(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _catch_sigterm() -> bool:
-    """Turn SIGTERM (preemption) into ``SystemExit(143)`` so the ``with`` block flushes the window before exiting.
-
-    Only when SIGTERM still has its default action (which kills the process with no cleanup at all) and we are on the
-    main thread; a handler the user or a launcher installed is left alone.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return False
-    signal.signal(signal.SIGTERM, _preempted)
-    return True
-
-
-def _release_sigterm() -> None:
-    if signal.getsignal(signal.SIGTERM) is _preempted:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _loader_name(acc: Accelerator, loader: Any) -> str:

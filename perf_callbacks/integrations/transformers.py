@@ -24,9 +24,7 @@ import atexit
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +34,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.adapters import distributed_initialized
+from perf_callbacks.core.adapters import catch_sigterm, distributed_initialized, release_sigterm
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
@@ -112,7 +110,7 @@ class TransformersPerfCallback(TrainerCallback):
             ctx.log_metrics, ctx.log_text = self.metrics.log_metrics, self.metrics.log_text
         if kw.get("model") is not None:
             self.engine.attach_model(kw["model"])
-        self._live, self._samples, self._sigterm = True, 0, _catch_sigterm()
+        self._live, self._samples, self._sigterm = True, 0, catch_sigterm()
         atexit.register(self._close, None)
         if trainer is not None:
             hooks.install(trainer, self._live_engine, self._count_samples)
@@ -192,7 +190,7 @@ class TransformersPerfCallback(TrainerCallback):
         if trainer is not None:
             _quiet(lambda: hooks.uninstall(trainer))
         if self._sigterm:
-            _release_sigterm()
+            release_sigterm()
             self._sigterm = False
         if self.metrics is not None:
             _quiet(self.metrics.close)
@@ -228,25 +226,6 @@ def _in_training_args_words(message: str) -> str:
     """Phrase a DataLoader warning's fix in ``TrainingArguments`` names (``dataloader_num_workers=4``)."""
     message = _ARG_NAMES.sub(r"dataloader_\1=", message)
     return message.replace("let accelerator.prepare() shard the loader", "let the Trainer shard it")
-
-
-def _preempted(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
-def _catch_sigterm() -> bool:
-    """SIGTERM raises ``SystemExit(143)`` (so ``train`` flushes the window), if it has its default action."""
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return False
-    signal.signal(signal.SIGTERM, _preempted)
-    return True
-
-
-def _release_sigterm() -> None:
-    if signal.getsignal(signal.SIGTERM) is _preempted:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _quiet(fn: Callable[[], Any]) -> None:
