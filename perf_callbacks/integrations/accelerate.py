@@ -24,7 +24,6 @@ before the process exits with the usual 128 + 15 status. ``close()`` restores th
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -44,11 +43,11 @@ from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
 from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
+from perf_callbacks.integrations._accelerate_state import STATE_FILE, put_count, read_state, take_count, write_state
 
+__all__ = ["STATE_FILE", "AcceleratePerfHook"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-STATE_FILE = "perf_callbacks_state.json"
-COUNT_KEY = "perf_callbacks_optimizer_steps"  # in the saved param groups of each optimizer
 OWNER_ATTR = "_perf_callbacks_hook"  # the hook registered on an Accelerator
 
 
@@ -275,7 +274,7 @@ class AcceleratePerfHook:
             self._handles += [inner.register_step_pre_hook(self._before_step),
                               inner.register_step_post_hook(self._after_step),
                               inner.register_state_dict_post_hook(self._save_count),
-                              inner.register_load_state_dict_post_hook(_drop_count)]
+                              inner.register_load_state_dict_post_hook(take_count)]
 
     def _wrap_optimizer_step(self, opt: Any, inner: Any) -> None:
         """Count steps through ``AcceleratedOptimizer.step`` where the optimizer has no hooks (once, with a note)."""
@@ -347,39 +346,24 @@ class AcceleratePerfHook:
     def _wrap_save_state(self, save_state: Any) -> Any:
         return set_aside(lambda: self.engine if not self._closed else None, "checkpoint")(save_state)
 
-    # ---- checkpoints ---------------------------------------------------------------------------------------------
+    # ---- checkpoints (see _accelerate_state.py) -------------------------------------------------------------------
     def _save_count(self, optimizer: Any, state: dict[str, Any]) -> dict[str, Any]:
-        """Also store the count in the optimizer's saved param groups: found there after a load before register."""
-        for group in state.get("param_groups", [])[:1]:
-            group[COUNT_KEY] = self.optimizer_steps
-        return state
+        return put_count(state, self.optimizer_steps)
 
     def _restored_count(self) -> int:
-        counts = [_drop_count(getattr(o, "optimizer", o)) for o in self._require()[1]._optimizers]
+        counts = [take_count(getattr(o, "optimizer", o)) for o in self._require()[1]._optimizers]
         return max((c for c in counts if c is not None), default=0)
 
     def _on_save(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
         acc = self.accelerator
-        if acc is None or not (acc.is_local_main_process if acc.project_configuration.save_on_each_node
-                               else acc.is_main_process):
-            return
-        path = Path(output_dir) / STATE_FILE
-        tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}.partial")
-        tmp.write_text(json.dumps({"optimizer_steps": self.optimizer_steps}))
-        os.replace(tmp, path)
+        if acc is not None and (acc.is_local_main_process if acc.project_configuration.save_on_each_node
+                                else acc.is_main_process):
+            write_state(output_dir, self.optimizer_steps)
 
     def _on_load(self, models: list[Any], input_dir: str) -> None:
-        path = Path(input_dir) / STATE_FILE
-        try:
-            steps = int(json.loads(path.read_text())["optimizer_steps"])
-        except FileNotFoundError:
-            log.warning("perf-callbacks: %s has no %s; optimizer steps are counted from %d", input_dir, STATE_FILE,
-                        self.optimizer_steps)
-            return
-        except (ValueError, KeyError, TypeError, OSError) as err:
-            log.warning("perf-callbacks: could not read %s (%s); the step count is unchanged", path, err)
-            return
-        self.optimizer_steps, self._stepped = steps, False
+        steps = read_state(input_dir, self.optimizer_steps)
+        if steps is not None:
+            self.optimizer_steps, self._stepped = steps, False
 
     # ---- helpers -------------------------------------------------------------------------------------------------
     def _current_batch(self) -> Any:
@@ -405,12 +389,6 @@ class AcceleratePerfHook:
         if self.engine is None or self.accelerator is None:
             raise RuntimeError("call hook.register(accelerator) after accelerator.prepare(...) first")
         return self.engine, self.accelerator
-
-
-def _drop_count(optimizer: Any) -> int | None:
-    """Remove the step count that a loaded optimizer state put into the live param groups; return it."""
-    counts = [g.pop(COUNT_KEY) for g in getattr(optimizer, "param_groups", []) if COUNT_KEY in g]
-    return int(max(counts)) if counts else None
 
 
 def _loader_name(acc: Accelerator, loader: Any) -> str:
