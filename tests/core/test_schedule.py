@@ -30,3 +30,8 @@ def test_window_and_finished() -> None:
     assert s.window(18) == (17, 19)
     assert not s.is_finished(19) and s.is_finished(20)
     assert not Schedule(ScheduleConfig(repeat=0)).is_finished(10**9)
+
+
+def test_a_single_cycle_is_finished_after_it() -> None:
+    s = Schedule(ScheduleConfig(wait=1, warmup=1, active=2, repeat=1, skip_first=3))
+    assert [s.is_finished(i) for i in (6, 7, 100)] == [False, True, True]
