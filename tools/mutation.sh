@@ -25,7 +25,13 @@ MODULES=(perf_callbacks/core/schedule.py perf_callbacks/core/traces.py perf_call
 read -r -a TESTS <<< "${MUTATION_TESTS:-tests/core/test_schedule.py tests/core/test_traces.py tests/core/test_stats.py \
 tests/core/test_clock.py tests/analysis/test_verdict.py}"
 
-rm -rf "$WORK" && mkdir -p "$WORK"
+"$PYTHON" -c "import mutmut, pytest, torch" 2>/dev/null \
+  || { echo "needs mutmut 3, pytest and torch in $PYTHON: pip install 'mutmut>=3.8,<4'" >&2; exit 2; }
+# Only ever delete a folder this script made (it leaves a marker in it).
+if [ -e "$WORK" ] && [ ! -e "$WORK/.perf-callbacks-mutation" ]; then
+  echo "$WORK exists and was not made by this script; set MUTATION_DIR to a new folder" >&2; exit 2
+fi
+rm -rf "$WORK" && mkdir -p "$WORK" && touch "$WORK/.perf-callbacks-mutation"
 cp -r "$ROOT/perf_callbacks" "$ROOT/tests" "$ROOT/pyproject.toml" "$WORK/"
 {
   echo "[mutmut]"

@@ -223,3 +223,13 @@ def test_unexplained_idle_advice_mentions_graph_replays_from_one_percent() -> No
     assert rank(losses={"other": 0.15}, graph_idle_fraction=0.01).recommendations == [
         f"{lead}; 1% of the window is inside CUDA graph replays (between kernels of one cudaGraphLaunch): look for "
         f"graph nodes waiting on other streams, events or host nodes{tail}"]
+
+
+def test_copy_advice_drops_kinds_under_a_tenth_of_the_largest() -> None:
+    r = rank(losses={"copy": 0.3}, copies_ms={"HtoD/pageable": 10.0, "memset": 0.5})
+    assert r.recommendations[0].endswith("with .to(device, non_blocking=True)")  # the memset line is left out
+
+
+def test_memory_is_in_decimal_gigabytes() -> None:
+    r = rank(peak_memory_bytes=1_235_000_001, device_memory_bytes=80_500_000_001)
+    assert r.recommendations[-1] == "peak memory only 1.24 of 81 GB (2%): there is room for a larger batch"
