@@ -28,3 +28,9 @@ def test_window() -> None:
     assert s.window(12) == s.window(14) == (12, 14)
     assert s.window(11) == (12, 14)
     assert s.window(18) == (17, 19)
+
+
+def test_a_single_cycle_records_nothing_after_it() -> None:
+    s = Schedule(ScheduleConfig(wait=1, warmup=1, active=2, repeat=1, skip_first=3))
+    assert [s.action(i).name for i in range(3, 9)] == ["NONE", "WARMUP", "RECORD", "RECORD_AND_SAVE", "NONE", "NONE"]
+    assert s.action(100) is Action.NONE

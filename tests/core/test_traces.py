@@ -1,10 +1,14 @@
-"""Trace files: a full disk below ``compress_trace`` leaves no half-written file, and training goes on."""
+"""Trace files: layout, atomic writes that never overwrite, the size cap; a full disk leaves no half-written file."""
 
 from __future__ import annotations
 
 import errno
 import gzip
 import json
+import os
+import random
+import re
+import zlib
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -13,7 +17,15 @@ import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.traces import compress_trace
+from perf_callbacks.core.traces import (
+    TraceLayout,
+    TraceTooLargeError,
+    compress_trace,
+    export_raw,
+    new_run_name,
+    publish,
+    write_text,
+)
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 
@@ -55,3 +67,138 @@ def test_export_failure_disables_profiler_and_training_goes_on(tmp_path: Path, f
     assert not torch.autograd.profiler._is_profiler_enabled
     leftovers = [p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()]
     assert leftovers == [], "no trace, no .partial, no raw export"
+
+
+def test_run_names_are_timestamped_and_unique() -> None:
+    names = {new_run_name() for _ in range(5)}
+    assert len(names) == 5
+    assert all(re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", n) for n in names), names
+
+
+def test_layout_paths(tmp_path: Path) -> None:
+    layout = TraceLayout(tmp_path, "run-1")
+    assert layout.run_dir == tmp_path / "run-1"
+    window = layout.window_dir(12, 1234567)
+    assert window == tmp_path / "run-1" / "window-000012-1234567"
+    assert TraceLayout.trace_path(window, 3) == window / "rank3.pt.trace.json.gz"
+    assert TraceLayout.raw_path(window, 3) == window / ".rank3.raw.partial"
+
+
+def test_export_raw_writes_a_hidden_scratch_file_and_enforces_the_cap(tmp_path: Path) -> None:
+    window = tmp_path / "run" / "window-000001-000002"  # parents are created
+    raw = export_raw(lambda p: p.write_bytes(b"x" * 1_000_000), window, 1, max_trace_mb=1.0)
+    assert raw == window / ".rank1.raw.partial" and raw.stat().st_size == 1_000_000  # exactly at the cap: kept
+    again = export_raw(lambda p: p.write_bytes(b"y"), window, 2, max_trace_mb=1.0)  # the folder exists already
+    assert again.read_bytes() == b"y"
+    with pytest.raises(TraceTooLargeError, match=r"^2 MB$") as info:
+        export_raw(lambda p: p.write_bytes(b"x" * 1_500_001), window, 3, max_trace_mb=1.0)
+    assert info.value.size_mb == pytest.approx(1.500001)
+    assert not TraceLayout.raw_path(window, 3).exists()
+
+
+def test_export_raw_removes_its_file_when_the_export_fails(tmp_path: Path) -> None:
+    def half_written(path: Path) -> None:
+        path.write_bytes(b"{")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        export_raw(half_written, tmp_path, 0, max_trace_mb=10.0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compress_trace_writes_through_a_hidden_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = tmp_path / ".rank0.raw.partial"
+    raw.write_bytes(b'{"traceEvents": []}' * 1000)
+    dest = tmp_path / "rank0.pt.trace.json.gz"
+    seen: list[str] = []
+    write = gzip.GzipFile.write
+
+    def spy(self: gzip.GzipFile, data: Any) -> int:
+        seen.extend(p.name for p in tmp_path.iterdir() if p != raw)
+        return write(self, data)
+
+    monkeypatch.setattr(gzip.GzipFile, "write", spy)
+    assert compress_trace(raw, dest) == dest
+    assert set(seen) == {f".rank0.pt.trace.json.gz.{os.getpid()}.partial"}
+    assert gzip.decompress(dest.read_bytes()) == raw.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [raw.name, dest.name]
+
+
+def test_compress_trace_level_and_no_overwrite(tmp_path: Path) -> None:
+    rng = random.Random(0)  # trace-like text on which gzip levels 3, 4 and 5 all differ
+    events = [{"name": f"aten::mm{rng.randrange(50)}", "ts": rng.randrange(10**6), "dur": rng.randrange(1000)}
+              for _ in range(3000)]
+    raw = tmp_path / "raw"
+    raw.write_text(json.dumps(events))
+    dest = tmp_path / "rank0.pt.trace.json.gz"
+    assert compress_trace(raw, dest) == dest
+    body = dest.read_bytes()
+    header_end = body.index(b"\0", 10) + 1  # magic..os (10 bytes), then the NUL-terminated file name
+    deflate = zlib.compressobj(4, zlib.DEFLATED, -15)
+    assert body[header_end:-8] == deflate.compress(raw.read_bytes()) + deflate.flush()  # level 4 by default
+    second = compress_trace(raw, dest, level=9)
+    assert second == tmp_path / "rank0-1.pt.trace.json.gz"
+    assert second.read_bytes()[8] == 2  # gzip XFL: "maximum compression"
+    assert compress_trace(raw, dest, level=1).read_bytes()[8] == 4  # "fastest"
+    assert dest.read_bytes() == body
+
+
+def test_write_text_never_overwrites(tmp_path: Path) -> None:
+    dest = tmp_path / "summary.txt"
+    assert write_text(dest, "first") == dest
+    assert write_text(dest, "second") == tmp_path / "summary-1.txt"
+    assert write_text(dest, "third") == tmp_path / "summary-2.txt"
+    assert [dest.read_text(), (tmp_path / "summary-2.txt").read_text()] == ["first", "third"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary-1.txt", "summary-2.txt", "summary.txt"]
+
+
+def test_write_text_leaves_nothing_behind_on_failure(tmp_path: Path) -> None:
+    with pytest.raises(UnicodeEncodeError):
+        write_text(tmp_path / "x.txt", "\ud800")  # a lone surrogate cannot be encoded
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("name", "second"), [("rank0.pt.trace.json.gz", "rank0-1.pt.trace.json.gz"),
+                                              ("result.json", "result-1.json"), ("notes", "notes-1")])
+def test_publish_numbers_names_after_their_suffix(tmp_path: Path, name: str, second: str) -> None:
+    for text in ("a", "b"):
+        partial = tmp_path / ".partial"
+        partial.write_text(text)
+        published = publish(partial, tmp_path / name)
+        partial.unlink()
+    assert published == tmp_path / second and published.read_text() == "b"
+
+
+@pytest.fixture
+def no_hard_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system without hard links (some network and FUSE mounts): ``os.link`` fails with EPERM."""
+    def no_links(src: Path, dst: Path) -> NoReturn:
+        raise PermissionError(errno.EPERM, "hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_links)
+
+
+def test_publish_without_hard_links_renames(tmp_path: Path, no_hard_links: None) -> None:
+    (tmp_path / "summary.txt").write_text("old")
+    for expected in ("summary-1.txt", "summary-2.txt"):
+        partial = tmp_path / ".summary.partial"
+        partial.write_text(expected)
+        assert publish(partial, tmp_path / "summary.txt") == tmp_path / expected
+        assert (tmp_path / expected).read_text() == expected and not partial.exists()
+    assert (tmp_path / "summary.txt").read_text() == "old"
+
+
+def test_writers_work_without_hard_links(tmp_path: Path, no_hard_links: None) -> None:
+    raw = tmp_path / "raw"
+    raw.write_bytes(b"{}")
+    assert compress_trace(raw, tmp_path / "rank0.pt.trace.json.gz") == tmp_path / "rank0.pt.trace.json.gz"
+    assert write_text(tmp_path / "summary.txt", "text") == tmp_path / "summary.txt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.pt.trace.json.gz", "raw", "summary.txt"]
+
+
+def test_export_raw_failing_before_any_file_keeps_its_error(tmp_path: Path) -> None:
+    def refuses(path: Path) -> None:
+        raise RuntimeError("profiler refused to export")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        export_raw(refuses, tmp_path, 0, max_trace_mb=10.0)

@@ -1,0 +1,235 @@
+"""Verdicts, their margin and the recommendations' text, on hand-built results (no trace parsing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from perf_callbacks.analysis.result import RankResult
+from perf_callbacks.analysis.verdict import VERDICT_OF, Margin, judge_rank, verdict_from, verdict_margin
+
+
+def rank(**fields: Any) -> RankResult:
+    base: dict[str, Any] = {
+        "rank": 0, "path": "rank0.pt.trace.json.gz", "span_ms": 100.0, "gpu_utilization": 0.5,
+        "kernel_busy_fraction": None, "step_time_ms": None, "data_wait_fraction": 0.0, "losses": {}, "steps": [],
+        "copies_ms": {}, "comm_ms": {}, "top_ops": [], "peak_memory_bytes": None, "device_memory_bytes": None,
+        "profiler_flags": [], "data_loader": None, "collectives_ms": [], "sync_calls_ms": {},
+        "launches_per_step": None,
+    }
+    r = RankResult(**{**base, **fields})
+    judge_rank(r)
+    return r
+
+
+@pytest.mark.parametrize(("losses", "verdict"), [
+    ({}, "compute_bound"),
+    ({"input": 0.0999, "sync": 0.05}, "compute_bound"),
+    ({"input": 0.10}, "input_bound"),  # the threshold itself counts
+    ({"sync": 0.2, "copy": 0.3, "input": 0.1}, "copy_bound"),
+    ({"host": 0.5}, "host_bound"),
+    ({"communication": 0.5}, "communication_bound"),
+    ({"other": 0.5, "sync": 0.49}, "unexplained_idle"),
+])
+def test_verdict_is_the_largest_loss_from_ten_percent(losses: dict[str, float], verdict: str) -> None:
+    assert verdict_from(losses) == verdict
+    assert verdict_from(dict(reversed(losses.items()))) == verdict
+
+
+@pytest.mark.parametrize(("losses", "margin"), [
+    ({}, Margin(None, None, "")),
+    ({"host": 0.02, "input": 0.104}, Margin(pytest.approx(0.004), "compute_bound",  # type: ignore[arg-type]
+                                            "input 10.4%, close to the 10% threshold")),
+    ({"host": 0.08}, Margin(pytest.approx(-0.02), "host_bound", "host 8.0%, close to the 10% threshold")),  # type: ignore[arg-type]
+    ({"host": 0.05}, Margin(pytest.approx(-0.05), "host_bound", "")),  # type: ignore[arg-type]
+    ({"input": 0.13}, Margin(0.03, "compute_bound", "")),  # exactly 3 points above: not close
+    ({"input": 0.10}, Margin(0.0, "compute_bound", "input 10.0%, close to the 10% threshold")),
+    ({"other": 0.09}, Margin(pytest.approx(-0.01), "unexplained_idle",  # type: ignore[arg-type]
+                             "unexplained idle 9.0%, close to the 10% threshold")),
+    ({"sync": 0.28, "input": 0.30}, Margin(pytest.approx(0.2), "sync_bound",  # type: ignore[arg-type]
+                                           "input 30.0%, close to sync 28.0%")),
+    ({"input": 0.3, "other": 0.29}, Margin(pytest.approx(0.2), "unexplained_idle",  # type: ignore[arg-type]
+                                           "input 30.0%, close to unexplained idle 29.0%")),
+    ({"input": 0.5, "sync": 0.2}, Margin(pytest.approx(0.4), "sync_bound", "")),  # type: ignore[arg-type]
+    ({"input": 0.5, "sync": 0.1}, Margin(pytest.approx(0.4), "sync_bound", "")),  # type: ignore[arg-type]
+    ({"input": 0.5, "sync": 0.09}, Margin(pytest.approx(0.4), "compute_bound", "")),  # type: ignore[arg-type]
+    ({"input": 0.25, "copy": 0.22}, Margin(pytest.approx(0.15), "copy_bound", "")),  # type: ignore[arg-type]
+])
+def test_margin_names_what_the_verdict_would_flip_to(losses: dict[str, float], margin: Margin) -> None:
+    assert verdict_margin(losses) == margin
+
+
+def test_every_cause_has_a_verdict_and_advice() -> None:
+    assert VERDICT_OF == {"input": "input_bound", "host": "host_bound", "sync": "sync_bound", "copy": "copy_bound",
+                          "communication": "communication_bound", "other": "unexplained_idle"}
+    for cause in VERDICT_OF:
+        assert len(rank(losses={cause: 0.5}).recommendations) == 1
+
+
+def test_recommendations_largest_loss_first_from_two_percent() -> None:
+    r = rank(losses={"sync": 0.02, "host": 0.0199, "input": 0.3, "other": 0.12},
+             sync_calls_ms={"aten::item": 3.0})
+    assert r.verdict == "input_bound"
+    assert [t.split(" ")[0] for t in r.recommendations] == ["data", "unexplained", "the"]
+    assert r.recommendations[2].startswith("the device went idle right after blocking calls returned, 2% of")
+
+
+def test_compute_bound_leads_with_the_compute_advice() -> None:
+    top = {"name": "aten::mm", "fraction": 0.42, "device": "GPU"}
+    r = rank(losses={"input": 0.05}, gpu_utilization=0.93, top_ops=[top], backlog_fraction=0.02,
+             peak_memory_bytes=10**9, device_memory_bytes=80 * 10**9)
+    assert r.verdict == "compute_bound"
+    assert r.recommendations[0] == "compute-bound (GPU busy 93%; aten::mm has 42% of self GPU time): speed up the " \
+                                   "math itself: bf16/TF32, torch.compile, fused or flash attention kernels"
+    assert r.recommendations[1].startswith("data loading took 0.0% of step time (device idle 5%")
+    assert r.recommendations[2].startswith("backlog 2%: at the window's start")
+    assert r.recommendations[3] == "peak memory only 1.00 of 80 GB (1%): there is room for a larger batch"
+    assert len(r.recommendations) == 4
+
+
+def test_compute_advice_without_a_device_or_on_another_device() -> None:
+    assert rank(gpu_utilization=None).recommendations == [
+        "no device activity recorded and no removable host-side loss found (no single op leads): speed up the host "
+        "code, or profile with activities=[CPU, CUDA] to see the device"]
+    assert rank(gpu_utilization=0.5, device_kind="xpu").recommendations == [
+        "compute-bound (device busy 50%; no single op leads): speed up the device kernels themselves"]
+    assert rank(gpu_utilization=0.5, device_kind="cuda").recommendations[0].startswith("compute-bound (GPU busy 50%;")
+
+
+def test_backlog_note_from_two_percent() -> None:
+    assert len(rank(backlog_fraction=0.0199).recommendations) == 1
+    assert rank(backlog_fraction=0.5).recommendations[1] == (
+        "backlog 50%: at the window's start the device was still running work queued before it (its first op started "
+        "long after its launch); that time is not host idle, and the window is too short to judge: profile more "
+        "steps (schedule.active) to see the steady state")
+
+
+@pytest.mark.parametrize(("verdict_cause", "at"), [("host", 1), ("sync", 1), ("input", 2)])
+def test_profiler_caveat_follows_a_host_side_verdict_else_comes_last(verdict_cause: str, at: int) -> None:
+    r = rank(losses={verdict_cause: 0.4, "copy": 0.2}, copies_ms={"memset": 1.0}, profiler_flags=["with_stack"],
+             peak_memory_bytes=95, device_memory_bytes=100)
+    assert r.recommendations[at] == (
+        "with_stack=True was on in this window: it adds host time to every op, so host-side figures are inflated; "
+        "profile again without it to confirm a host-bound verdict")
+    assert r.recommendations[-1] == "peak memory 0.00 of 0 GB (95%): close to OOM; use activation checkpointing or a " \
+                                    "smaller batch"
+    assert len(r.recommendations) == 4
+
+
+def test_profiler_caveat_names_each_flag() -> None:
+    r = rank(profiler_flags=["profile_memory", "record_shapes", "with_stack"])
+    assert r.recommendations[1].startswith("record_shapes=True and with_stack=True were on in this window: ")
+    assert rank(profiler_flags=["profile_memory", "with_flops"]).recommendations == rank().recommendations
+
+
+@pytest.mark.parametrize(("peak", "total", "verdict_cause", "note"), [
+    (None, 100, None, None),
+    (50, None, None, None),
+    (50, 0, None, None),
+    (90, 100, "input", "peak memory 0.00 of 0 GB (90%): close to OOM; use activation checkpointing or a smaller batch"),
+    (89, 100, None, None),
+    (29, 100, None, "peak memory only 0.00 of 0 GB (29%): there is room for a larger batch"),
+    (29, 100, "host", "peak memory only 0.00 of 0 GB (29%): there is room for a larger batch"),
+    (29, 100, "input", None),
+    (30, 100, None, None),
+    (int(2.5e9), int(40e9), None, "peak memory only 2.50 of 40 GB (6%): there is room for a larger batch"),
+])
+def test_memory_note(peak: int | None, total: int | None, verdict_cause: str | None, note: str | None) -> None:
+    losses = {verdict_cause: 0.5} if verdict_cause else {}
+    r = rank(peak_memory_bytes=peak, device_memory_bytes=total, losses=losses)
+    assert (r.recommendations[-1] if note else r.recommendations[-1].startswith("peak memory")) == (note or False)
+
+
+def test_input_advice_for_a_single_process_loader_and_any_other() -> None:
+    single = rank(losses={"input": 0.6}, data_wait_fraction=0.0099,
+                  data_loader="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
+    assert single.recommendations == [
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ took 1.0% of step time with num_workers=0 "
+        "(device idle 60%): raise num_workers (e.g. 4-8) and set pin_memory=True, persistent_workers=True"]
+    other = rank(losses={"input": 0.6}, data_wait_fraction=0.7, data_loader="my_loader")
+    assert other.recommendations == [
+        "my_loader took 70% of step time (device idle 60% waiting for batches): raise num_workers or "
+        "prefetch_factor, or make __getitem__ cheaper (decode/augment on the GPU, cache preprocessed samples)"]
+
+
+def test_sync_advice_names_the_first_three_blocking_calls() -> None:
+    calls = {"aten::item": 12.34, "aten::_local_scalar_dense": 5.0, "cudaStreamSynchronize": 1.25, "aten::cpu": 1.0}
+    assert rank(losses={"sync": 0.25}, sync_calls_ms=calls).recommendations == [
+        "the device went idle right after blocking calls returned, 25% of the time: aten::item (12.3 ms), "
+        "aten::_local_scalar_dense (5.0 ms), cudaStreamSynchronize (1.2 ms): remove .item()/.cpu()/print(tensor) "
+        "from the step, keep metrics on the device and read them every N steps"]
+
+
+def test_host_advice_on_cuda_and_on_other_devices() -> None:
+    cuda = rank(losses={"host": 0.4}, launches_per_step=812.4, gpu_utilization=0.3)
+    assert cuda.recommendations == [
+        "the device waited 40% of the time for the host to launch work (812 kernels per step, GPU busy 30%): cut "
+        "Python and launch overhead with torch.compile or CUDA graphs, fused/foreach optimizers, and a larger batch "
+        "per step"]
+    other = rank(losses={"host": 0.4}, gpu_utilization=None, device_kind="mps")
+    assert other.recommendations == [
+        "the device waited 40% of the time for the host to launch work (device busy 0.0%): cut Python and launch "
+        "overhead: fewer, larger ops and a larger batch per step"]
+    assert rank(losses={"host": 0.4}, device_kind="cuda").recommendations[0].endswith(
+        "(GPU busy 50%): cut Python and launch overhead with torch.compile or CUDA graphs, fused/foreach optimizers, "
+        "and a larger batch per step")
+
+
+def test_copy_advice_ranks_exposed_copies_and_drops_small_ones() -> None:
+    exposed = {"DtoD/device": 2.0, "HtoD/pageable": 10.0, "odd/kind": 1.0, "memset": 0.99, "DtoH/pinned": 5.0}
+    r = rank(losses={"copy": 0.3}, copy_exposed_ms=exposed, copies_ms={"PtoP/device": 50.0})
+    assert r.recommendations == [
+        "copies not overlapped with compute took 30% of the time; by kind, HtoD/pageable 10.0 ms: copy from pinned "
+        "memory (DataLoader pin_memory=True) with .to(device, non_blocking=True); DtoH/pinned 5.0 ms: read results "
+        "back less often: keep metrics on the device and fetch them every N steps; DtoD/device 2.0 ms: the data is "
+        "already on the device: find the ops that copy it (.contiguous(), .clone(), dtype casts, torch.cat, "
+        "non-fused optimizer states) and use views, in-place or fused ops"]
+    small = rank(losses={"copy": 0.3}, copies_ms={"odd/kind": 1.0, "memset": 0.1, "PtoP/device": 0.09})
+    assert small.recommendations == [
+        "copies not overlapped with compute took 30% of the time; by kind, odd/kind 1.0 ms: overlap it with compute on "
+        "a side stream; memset 0.1 ms: buffers are zeroed on the device: use zero_grad(set_to_none=True) and "
+        "torch.empty where the values are overwritten"]
+
+
+@pytest.mark.parametrize(("kind", "fix"), [
+    ("DtoH/pageable", "read results back less often, into pinned buffers, with non_blocking=True"),
+    ("HtoD/pinned", "start the next batch's copy early (non_blocking=True on a side stream, or a prefetcher) so it "
+                    "overlaps compute"),
+    ("DtoH/device", "read results back less often: keep metrics on the device and fetch them every N steps"),
+    ("PtoP/device", "peer-to-peer copies between devices: keep each tensor on the device that uses it, or move the "
+                    "transfer into a collective"),
+])
+def test_copy_fix_by_kind(kind: str, fix: str) -> None:
+    assert rank(losses={"copy": 0.3}, copies_ms={kind: 3.0}).recommendations[0].endswith(f"{kind} 3.0 ms: {fix}")
+
+
+def test_communication_advice_with_and_without_named_collectives() -> None:
+    ops = {"nccl:all_reduce": 30.0, "nccl:all_gather": 5.55, "nccl:broadcast": 1.0, "nccl:send": 0.5}
+    r = rank(losses={"communication": 0.2}, comm_ms={"total": 40.0, "overlapped": 10.25}, collectives_by_op_ms=ops)
+    assert r.recommendations == [
+        "collectives (nccl:all_reduce 30.0 ms, nccl:all_gather 5.5 ms, nccl:broadcast 1.0 ms) were exposed 20% of "
+        "the time (40.0 ms in collectives, 10.2 ms overlapped with compute): overlap them (DDP bucket_cap_mb, FSDP "
+        "prefetch), fix stragglers first, or communicate less often (gradient accumulation with no_sync)"]
+    assert rank(losses={"communication": 0.2}).recommendations[0].startswith(
+        "collectives were exposed 20% of the time (0.0 ms in collectives, 0.0 ms overlapped with compute): ")
+
+
+def test_unexplained_idle_advice_mentions_graph_replays_from_one_percent() -> None:
+    tail = "; look at cross-stream waits (cudaStreamWaitEvent), work on other devices or processes, and the gaps " \
+           "in an Nsight Systems timeline (perf-callbacks nsys)"
+    lead = "unexplained idle 15%: the device idled although its next op had already been launched"
+    assert rank(losses={"other": 0.15}, graph_idle_fraction=0.0099).recommendations == [lead + tail]
+    assert rank(losses={"other": 0.15}, graph_idle_fraction=0.01).recommendations == [
+        f"{lead}; 1% of the window is inside CUDA graph replays (between kernels of one cudaGraphLaunch): look for "
+        f"graph nodes waiting on other streams, events or host nodes{tail}"]
+
+
+def test_copy_advice_drops_kinds_under_a_tenth_of_the_largest() -> None:
+    r = rank(losses={"copy": 0.3}, copies_ms={"HtoD/pageable": 10.0, "memset": 0.5})
+    assert r.recommendations[0].endswith("with .to(device, non_blocking=True)")  # the memset line is left out
+
+
+def test_memory_is_in_decimal_gigabytes() -> None:
+    r = rank(peak_memory_bytes=1_235_000_001, device_memory_bytes=80_500_000_001)
+    assert r.recommendations[-1] == "peak memory only 1.24 of 81 GB (2%): there is room for a larger batch"
