@@ -199,7 +199,11 @@ class HookTimer:
 
 
 class EngineProbe(Callback):
-    """Placed after ``GPUPerfCallback``: once its engine exists, times ``memory.sample`` and ``_export``."""
+    """Placed after ``GPUPerfCallback``: once its engine exists, times ``memory.sample`` and the window's end.
+
+    The window's end (``WindowRecorder.finish``: stop the profiler, export its events, hand them to the background
+    job) is what the training loop waits for; compression and analysis run off it.
+    """
 
     def __init__(self, perf: GPUPerfCallback) -> None:
         self.perf = perf
@@ -212,7 +216,7 @@ class EngineProbe(Callback):
             return
         if engine.memory is not None:
             engine.memory.sample = _timed(engine.memory.sample, self.memory_s)  # type: ignore[method-assign]
-        engine._export = _timed(engine._export, self.export_s)  # type: ignore[method-assign]
+        engine.windows.finish = _timed(engine.windows.finish, self.export_s)  # type: ignore[method-assign]
 
 
 class BareProfiler(Callback):

@@ -45,7 +45,7 @@ def test_overhead_quick_runs_and_writes_json(tmp_path: Path) -> None:
     assert result["traces"]["perf_callbacks"]["traces"] >= 1
     assert result["traces"]["perf_callbacks"]["raw_over_gz"] > 1
     assert {t["status"] for t in result["targets"]} <= {"PASS", "MISS", "n/a"}
-    assert len(result["targets"]) == 5
+    assert len(result["targets"]) == 6
     assert "status" in proc.stdout and "perf_callbacks" in proc.stdout
 
 

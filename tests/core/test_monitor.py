@@ -58,14 +58,14 @@ def run_engine(tmp_path: Path, steps: int, slow_after: int | None = None) -> lis
     """Real CPU work per step through the engine, logging every 25 steps; returns the warnings."""
     cfg = PerfConfig.from_dict({"schedule": {"skip_first": 10_000}, "summary": False, "data_wait_steps": 10_000})
     engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=25))
-    a = torch.randn(96, 96)
+    a = torch.randn(64, 64)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         for step in range(steps):
             engine.batch_start(step)
-            for _ in range(3 if slow_after is not None and step >= slow_after else 2):
-                (a @ a).sum()
-            end = time.perf_counter() + 0.0005
+            (a @ a).sum()
+            work = 0.003 * (1.5 if slow_after is not None and step >= slow_after else 1.0)  # 3 ms of host work
+            end = time.perf_counter() + work
             while time.perf_counter() < end:
                 pass
             engine.batch_end(stepped=True)

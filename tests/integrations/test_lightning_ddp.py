@@ -73,7 +73,7 @@ def test_one_rank_raising_mid_window_hangs_no_rank(tmp_path: Path, fail_rank: in
     assert proc.returncode != 0
     assert "user error at step 4" in proc.stderr
     (run,) = (tmp_path / "perf").iterdir()
-    written = sorted(p.name for p in (run / "window-000003-000004").glob("*.json*"))
+    written = sorted(p.name for p in (run / "window-000003-000004").glob("*.pt.trace.json*"))
     assert f"rank{fail_rank}.pt.trace.json.gz" in written
     assert profiler_steps(run / "window-000003-000004" / f"rank{fail_rank}.pt.trace.json.gz")[0] == 3
 
@@ -86,6 +86,6 @@ def test_a_failing_rank_leaves_the_healthy_rank_free_to_exit(tmp_path: Path) -> 
     assert r0["error"] is not None and r0["error"].startswith(("RuntimeError", "DistBackendError")), r0["error"]
     assert r0["time"] - r1["time"] < 30  # the timeout, not a hang
     (run,) = (tmp_path / "perf").iterdir()
-    written = sorted(p.name for p in (run / "window-000003-000004").glob("*.json*"))
+    written = sorted(p.name for p in (run / "window-000003-000004").glob("*.pt.trace.json*"))
     assert written == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]  # both partial windows flushed
     assert profiler_steps(run / "window-000003-000004" / "rank0.pt.trace.json.gz")[0] == 3
