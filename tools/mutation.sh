@@ -13,6 +13,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python}
+case "$PYTHON" in */*) PYTHON=$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON") ;; esac  # survives the cd below
 MUTMUT=("$PYTHON" -m mutmut)
 WORK=${MUTATION_DIR:-/tmp/perf-callbacks-mutation}
 JOBS=${MUTATION_JOBS:-2}
