@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from perf_callbacks.analysis.advice import WORKERS_RULE, suggest_num_workers
 from perf_callbacks.analysis.result import RankResult
 
 THRESHOLD = 0.10
@@ -105,8 +106,8 @@ def _input_advice(r: RankResult, share: float) -> str:
     loader = r.data_loader or "data loading"
     where = f"{loader} took {_pct(r.data_wait_fraction)} of step time"
     if loader.startswith("enumerate(DataLoader)#_SingleProcess"):
-        return f"{where} with num_workers=0 (device idle {_pct(share)}): raise num_workers (e.g. 4-8) and set " \
-               "pin_memory=True, persistent_workers=True"
+        return f"{where} with num_workers=0 (device idle {_pct(share)}): try num_workers={suggest_num_workers()} " \
+               f"({WORKERS_RULE}) and set pin_memory=True, persistent_workers=True"
     return f"{where} (device idle {_pct(share)} waiting for batches): raise num_workers or prefetch_factor, or make " \
            "__getitem__ cheaper (decode/augment on the GPU, cache preprocessed samples)"
 

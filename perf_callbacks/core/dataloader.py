@@ -17,12 +17,13 @@ Example:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, SubsetRandomSampler, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler
+
+from perf_callbacks.analysis.advice import WORKERS_RULE, suggest_num_workers
 
 #: attributes that show an IterableDataset splits its stream by rank (ours, HF datasets, webdataset, torchdata...)
 _SHARD_MARKERS = ("rank", "world_size", "num_shards", "shard_id", "process_index", "num_processes", "_distributed")
@@ -41,15 +42,6 @@ class Finding:
     code: str
     loader: str
     message: str
-
-
-def suggest_num_workers(local_world_size: int = 1) -> int:
-    """Suggest ``num_workers``: the CPUs available to this process split across local ranks, capped at 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS
-        cpus = os.cpu_count() or 1
-    return max(1, min(8, cpus // max(1, local_world_size)))
 
 
 def inspect_loader(
@@ -251,7 +243,8 @@ def _is_hf_iterable(dataset: Any) -> bool:
 def data_wait_finding(name: str, share: float, first: int, last: int, num_workers: int | None) -> Finding:
     """Build the measured finding: data wait took ``share`` of step time over steps ``first``..``last``."""
     workers = f" has num_workers={num_workers};" if num_workers is not None else ":"
-    hint = f"try num_workers={suggest_num_workers()}" if num_workers == 0 else "add workers or make __getitem__ cheaper"
+    hint = (f"try num_workers={suggest_num_workers()} ({WORKERS_RULE})" if num_workers == 0
+            else "add workers or make __getitem__ cheaper")
     return Finding(
         "data_wait",
         name,

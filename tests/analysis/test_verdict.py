@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from perf_callbacks.analysis.advice import suggest_num_workers
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.verdict import VERDICT_OF, Margin, judge_rank, verdict_from, verdict_margin
 
@@ -146,7 +147,8 @@ def test_input_advice_for_a_single_process_loader_and_any_other() -> None:
                   data_loader="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
     assert single.recommendations == [
         "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__ took 1.0% of step time with num_workers=0 "
-        "(device idle 60%): raise num_workers (e.g. 4-8) and set pin_memory=True, persistent_workers=True"]
+        f"(device idle 60%): try num_workers={suggest_num_workers()} (the CPU cores per local rank, up to 8) and set "
+        "pin_memory=True, persistent_workers=True"]
     other = rank(losses={"input": 0.6}, data_wait_fraction=0.7, data_loader="my_loader")
     assert other.recommendations == [
         "my_loader took 70% of step time (device idle 60% waiting for batches): raise num_workers or "
