@@ -28,7 +28,7 @@ bench=${PIPESTATUS[0]}
 timeout 120 "$PY" benchmarks/memory_history.py --out "$DEST/memory-history.json" 2>&1 | tee "$DEST/memory-history.txt"
 history=${PIPESTATUS[0]}
 
-timeout 120 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider 2>&1 | tee "$DEST/pytest-gpu.txt"
+timeout 300 "$PY" -m pytest -m gpu -q -rs -p no:cacheprovider 2>&1 | tee "$DEST/pytest-gpu.txt"
 tests=${PIPESTATUS[0]}
 
 echo "benchmark exit ${bench}, memory_history benchmark exit ${history}, gpu tests exit ${tests}; results in ${DEST}"
