@@ -1,24 +1,17 @@
 """Accelerate adapter: ``hook.register(accelerator)`` after ``prepare()``, then ``for batch in hook.iter(loader)``.
 
-Accelerate has no callbacks, so the hook drives the engine from three places:
+Accelerate has no callbacks, so the hook drives the engine from a few places:
 
-- ``hook.iter(loader)`` marks micro-batches: a batch starts when the loader hands it over and ends when the next one
-  is requested. The time in between is the data wait. A prepared ``DataLoaderShard`` iterates one batch ahead and
-  moves each batch to the device inside its ``__iter__``, so the wait for batch ``i`` covers the host-to-device copy of
-  batch ``i`` *and* fetching/collating batch ``i + 1`` (the first batch also covers worker start-up).
-- Step pre/post hooks on the torch optimizer inside each ``AcceleratedOptimizer`` count optimizer steps and open the
-  ``optimizer_step`` phase. ``AcceleratedOptimizer.step()`` does nothing until ``sync_gradients``, so with gradient
-  accumulation ``ProfilerStep#N`` spans all micro-batches of optimizer step ``N``. A step that fp16's ``GradScaler``
-  skips (overflow) still counts, as in Lightning, so the numbering stays one step per update attempt.
-- ``accelerator.backward`` is wrapped (instance attribute, removed by :meth:`AcceleratePerfHook.close`) to open the
-  ``backward`` phase; ``forward`` runs from batch start to backward, as in ``GPUPerfCallback``.
-
-The step count is saved with ``accelerator.save_state`` (a ``perf_callbacks_state.json`` next to the checkpoint) and
-read back by ``load_state``, without ``register_for_checkpointing``, so checkpoints load with or without the hook.
-
-Preemption: while registered, and only if SIGTERM still has its default action, SIGTERM raises ``SystemExit(143)``
-so that the ``with`` block (or the user's ``finally: hook.close()``) stops the profiler and writes the partial window
-before the process exits with the usual 128 + 15 status. ``close()`` restores the default action.
+- ``hook.iter(loader)`` marks micro-batches and times the loader's ``next()`` alone as data wait. A prepared
+  ``DataLoaderShard`` iterates one batch ahead and moves each batch to the device inside its iterator, so the wait for
+  batch ``i`` covers the host-to-device copy of batch ``i`` and fetching/collating batch ``i + 1``.
+- Optimizer steps are counted by step hooks on the torch optimizers (``_accelerate_steps.py``), with or without
+  ``hook.iter``; ``accelerator.backward`` and ``accelerator.save_state`` are wrapped (instance attributes, removed by
+  :meth:`AcceleratePerfHook.close`) for the ``backward`` and ``checkpoint`` ranges.
+- The step count travels with ``save_state``/``load_state`` in either order (``_accelerate_state.py``), without
+  ``register_for_checkpointing``, so checkpoints load with or without the hook.
+- Preemption: while registered, and only if SIGTERM still has its default action, SIGTERM raises ``SystemExit(143)``
+  so that the ``with`` block flushes the window before the process exits. A hook never closed is closed at exit.
 """
 
 from __future__ import annotations
@@ -43,7 +36,8 @@ from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
 from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
-from perf_callbacks.integrations._accelerate_state import STATE_FILE, put_count, read_state, take_count, write_state
+from perf_callbacks.integrations._accelerate_state import STATE_FILE, read_state, write_state
+from perf_callbacks.integrations._accelerate_steps import StepCounting
 
 __all__ = ["STATE_FILE", "AcceleratePerfHook"]
 log = logging.getLogger(__name__)
@@ -51,7 +45,7 @@ T = TypeVar("T")
 OWNER_ATTR = "_perf_callbacks_hook"  # the hook registered on an Accelerator
 
 
-class AcceleratePerfHook:
+class AcceleratePerfHook(StepCounting):
     """Profiler windows by optimizer step, NVTX ranges, memory/timing logs and DataLoader checks for Accelerate.
 
     Takes the same keys as :class:`~perf_callbacks.GPUPerfCallback` (see :class:`~perf_callbacks.PerfConfig`), or a
@@ -261,81 +255,6 @@ class AcceleratePerfHook:
                 with self.engine.tool_time("log"):
                     self.metrics.flush(self.optimizer_steps)
 
-    # ---- optimizer steps -----------------------------------------------------------------------------------------
-    def _hook_optimizers(self) -> None:
-        for opt in self._require()[1]._optimizers:
-            inner = getattr(opt, "optimizer", opt)  # hooks on the AcceleratedOptimizer itself raise
-            if id(inner) in self._hooked:
-                continue
-            self._hooked.add(id(inner))
-            if not hasattr(inner, "register_step_post_hook"):  # DeepSpeed and other wrappers: no torch step hooks
-                self._wrap_optimizer_step(opt, inner)
-                continue
-            self._handles += [inner.register_step_pre_hook(self._before_step),
-                              inner.register_step_post_hook(self._after_step),
-                              inner.register_state_dict_post_hook(self._save_count),
-                              inner.register_load_state_dict_post_hook(take_count)]
-
-    def _wrap_optimizer_step(self, opt: Any, inner: Any) -> None:
-        """Count steps through ``AcceleratedOptimizer.step`` where the optimizer has no hooks (once, with a note)."""
-        step = opt.step
-
-        def counted_step(*args: Any, **kwargs: Any) -> Any:
-            self._before_step(inner, args, kwargs)
-            try:
-                return step(*args, **kwargs)
-            finally:
-                if self.accelerator is not None and self.accelerator.sync_gradients:
-                    self._after_step(inner, args, kwargs)
-                elif self.engine is not None and self._in_batch:
-                    self.engine.end_phase()
-
-        opt.step = counted_step
-        self._restore.append(lambda: vars(opt).pop("step", None))
-        log.info("perf-callbacks: %s has no torch step hooks; optimizer steps are counted when "
-                 "AcceleratedOptimizer.step() runs with accelerator.sync_gradients", type(inner).__name__)
-
-    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        engine = self._open_engine()
-        if engine is not None:
-            engine.phase("optimizer_step")
-
-    def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        engine = self.engine
-        if engine is not None and not self._closed:
-            engine.end_phase()
-        if self._in_batch or engine is None or self._closed:
-            self._count_step()
-            return
-        # No hook.iter(): one optimizer (the first to step) marks the steps; a step ends at its optimizer step and the
-        # next begins right away, so its data loading and forward are in it, and data wait is not measured.
-        self._lead = self._lead if self._lead is not None else id(optimizer)
-        if id(optimizer) != self._lead:
-            return
-        engine.batch_end(True, None)
-        self.optimizer_steps += 1
-        engine.batch_start(self.optimizer_steps, phase=None)
-
-    def _count_step(self) -> None:
-        if not self._stepped:  # several optimizers stepping in one micro-batch make one step
-            self._stepped = True
-            self.optimizer_steps += 1
-
-    def _overflow_skipped(self) -> bool:
-        acc = self.accelerator
-        return acc is not None and acc.sync_gradients and any(
-            getattr(o, "step_was_skipped", False) for o in acc._optimizers
-        )
-
-    def _open_engine(self) -> PerfEngine | None:
-        """The engine, when a step is open to hold a phase (a micro-batch of hook.iter(), or a counted step)."""
-        engine = self.engine
-        if engine is None or self._closed:
-            return None
-        if not self._in_batch and engine.step is None:  # no hook.iter(): the first step begins at its first backward
-            engine.batch_start(self.optimizer_steps, phase=None)
-        return engine
-
     def _wrap_backward(self, backward: Any) -> Any:
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
             with self.phase("backward"):
@@ -347,13 +266,6 @@ class AcceleratePerfHook:
         return set_aside(lambda: self.engine if not self._closed else None, "checkpoint")(save_state)
 
     # ---- checkpoints (see _accelerate_state.py) -------------------------------------------------------------------
-    def _save_count(self, optimizer: Any, state: dict[str, Any]) -> dict[str, Any]:
-        return put_count(state, self.optimizer_steps)
-
-    def _restored_count(self) -> int:
-        counts = [take_count(getattr(o, "optimizer", o)) for o in self._require()[1]._optimizers]
-        return max((c for c in counts if c is not None), default=0)
-
     def _on_save(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
         acc = self.accelerator
         if acc is not None and (acc.is_local_main_process if acc.project_configuration.save_on_each_node
