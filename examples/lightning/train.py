@@ -93,7 +93,8 @@ def main() -> None:
         print("traces:")
         for path in engine.exported:
             print(f"  {path}")
-        print(f"open them in https://ui.perfetto.dev or chrome://tracing, or run: perf-callbacks report {engine.layout.run_dir}")
+        print("open them in https://ui.perfetto.dev or chrome://tracing, or run: "
+              f"perf-callbacks report {engine.layout.run_dir}")
     print(f"TensorBoard: tensorboard --logdir {trainer.log_dir}")
 
 
