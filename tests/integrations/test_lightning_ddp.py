@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -56,6 +57,13 @@ def test_fast_in_memory_loader_is_not_input_bound(tmp_path: Path) -> None:
         assert result.verdict != "input_bound", (window.name, result.verdict, result.data_wait_fraction)
         assert result.data_wait_fraction < 0.2, (window.name, result.data_wait_fraction)
         assert len(result.ranks) == 2
+        for trace in window.glob("rank*.pt.trace.json.gz"):  # the data_wait spans are the loader's next() alone
+            events = json.load(gzip.open(trace))["traceEvents"]
+            waits = [e["dur"] for e in events if e.get("name") == "perf_callbacks.data_wait"]
+            loader = [e["dur"] for e in events if str(e.get("name", "")).startswith("enumerate(DataLoader)")]
+            framework = [e["dur"] for e in events if e.get("name") == "perf_callbacks.framework"]
+            assert waits and framework and len(waits) == len(loader), trace
+            assert sum(waits) <= 1.5 * sum(loader) + 100 * len(waits), (waits, loader)
 
 
 def test_unsharded_loader_warns_once_on_rank_zero(tmp_path: Path) -> None:
