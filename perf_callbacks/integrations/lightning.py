@@ -21,7 +21,7 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.adapters import batch_size, distributed_initialized, is_ours, set_aside
+from perf_callbacks.core.adapters import batch_size, distributed_initialized
 from perf_callbacks.core.dataloader import inspect_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
@@ -29,6 +29,12 @@ from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from perf_callbacks.integrations._cli_errors import config_or_exit
+from perf_callbacks.integrations._lightning_wrappers import (
+    unwrap_fetch,
+    unwrap_save_checkpoint,
+    wrap_fetch,
+    wrap_save_checkpoint,
+)
 
 CHECKPOINT_KEY = "perf_callbacks"
 
@@ -145,8 +151,8 @@ class GPUPerfCallback(Callback):
                       "a time: perf-callbacks records no trace; NVTX ranges, metrics and checks go on. Remove "
                       "profiler='pytorch' to get perf-callbacks' windows", InstrumentUnavailableWarning)
         self._steps = self._restored = None
-        _wrap_save_checkpoint(trainer, self.engine)
-        _wrap_fetch(trainer, self.engine)
+        wrap_save_checkpoint(trainer, self.engine)
+        wrap_fetch(trainer, self.engine)
 
     @override
     def on_save_checkpoint(
@@ -189,15 +195,15 @@ class GPUPerfCallback(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self.engine is not None:
             self.engine.close(exception)
-        _unwrap_save_checkpoint(trainer)  # Lightning calls no teardown hook after a failed fit
+        unwrap_save_checkpoint(trainer)  # Lightning calls no teardown hook after a failed fit
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit" and self.engine is not None:
             self.engine.close()
         if stage == "fit":
-            _unwrap_save_checkpoint(trainer)
-            _unwrap_fetch(trainer)
+            unwrap_save_checkpoint(trainer)
+            unwrap_fetch(trainer)
 
     # ---- per micro-batch -------------------------------------------------------------------------------------
     @override
@@ -272,48 +278,6 @@ class GPUPerfCallback(Callback):
                     logger.experiment.add_text(tag, text, global_step=step)
 
         return log_text
-
-
-def _wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
-    """Give ``trainer.save_checkpoint`` (what ModelCheckpoint calls) a ``checkpoint`` range.
-
-    Removed at teardown, or in ``on_exception`` when ``fit`` fails.
-    """
-    save = type(trainer).save_checkpoint.__get__(trainer)
-    trainer.save_checkpoint = set_aside(lambda: engine, "checkpoint")(save)  # type: ignore[method-assign]
-
-
-def _unwrap_save_checkpoint(trainer: pl.Trainer) -> None:
-    if is_ours(vars(trainer).get("save_checkpoint")):
-        del trainer.save_checkpoint
-
-
-def _wrap_fetch(trainer: pl.Trainer, engine: PerfEngine) -> None:
-    """Time the training DataLoader's ``__next__`` only: the loop's fetch hooks run right around ``next(iterator)``.
-
-    ``_TrainingEpochLoop.on_run_start`` installs its ``_on_before_fetch``/``_on_after_fetch`` as the data fetcher's
-    profiler hooks at every epoch start; instance attributes here take their place and are removed at teardown.
-    """
-    loop = trainer.fit_loop.epoch_loop
-    before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)
-    if before is None or after is None:  # another Lightning version: data wait is not measured
-        return
-
-    def on_before_fetch() -> None:
-        engine.data_start()
-        before()
-
-    def on_after_fetch() -> None:
-        after()
-        engine.data_end()
-
-    loop._on_before_fetch, loop._on_after_fetch = on_before_fetch, on_after_fetch  # type: ignore[method-assign]
-
-
-def _unwrap_fetch(trainer: pl.Trainer) -> None:
-    loop = trainer.fit_loop.epoch_loop
-    for name in ("_on_before_fetch", "_on_after_fetch"):
-        loop.__dict__.pop(name, None)
 
 
 def _fitting(trainer: pl.Trainer) -> bool:

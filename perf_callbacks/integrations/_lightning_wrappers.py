@@ -1,0 +1,56 @@
+"""The Trainer methods GPUPerfCallback wraps for a ``fit``, as instance attributes removed when it ends.
+
+- ``trainer.save_checkpoint`` (what ModelCheckpoint calls) gets a ``checkpoint`` range.
+- The training epoch loop's fetch hooks time the DataLoader's ``next()`` alone as data wait.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+
+from perf_callbacks.core.adapters import is_ours, set_aside
+from perf_callbacks.core.engine import PerfEngine
+
+
+def wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
+    """Give ``trainer.save_checkpoint`` (what ModelCheckpoint calls) a ``checkpoint`` range.
+
+    Removed at teardown, or in ``on_exception`` when ``fit`` fails.
+    """
+    save = type(trainer).save_checkpoint.__get__(trainer)
+    trainer.save_checkpoint = set_aside(lambda: engine, "checkpoint")(save)  # type: ignore[method-assign]
+
+
+def unwrap_save_checkpoint(trainer: pl.Trainer) -> None:
+    """Remove the ``save_checkpoint`` wrapper, if it is ours."""
+    if is_ours(vars(trainer).get("save_checkpoint")):
+        del trainer.save_checkpoint
+
+
+def wrap_fetch(trainer: pl.Trainer, engine: PerfEngine) -> None:
+    """Time the training DataLoader's ``__next__`` only: the loop's fetch hooks run right around ``next(iterator)``.
+
+    ``_TrainingEpochLoop.on_run_start`` installs its ``_on_before_fetch``/``_on_after_fetch`` as the data fetcher's
+    profiler hooks at every epoch start; instance attributes here take their place and are removed at teardown.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)
+    if before is None or after is None:  # another Lightning version: data wait is not measured
+        return
+
+    def on_before_fetch() -> None:
+        engine.data_start()
+        before()
+
+    def on_after_fetch() -> None:
+        after()
+        engine.data_end()
+
+    loop._on_before_fetch, loop._on_after_fetch = on_before_fetch, on_after_fetch  # type: ignore[method-assign]
+
+
+def unwrap_fetch(trainer: pl.Trainer) -> None:
+    """Remove the fetch-hook wrappers."""
+    loop = trainer.fit_loop.epoch_loop
+    for name in ("_on_before_fetch", "_on_after_fetch"):
+        loop.__dict__.pop(name, None)
