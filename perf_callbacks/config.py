@@ -1,7 +1,6 @@
 """One configuration for every entry point: Python keywords, LightningCLI YAML and a standalone YAML file.
 
 Example:
-    >>> from perf_callbacks.config import PerfConfig
     >>> cfg = PerfConfig.from_dict({"schedule": {"active": 2}, "record_shapes": True})
     >>> cfg.schedule.active, cfg.schedule.skip_first
     (2, 10)

@@ -80,8 +80,6 @@ class AcceleratePerfHook(StepCounting):
         self._micro = 0
         self._batch_size: int | None = None
         self.metrics: CrossRankLogger | None = None
-        self._backward: Any = None
-        self._save_state: Any = None
         self._sigterm = False
         self._standing_aside = False
         self._lead: int | None = None  # without hook.iter(), the optimizer whose steps are counted
@@ -132,10 +130,11 @@ class AcceleratePerfHook(StepCounting):
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
         self.optimizer_steps = max(self.optimizer_steps, self._restored_count())
-        if "backward" not in vars(acc):  # not twice: a second hook on the same accelerator leaves it alone
-            acc.backward = self._backward = self._wrap_backward(acc.backward)
-        if "save_state" not in vars(acc):
-            acc.save_state = self._save_state = self._wrap_save_state(acc.save_state)
+        live = lambda: self.engine if not self._closed else None  # noqa: E731
+        for name, wrap in (("backward", self._wrap_backward), ("save_state", set_aside(live, "checkpoint"))):
+            if name not in vars(acc):  # instance attributes, removed by close() if still ours
+                setattr(acc, name, wrapped := wrap(getattr(acc, name)))
+                self._restore.append(lambda n=name, w=wrapped: vars(acc).pop(n) if vars(acc).get(n) is w else None)
         if self.config.check_dataloaders:
             self._check([(_loader_name(acc, dl), dl) for dl in acc._dataloaders])
         return self
@@ -156,10 +155,6 @@ class AcceleratePerfHook(StepCounting):
             restore()
         if self._sigterm:
             release_sigterm()
-        if self.accelerator is not None and vars(self.accelerator).get("backward") is self._backward:
-            del self.accelerator.backward
-        if self.accelerator is not None and vars(self.accelerator).get("save_state") is self._save_state:
-            del self.accelerator.save_state
         if self.metrics is not None:
             self.metrics.close()
 
@@ -261,9 +256,6 @@ class AcceleratePerfHook(StepCounting):
                 return backward(loss, **kwargs)
 
         return wrapped
-
-    def _wrap_save_state(self, save_state: Any) -> Any:
-        return set_aside(lambda: self.engine if not self._closed else None, "checkpoint")(save_state)
 
     # ---- checkpoints (see _accelerate_state.py) -------------------------------------------------------------------
     def _on_save(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
