@@ -16,8 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks.integrations._events import OwnEvents
 
-class CrossRankLogger:
+
+class CrossRankLogger(OwnEvents):
     """Collects one rank's metrics and logs the cross-rank reduction on the main process.
 
     Args:
@@ -28,7 +30,6 @@ class CrossRankLogger:
     def __init__(self, accelerator: Any, log_dir: Path) -> None:
         self.accelerator, self.log_dir = accelerator, log_dir
         self.pending: dict[str, float] = {}
-        self._writer: Any = None
 
     def stash(self, metrics: dict[str, float], step: int) -> None:
         """Keep this rank's metrics of the interval (the engine calls it on every rank, no collective)."""
@@ -63,19 +64,6 @@ class CrossRankLogger:
         writer = tb.writer if tb is not None else (None if trackers else self._summary_writer())
         if writer is not None:
             writer.add_text(tag, text, global_step=step)
-
-    def close(self) -> None:
-        """Flush and close our own event file, if one was opened."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def _summary_writer(self) -> Any:
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(log_dir=str(self.log_dir))
-        return self._writer
 
 
 def reduce_across_ranks(gathered: list[dict[str, float]], world_size: int) -> dict[str, float]:

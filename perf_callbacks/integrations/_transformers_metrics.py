@@ -14,8 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks.integrations._events import OwnEvents
 
-class MetricsRouter:
+
+class MetricsRouter(OwnEvents):
     """Sends metrics and text to the Trainer's reporting callbacks, or to our own TensorBoard events.
 
     Args:
@@ -30,7 +32,6 @@ class MetricsRouter:
         self.args, self.state, self.control = args, state, control
         self.reporters = reporting_callbacks(trainer) if trainer is not None else []
         self.log_dir = Path(getattr(args, "logging_dir", None) or log_dir)
-        self._writer: Any = None
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log on rank 0 (the adapter passes this only there); ``step`` is ``state.global_step`` at that point."""
@@ -52,19 +53,6 @@ class MetricsRouter:
             writer = getattr(callback, "tb_writer", None)
             if writer is not None:
                 writer.add_text(tag, text, global_step=step)
-
-    def close(self) -> None:
-        """Close our own event file, if one was opened."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-
-    def _summary_writer(self) -> Any:
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(log_dir=str(self.log_dir))
-        return self._writer
 
 
 def reporting_callbacks(trainer: Any) -> list[Any]:
