@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 MARK = "__perf_callbacks__"  # set on every wrapper we install, so it is recognised and removed, never stacked
 
 
-def set_aside(live: Callable[[], PerfEngine | None], phase: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Wrap a framework method (a checkpoint save, an evaluation) in the engine's ``phase`` range.
+def in_phase(live: Callable[[], PerfEngine | None], phase: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Wrap a framework method (a checkpoint save, an evaluation, ``backward``) in the engine's ``phase`` range.
 
-    While ``live()`` returns an engine, each call gets a ``checkpoint`` or ``validation`` range, its time is left out
-    of step time and data wait, and an out-of-memory error inside it is noted with that phase before it propagates.
+    While ``live()`` returns an engine, each call runs in that range; ``checkpoint`` and ``validation`` time is left
+    out of step time and data wait. An out-of-memory error inside it is noted with the phase before it propagates.
     """
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -38,21 +38,26 @@ def set_aside(live: Callable[[], PerfEngine | None], phase: str) -> Callable[[Ca
             engine = live()
             if engine is None:
                 return method(*args, **kwargs)
-            start, end = ((engine.checkpoint_start, engine.checkpoint_end) if phase == "checkpoint"
-                          else (engine.validation_start, engine.validation_end))
-            start()
+            start, end = _RANGES.get(phase, (lambda e: e.phase(phase), lambda e: e.end_phase()))
+            start(engine)
             try:
                 return method(*args, **kwargs)
             except torch.OutOfMemoryError as err:
                 engine.note_failure(err, phase)
                 raise
             finally:
-                end()
+                end(engine)
 
         setattr(wrapped, MARK, True)
         return wrapped
 
     return wrap
+
+
+_RANGES: dict[str, tuple[Callable[[PerfEngine], None], Callable[[PerfEngine], None]]] = {
+    "checkpoint": (lambda e: e.checkpoint_start(), lambda e: e.checkpoint_end()),
+    "validation": (lambda e: e.validation_start(), lambda e: e.validation_end()),
+}
 
 
 def is_ours(fn: Any) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from perf_callbacks.core.adapters import is_ours, set_aside
+from perf_callbacks.core.adapters import in_phase, is_ours
 from perf_callbacks.core.engine import PerfEngine
 
 
@@ -18,7 +18,7 @@ def wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:
     Removed at teardown, or in ``on_exception`` when ``fit`` fails.
     """
     save = type(trainer).save_checkpoint.__get__(trainer)
-    trainer.save_checkpoint = set_aside(lambda: engine, "checkpoint")(save)  # type: ignore[method-assign]
+    trainer.save_checkpoint = in_phase(lambda: engine, "checkpoint")(save)  # type: ignore[method-assign]
 
 
 def unwrap_save_checkpoint(trainer: pl.Trainer) -> None:

@@ -26,11 +26,10 @@ from typing import Any
 
 from transformers import Trainer
 
-from perf_callbacks.core.adapters import MARK, batch_size, set_aside
+from perf_callbacks.core.adapters import MARK, batch_size, in_phase, is_ours
 from perf_callbacks.core.engine import PerfEngine
 
 LiveEngine = Callable[[], "PerfEngine | None"]
-_MARK = MARK
 _METHODS = ("get_batch_samples", "evaluate", "_save_checkpoint")
 
 
@@ -50,24 +49,24 @@ def install(trainer: Trainer, live: LiveEngine, count_samples: Callable[[int], N
     """Wrap the Trainer's methods for this run (see the module docstring); a method already wrapped is left alone."""
     wrappers = {
         "get_batch_samples": _timed_get_batch_samples(live, count_samples),
-        "evaluate": set_aside(live, "validation"),
-        "_save_checkpoint": set_aside(live, "checkpoint"),
+        "evaluate": in_phase(live, "validation"),
+        "_save_checkpoint": in_phase(live, "checkpoint"),
     }
     for name, wrap in wrappers.items():
         if name not in vars(trainer) and hasattr(trainer, name):
             setattr(trainer, name, wrap(getattr(trainer, name)))
     acc = getattr(trainer, "accelerator", None)
     if acc is not None and "backward" not in vars(acc):
-        acc.backward = around(live, lambda e: e.phase("backward"), PerfEngine.end_phase)(acc.backward)
+        acc.backward = in_phase(live, "backward")(acc.backward)
 
 
 def uninstall(trainer: Trainer) -> None:
     """Remove the wrappers :func:`install` added (only ours)."""
     for name in _METHODS:
-        if getattr(vars(trainer).get(name), _MARK, False):
+        if is_ours(vars(trainer).get(name)):
             delattr(trainer, name)
     acc = getattr(trainer, "accelerator", None)
-    if acc is not None and getattr(vars(acc).get("backward"), _MARK, False):
+    if acc is not None and is_ours(vars(acc).get("backward")):
         del acc.backward
 
 
@@ -84,29 +83,8 @@ def wrap_train(train: Callable[..., Any], close: Callable[[BaseException | None]
         finally:
             close(None)
 
-    setattr(wrapped, _MARK, True)
+    setattr(wrapped, MARK, True)
     return wrapped
-
-
-def around(live: LiveEngine, enter: Callable[[PerfEngine], None], leave: Callable[[PerfEngine], None]) -> Any:
-    """Wrap a method in ``enter(engine)`` / ``leave(engine)`` while training runs (a plain call otherwise)."""
-
-    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            engine = live()
-            if engine is None:
-                return method(*args, **kwargs)
-            enter(engine)
-            try:
-                return method(*args, **kwargs)
-            finally:
-                leave(engine)
-
-        setattr(wrapped, _MARK, True)
-        return wrapped
-
-    return wrap
 
 
 class TimedIterator:
@@ -144,7 +122,7 @@ def _timed_get_batch_samples(live: LiveEngine, count_samples: Callable[[int], No
             count_samples(sum(batch_size(b) or 0 for b in result[0]))
             return result
 
-        setattr(wrapped, _MARK, True)
+        setattr(wrapped, MARK, True)
         return wrapped
 
     return wrap

@@ -28,7 +28,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.adapters import batch_size, catch_sigterm, distributed_initialized, release_sigterm, set_aside
+from perf_callbacks.core.adapters import batch_size, catch_sigterm, distributed_initialized, in_phase, release_sigterm
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
@@ -131,7 +131,7 @@ class AcceleratePerfHook(StepCounting):
         self._hook_optimizers()
         self.optimizer_steps = max(self.optimizer_steps, self._restored_count())
         live = lambda: self.engine if not self._closed else None  # noqa: E731
-        for name, wrap in (("backward", self._wrap_backward), ("save_state", set_aside(live, "checkpoint"))):
+        for name, wrap in (("backward", self._wrap_backward), ("save_state", in_phase(live, "checkpoint"))):
             if name not in vars(acc):  # instance attributes, removed by close() if still ours
                 setattr(acc, name, wrapped := wrap(getattr(acc, name)))
                 self._restore.append(lambda n=name, w=wrapped: vars(acc).pop(n) if vars(acc).get(n) is w else None)

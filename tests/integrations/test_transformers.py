@@ -272,3 +272,29 @@ def test_two_processes_one_trace_per_rank_per_window(tmp_path: Path) -> None:
     # the measured data-wait share warns once, on rank 0 only, in TrainingArguments terms
     assert len(r0["warnings"]) == 1 and "dataloader_num_workers=0; data loading took" in r0["warnings"][0]
     assert r1["warnings"] == []
+
+
+class _OOMInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_out_of_memory_in_backward_names_the_backward_phase(tmp_path: Path) -> None:
+    cb = callback(tmp_path / "perf")
+    trainer = make_trainer(tmp_path, [cb], max_steps=8)
+    calls = {"n": 0}
+
+    def fail_at_the_third_forward(module: Any, args: Any, out: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        return _OOMInBackward.apply(out) if calls["n"] == 3 else out
+
+    trainer.model.layer.register_forward_hook(fail_at_the_third_forward)
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 2.00 GiB"):
+        trainer.train()
+    (summary,) = (tmp_path / "perf").rglob("oom-rank0/summary.txt")
+    assert summary.read_text().startswith("out of memory on rank 0 at step 2, phase backward\n")
