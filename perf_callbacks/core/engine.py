@@ -68,7 +68,7 @@ class PerfEngine:
         self.mem = MemoryWatch(config, ctx.rank, ctx.device, self.windows.layout.run_dir,
                                lambda msg: self._warn("memory_history", InstrumentUnavailableWarning, msg))
         self.windows.mem = self.mem
-        self.clock = StepClock()
+        self.clock = self.windows.clock = StepClock()
         self.monitor = StepMonitor(config, ctx, self._warn)
         self.step: int | None = None  # the open step
         self.steps_run = 0  # optimizer steps completed in this run
@@ -141,7 +141,6 @@ class PerfEngine:
                     self._log_interval(self.step + 1)
             if self._recording:
                 with self.tool_time("window"):
-                    self.windows.loader_timed = self.clock.loader_timed
                     if self.windows.step_completed():
                         self._recording, self._clean = False, False
         self.phase("framework")
@@ -275,7 +274,6 @@ class PerfEngine:
         if exc is not None:
             self.mem.on_exception(exc, self.step, self._phase, batch)
         atexit.unregister(self._at_exit)
-        self.windows.loader_timed = self.clock.loader_timed
         for fn in (self.end_phase, lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,
                    lambda: self.windows.finish(exc), self.windows.nsys.close, self.nvtx.pop_all,
                    lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history):

@@ -19,6 +19,7 @@ import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.background import WindowJob, start_worker
+from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
@@ -66,7 +67,7 @@ class WindowRecorder:
         self._skip: tuple[int, int] | None = None  # a window left to another profiler
         if self.enabled:
             start_worker()  # the thread that finishes windows, started now rather than at a window's end
-        self.loader_timed = True  # the engine sets it: data wait was measured in the loop
+        self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
 
     # ---- per step ------------------------------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class WindowRecorder:
         partial = error is not None or first > planned[0] or last < planned[1] or self.completed < len(self.steps)
         meta = {"window": [first, last], "planned": list(planned), "steps": list(self.steps), "partial": partial,
                 "interrupted": type(error).__name__ if error is not None else None, "rank": self.ctx.rank}
-        if not self.loader_timed:
+        if not self.clock.loader_timed:
             meta["data_wait"] = "not measured"
         if self.mem is not None and self.mem.headline():
             meta["phase_peak"] = self.mem.headline()
