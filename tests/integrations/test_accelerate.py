@@ -12,14 +12,13 @@ import socket
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
+from accelerate.state import AcceleratorState
 from accelerate.utils import ProjectConfiguration
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -28,17 +27,11 @@ from torch.utils.data.distributed import DistributedSampler
 from perf_callbacks import AcceleratePerfHook, DataLoaderWarning, PerfConfig, PerfConfigError, PerfWarning
 from perf_callbacks.integrations.accelerate import STATE_FILE
 
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state() -> Iterator[None]:
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
 
 
 def data(n: int = 64, **kwargs: Any) -> DataLoader:

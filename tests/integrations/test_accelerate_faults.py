@@ -26,13 +26,13 @@ from perf_callbacks.integrations.accelerate import STATE_FILE
 from tests.integrations.test_accelerate import (
     _free_port,
     data,
-    fresh_accelerate_state,  # noqa: F401 - autouse fixture
     profiler_steps,
     setup,
     train,
     windows,
 )
 
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 ROOT = Path(__file__).resolve().parents[2]
 LONG_WINDOW = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 4}  # warm-up step 2, records steps 3-6
 

@@ -15,15 +15,15 @@ from accelerate import Accelerator
 from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, InstrumentUnavailableWarning
-from tests.integrations.test_accelerate import (  # noqa: F401 - the fixture resets Accelerate's singletons
+from tests.integrations.test_accelerate import (
     ROOT,
     data,
-    fresh_accelerate_state,
     profiler_steps,
     setup,
     windows,
 )
 
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2, "repeat": 2}
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,16 +129,6 @@ def test_lightning_other_exceptions_write_nothing(tmp_path: Path) -> None:
 # ---- Accelerate --------------------------------------------------------------------------------------------------------
 accelerate = pytest.importorskip("accelerate")
 from accelerate import Accelerator  # noqa: E402
-from accelerate.state import AcceleratorState, GradientState  # noqa: E402
-
-
-@pytest.fixture
-def fresh_accelerate_state() -> Iterator[None]:
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
 
 
 def accelerate_loop(acc: Accelerator, hook: AcceleratePerfHook, parts: Any, error: BaseException,

@@ -6,7 +6,6 @@ model allocates known amounts in forward, backward and the optimizer step: each 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -72,16 +71,6 @@ def test_lightning_phases_get_their_own_peaks(tmp_path: Path) -> None:
 
 accelerate = pytest.importorskip("accelerate")
 from accelerate import Accelerator  # noqa: E402
-from accelerate.state import AcceleratorState, GradientState  # noqa: E402
-
-
-@pytest.fixture
-def fresh_accelerate_state() -> Iterator[None]:
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
 
 
 @pytest.mark.usefixtures("fresh_accelerate_state")

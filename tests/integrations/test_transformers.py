@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +29,11 @@ from tests.integrations.hf_helpers import (  # noqa: E402
     windows,
 )
 
+pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 ROOT = Path(__file__).resolve().parents[2]
 MICRO = ["data_wait"] * 3 + ["forward", "backward"] * 3 + ["optimizer_step"]  # one optimizer step, ga=3
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state() -> Iterator[None]:
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
 
 
 def callback(out: Path, **options: Any) -> TransformersPerfCallback:
