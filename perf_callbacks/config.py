@@ -76,7 +76,7 @@ class PerfConfig:
         nvml: also log GPU utilization and power through NVML when ``nvidia-ml-py`` is installed.
         degradation_threshold: warn when an interval's median step time exceeds the early baseline by this fraction.
         data_wait_threshold: warn when data wait exceeds this share of step time over the first ``data_wait_steps``.
-        data_wait_steps: optimizer steps measured for the data-wait check.
+        data_wait_steps: optimizer steps measured for the data-wait check, after a first warm-up step.
         check_dataloaders: inspect DataLoaders (num_workers, pin_memory, sharding) when training starts.
         summary: analyse rank 0's trace at the end of each window and print a summary.
         top_k: operators shown in the summary.

@@ -137,7 +137,12 @@ class Slowdown:
 
 
 class DataWaitCheck:
-    """The measured data-wait share over the first ``steps`` optimizer steps.
+    """The measured data-wait share over the first ``steps`` optimizer steps after a warm-up step.
+
+    The first step seen is a warm-up and is not measured: its fetch holds one-time costs (creating the iterator,
+    starting workers, lazy imports, cold caches) that say nothing about the loader's steady pace. The share is the
+    measured steps' total data wait over their total step time; it is reported only when the *median* step waited at
+    least 1 ms, so that one preempted fetch cannot make a fast loader look slow.
 
     Args:
         steps: steps to measure.
@@ -147,6 +152,8 @@ class DataWaitCheck:
     def __init__(self, steps: int, threshold: float) -> None:
         self.steps, self.threshold = steps, threshold
         self.count, self.wait, self.total = 0, 0.0, 0.0
+        self.waits: list[float] = []
+        self.warmed_up = False
         self.first_step: int | None = None
         self.done = False
 
@@ -154,14 +161,19 @@ class DataWaitCheck:
         """Add one step; once ``steps`` are in, returns the share if it is above the threshold (once)."""
         if self.done:
             return None
+        if not self.warmed_up:
+            self.warmed_up = True
+            return None
         if self.first_step is None:
             self.first_step = step
         self.count += 1
         self.wait += data_wait
         self.total += step_time
+        self.waits.append(data_wait)
         if self.count < self.steps:
             return None
         self.done = True
         share = self.wait / self.total if self.total > 0 else 0.0
         # below 1 ms a step, the "wait" is the framework's own work between batches, not something a user can fix
-        return share if share > self.threshold and self.wait / self.count >= MIN_ACTIONABLE_WAIT_S else None
+        actionable = statistics.median(self.waits) >= MIN_ACTIONABLE_WAIT_S
+        return share if share > self.threshold and actionable else None

@@ -159,7 +159,7 @@ def test_data_wait_is_time_inside_the_dataloader_only(tmp_path: Path) -> None:
     engine.ctx.data_loader = ("train_dataloader", 0)
     clock = FakeClock()
     with mock.patch("time.perf_counter", clock), pytest.warns(
-        DataLoaderWarning, match=r"train_dataloader has num_workers=0; data loading took 30% of step time over steps 0-3"
+        DataLoaderWarning, match=r"train_dataloader has num_workers=0; data loading took 30% of step time over steps 1-4"
     ):
         fake_steps(engine, clock, 6, wait=0.03, work=0.05, framework=0.02)
     (_, metrics) = logged[0]
