@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perf_callbacks.core.memory import OutOfMemoryError
+
 if TYPE_CHECKING:
     from perf_callbacks.core.engine import PerfEngine
 
@@ -42,7 +44,7 @@ def in_phase(live: Callable[[], PerfEngine | None], phase: str) -> Callable[[Cal
             start(engine)
             try:
                 return method(*args, **kwargs)
-            except torch.OutOfMemoryError as err:
+            except OutOfMemoryError as err:
                 engine.note_failure(err, phase)
                 raise
             finally:

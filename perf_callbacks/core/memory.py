@@ -21,6 +21,11 @@ import torch
 
 _MB = 1024.0 * 1024.0
 
+#: The device's out-of-memory error: ``torch.OutOfMemoryError`` from torch 2.5, ``torch.cuda.OutOfMemoryError`` (the
+#: same class under its older name) before. Catching ``torch.OutOfMemoryError`` on torch 2.3-2.4 raises
+#: AttributeError in place of the user's exception.
+OutOfMemoryError: type[RuntimeError] = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
 
 class MemorySampler:
     """Reads memory (and optionally NVML) counters of one device.

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.memory import OutOfMemoryError
 from perf_callbacks.core.oom import OOMForensics, batch_from_traceback
 from perf_callbacks.core.phase_peaks import FIRST_STEP, PhasePeaks
 
@@ -80,7 +81,7 @@ class MemoryWatch:
 
     def on_exception(self, exc: BaseException, step: int | None, phase: str | None, batch: Any) -> None:
         """Write ``oom-rank{R}/`` for an out-of-memory error; nothing for any other exception. Never raises."""
-        if not isinstance(exc, torch.OutOfMemoryError):
+        if not isinstance(exc, OutOfMemoryError):
             return
         failed = self._failed_at
         if failed is not None and failed[0] is exc:

@@ -12,9 +12,10 @@ then writes the files. Nothing here raises or touches the exception.
 
 Example:
     >>> import tempfile, pathlib, torch
+    >>> from perf_callbacks.core.memory import OutOfMemoryError  # torch.OutOfMemoryError from torch 2.5
     >>> run = pathlib.Path(tempfile.mkdtemp())
     >>> oom = OOMForensics(memory_history=0, rank=0, run_dir=run, device=None)
-    >>> path = oom.on_oom(torch.OutOfMemoryError("out of memory"), step=3, phase="forward", batch=torch.zeros(4, 2),
+    >>> path = oom.on_oom(OutOfMemoryError("out of memory"), step=3, phase="forward", batch=torch.zeros(4, 2),
     ...                   echo=False)
     >>> sorted(p.name for p in path.iterdir())
     ['summary.txt']

@@ -32,6 +32,7 @@ from perf_callbacks.core.adapters import batch_size, catch_sigterm, distributed_
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.memory import OutOfMemoryError
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -209,7 +210,7 @@ class AcceleratePerfHook(StepCounting):
             engine.phase(name)
         try:
             yield
-        except torch.OutOfMemoryError as err:  # the phase is closed below; the out-of-memory summary names it
+        except OutOfMemoryError as err:  # the phase is closed below; the out-of-memory summary names it
             if engine is not None:
                 engine.note_failure(err)
             raise

@@ -11,6 +11,7 @@ import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.memory import OutOfMemoryError
 from perf_callbacks.core.oom import OOMForensics, batch_from_traceback, describe_batch
 from perf_callbacks.core.oom_report import OOMFacts, advice, format_summary
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -60,9 +61,9 @@ def test_describe_batch_and_find_it_in_a_traceback() -> None:
     assert describe_batch(["no tensors"]) is None
 
     def training_step(batch: object) -> None:
-        raise torch.OutOfMemoryError(MESSAGE)
+        raise OutOfMemoryError(MESSAGE)
 
-    with pytest.raises(torch.OutOfMemoryError) as info:
+    with pytest.raises(OutOfMemoryError) as info:
         training_step(batch)
     assert batch_from_traceback(info.value) is batch
 
@@ -71,13 +72,13 @@ def test_writing_never_raises(tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("")
     oom = OOMForensics(0, rank=0, run_dir=blocked, device=None)
-    assert oom.on_oom(torch.OutOfMemoryError(MESSAGE), 3, "forward", echo=False) is None
+    assert oom.on_oom(OutOfMemoryError(MESSAGE), 3, "forward", echo=False) is None
 
 
 def test_engine_names_the_phase_noted_before_close(tmp_path: Path) -> None:
     engine = make_engine(tmp_path, schedule={"skip_first": 100}, degradation_threshold=1e6)
     run_steps(engine, 3)
-    err = torch.OutOfMemoryError(MESSAGE)
+    err = OutOfMemoryError(MESSAGE)
     engine.checkpoint_start()
     engine.note_failure(err, "checkpoint")  # what the adapters' save wrappers do
     engine.checkpoint_end()
@@ -154,7 +155,7 @@ def test_real_cuda_oom_leaves_summary_memory_summary_and_snapshot(tmp_path: Path
 
     engine = cuda_engine(tmp_path, memory_history=10000)
     try:
-        with pytest.raises(torch.OutOfMemoryError) as info:
+        with pytest.raises(OutOfMemoryError) as info:
             cuda_steps(engine, 8, fail_at=5)
         engine.close(info.value)
     finally:

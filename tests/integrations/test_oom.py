@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback, InstrumentUnavailableWarning
+from perf_callbacks.core.memory import OutOfMemoryError
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ class OOMModel(TinyModel):
 
     def __init__(self, where: str, at: int = 3) -> None:
         super().__init__()
-        self.where, self.at, self.error = where, at, torch.OutOfMemoryError(MESSAGE)
+        self.where, self.at, self.error = where, at, OutOfMemoryError(MESSAGE)
 
     def _fire(self, where: str) -> bool:
         return self.where == where and self.trainer.global_step == self.at
@@ -88,7 +89,7 @@ def test_lightning_oom_writes_summary_naming_step_and_phase(tmp_path: Path, caps
     cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), check_dataloaders=False)
     model = OOMModel(where)
     t = trainer(tmp_path, [cb], max_steps=8, val_check_interval=4)
-    with pytest.raises(torch.OutOfMemoryError) as info:
+    with pytest.raises(OutOfMemoryError) as info:
         t.fit(model, loader(), loader(n=16))
     assert info.value is model.error and str(info.value) == MESSAGE  # the same object, message unchanged
     assert oom_files(tmp_path / "perf") == {"oom-rank0": ["summary.txt"]}  # no device: no memory_summary.txt
@@ -150,8 +151,8 @@ def test_accelerate_oom_writes_summary_naming_step_and_phase(tmp_path: Path, whe
     model = nn.Linear(16, 4)
     parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(num_workers=0))
     hook = AcceleratePerfHook(output_dir=str(tmp_path / "perf"), check_dataloaders=False).register(acc)
-    error = torch.OutOfMemoryError(MESSAGE)
-    with pytest.raises(torch.OutOfMemoryError) as info, hook:
+    error = OutOfMemoryError(MESSAGE)
+    with pytest.raises(OutOfMemoryError) as info, hook:
         accelerate_loop(acc, hook, parts, error, at=5, where=where)
     assert info.value is error and str(info.value) == MESSAGE
     assert oom_files(tmp_path / "perf") == {"oom-rank0": ["summary.txt"]}
@@ -206,7 +207,7 @@ def _rank_main(rank: int, out: Path, port: int) -> None:
     model = nn.Linear(16, 4)
     parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(num_workers=0))
     hook = AcceleratePerfHook(output_dir=str(out / "perf"), check_dataloaders=False).register(acc)
-    error = torch.OutOfMemoryError(MESSAGE)
+    error = OutOfMemoryError(MESSAGE)
     result: dict[str, Any] = {"error": None}
     try:
         with hook:

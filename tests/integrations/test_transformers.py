@@ -18,6 +18,7 @@ from accelerate.state import AcceleratorState, GradientState  # noqa: E402
 import perf_callbacks  # noqa: E402
 from perf_callbacks import DataLoaderWarning, PerfConfig, PerfConfigError, TransformersPerfCallback  # noqa: E402
 from perf_callbacks.cli import main as cli_main  # noqa: E402
+from perf_callbacks.core.memory import OutOfMemoryError  # noqa: E402
 from tests.integrations.hf_helpers import (  # noqa: E402
     QUIET,
     SCHEDULE,
@@ -274,7 +275,7 @@ class _OOMInBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
 def test_out_of_memory_in_backward_names_the_backward_phase(tmp_path: Path) -> None:
@@ -287,7 +288,7 @@ def test_out_of_memory_in_backward_names_the_backward_phase(tmp_path: Path) -> N
         return _OOMInBackward.apply(out) if calls["n"] == 3 else out
 
     trainer.model.layer.register_forward_hook(fail_at_the_third_forward)
-    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 2.00 GiB"):
+    with pytest.raises(OutOfMemoryError, match="Tried to allocate 2.00 GiB"):
         trainer.train()
     (summary,) = (tmp_path / "perf").rglob("oom-rank0/summary.txt")
     assert summary.read_text().startswith("out of memory on rank 0 at step 2, phase backward\n")
