@@ -18,3 +18,19 @@ def test_all_matches_exports() -> None:
     public = {n for n in dir(perf_callbacks) if not n.startswith("_") and n[0].isupper()}
     assert public <= set(perf_callbacks.__all__)
     assert perf_callbacks.GPUPerfCallback.__module__ == "perf_callbacks.integrations.lightning"
+
+
+def test_every_warning_goes_through_core_warn() -> None:
+    # core/warn.py adds the "perf-callbacks: " prefix and points the warning at the user's line; a bare
+    # warnings.warn elsewhere skips both (three did: the NVTX, per-module NVTX and transformers fallbacks)
+    import ast
+    from pathlib import Path
+
+    root = Path(perf_callbacks.__file__).parent
+    bare = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warn"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "warnings"):
+                bare.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert bare and [b for b in bare if not b.startswith("core/warn.py:")] == []

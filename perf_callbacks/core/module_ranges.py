@@ -21,12 +21,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any
 
 import torch
 
 from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 CATEGORY = "module"
@@ -140,8 +140,5 @@ class ModuleRanges:
         self._domain = None
         self._failed = True
         self.depth = 0
-        warnings.warn(
-            f"per-module NVTX ranges disabled: {type(err).__name__}: {err}. Training continues without them.",
-            InstrumentUnavailableWarning,
-            stacklevel=3,
-        )
+        warn_user(f"per-module NVTX ranges disabled: {type(err).__name__}: {err}. Training continues without them.",
+                  InstrumentUnavailableWarning)

@@ -18,9 +18,9 @@ Example:
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any
 
+from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 log = logging.getLogger(__name__)
@@ -126,8 +126,5 @@ class NvtxRanges:
     def _disable(self, err: BaseException) -> None:
         self._domain = None
         self.depth = 0
-        warnings.warn(
-            f"NVTX ranges disabled: {type(err).__name__}: {err}. Training continues without them.",
-            InstrumentUnavailableWarning,
-            stacklevel=3,
-        )
+        warn_user(f"NVTX ranges disabled: {type(err).__name__}: {err}. Training continues without them.",
+                  InstrumentUnavailableWarning)

@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from perf_callbacks.core.adapters import catch_sigterm, distributed_initialized,
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
+from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
 from perf_callbacks.integrations import _transformers_hooks as hooks
 from perf_callbacks.integrations._transformers_metrics import MetricsRouter
@@ -115,9 +115,9 @@ class TransformersPerfCallback(TrainerCallback):
         if trainer is not None:
             hooks.install(trainer, self._live_engine, self._count_samples)
         elif state.is_world_process_zero:
-            warnings.warn("perf-callbacks could not find the Trainer running this callback: data wait, backward, "
-                          "evaluation and checkpoint ranges are off, and metrics go to our own TensorBoard events",
-                          InstrumentUnavailableWarning, stacklevel=2)
+            warn_user("could not find the Trainer running this callback: data wait, backward, evaluation and "
+                      "checkpoint ranges are off, and metrics go to our own TensorBoard events",
+                      InstrumentUnavailableWarning)
         if self.config.check_dataloaders and loader is not None:
             self._check(loader, args)
 

@@ -169,9 +169,10 @@ def test_a_failing_push_disables_with_one_warning(domain: mock.MagicMock) -> Non
     ranges = ModuleRanges(SimpleNamespace(enabled=True, domain_name="perf_callbacks"))
     ranges.install(model)
 
-    with pytest.warns(InstrumentUnavailableWarning, match="per-module NVTX ranges disabled.*nvtx broke"):
+    with pytest.warns(InstrumentUnavailableWarning, match="^perf-callbacks: per-module NVTX ranges disabled.*nvtx broke") as seen:
         model(torch.zeros(1, 2))
     model(torch.zeros(1, 2))
+    assert len(seen) == 1 and seen[0].filename == __file__  # attributed to the line that ran the model
 
     assert no_hooks(model)
     assert ranges.install(model) == 0

@@ -178,3 +178,28 @@ def test_every_colour_is_known_to_the_nvtx_package() -> None:
 
     for color in [c for c, _ in PHASES.values()] + [NvtxRanges(enabled=False)._step_color]:
         color_to_hex(color)
+
+
+def test_an_nvtx_package_without_the_domain_api_disables_ranges_with_one_prefixed_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # nvtx 0.2.10 has no get_domain (0.2.11 no Domain.push_range); pyproject asks for 0.2.12, but an older one may
+    # still be installed: the ranges turn off with one warning, attributed to the caller, and nothing raises.
+    import types
+    import warnings
+
+    from perf_callbacks.core.nvtx import NvtxRanges
+
+    monkeypatch.setitem(__import__("sys").modules, "nvtx", types.ModuleType("nvtx"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ranges = NvtxRanges("perf_callbacks")
+        ranges.push_step(1)
+        ranges.push("forward")
+        ranges.pop()
+        ranges.pop()
+    assert [str(w.message) for w in seen] == [
+        "perf-callbacks: NVTX ranges disabled: AttributeError: module 'nvtx' has no attribute 'get_domain'. "
+        "Training continues without them."
+    ]
+    assert seen[0].filename == __file__ and not ranges.enabled and ranges.depth == 0
