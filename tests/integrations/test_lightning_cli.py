@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,7 +101,8 @@ def test_cli_help_lists_the_options_and_not_the_catch_all(capsys: pytest.Capture
         LightningCLI(TinyModel, TinyData, args=["fit", "--trainer.callbacks.help", "perf_callbacks.GPUPerfCallback"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    assert "--trainer.callbacks.record_shapes {true,false}" in out
+    # jsonargparse >= 4.3x shows "--trainer.callbacks.record_shapes", 4.27 "--trainer.callbacks.init_args.record_shapes"
+    assert re.search(r"--trainer\.callbacks\.(init_args\.)?record_shapes \{true,false\}", out)
     assert "record operator input shapes" in out and "unknown" not in out
 
 
@@ -112,7 +114,8 @@ def test_cli_yaml_unknown_top_level_key_is_rejected_by_jsonargparse_while_parsin
     with pytest.raises(SystemExit) as info:
         run_cli(cfg)
     assert info.value.code == 2
-    assert "Option 'record_shape' is not accepted" in capsys.readouterr().err
+    # jsonargparse 4.3x: "Option 'record_shape' is not accepted"; 4.27: 'No action for key "record_shape"'
+    assert re.search(r"Option 'record_shape' is not accepted|No action for key \"record_shape\"", capsys.readouterr().err)
 
 
 @pytest.mark.slow

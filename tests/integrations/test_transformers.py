@@ -14,6 +14,7 @@ import torch
 
 pytest.importorskip("transformers")
 from accelerate.state import AcceleratorState, GradientState  # noqa: E402
+from transformers import TrainingArguments  # noqa: E402
 
 import perf_callbacks  # noqa: E402
 from perf_callbacks import DataLoaderWarning, PerfConfig, PerfConfigError, TransformersPerfCallback  # noqa: E402
@@ -224,9 +225,10 @@ def tb_scalars(logdir: Path) -> dict[str, list[int]]:
 
 
 def test_metrics_go_to_report_to_integrations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))  # 5.x; 4.x takes TrainingArguments.logging_dir
     cb = callback(tmp_path / "perf", schedule={"skip_first": 100})
-    make_trainer(tmp_path, [cb], max_steps=6, report_to="tensorboard").train()
+    four = {"logging_dir": str(tmp_path / "tb")} if "logging_dir" in TrainingArguments.__dataclass_fields__ else {}
+    make_trainer(tmp_path, [cb], max_steps=6, report_to="tensorboard", **four).train()
     scalars = tb_scalars(tmp_path / "tb")
     assert scalars["train/loss"] == [2, 4, 6]  # the Trainer's own logs, same writer
     assert scalars["train/perf/memory/host_rss_mb"] == [2, 4, 6]
@@ -235,8 +237,11 @@ def test_metrics_go_to_report_to_integrations(tmp_path: Path, monkeypatch: pytes
 
 def test_metrics_go_to_our_own_events_when_nothing_is_configured(tmp_path: Path) -> None:
     cb = callback(tmp_path / "perf", schedule={"skip_first": 100}, log_every_n_steps=3)
-    make_trainer(tmp_path, [cb], max_steps=6).train()
-    scalars = tb_scalars(cb.engine.layout.run_dir / "tensorboard")
+    trainer = make_trainer(tmp_path, [cb], max_steps=6)
+    trainer.train()
+    # under the Trainer's logging_dir where it still has one (4.x), else in the run folder (5.x)
+    logging_dir = getattr(trainer.args, "logging_dir", None)
+    scalars = tb_scalars(Path(logging_dir) if logging_dir else cb.engine.layout.run_dir / "tensorboard")
     assert scalars["perf/memory/host_rss_mb"] == [3, 6]
 
 
