@@ -89,10 +89,17 @@ class ProfilerSession:
             fn.__exit__(None, None, None)
 
     def stop(self) -> None:
-        """Stop collecting (idempotent). Events stay in memory until :meth:`export`."""
+        """Stop collecting (idempotent). Events stay in memory until :meth:`export`.
+
+        A session stopped in its warm-up (the run ended there) is started first: stopping a Kineto session that was
+        only prepared prints "disableProfiler called but no active profiling session found" (torch 2.5+), and on
+        torch 2.4 raises and leaves Kineto unusable for the rest of the process.
+        """
         self.end_step()
         if self._prepared:
             self._prepared = False
+            if not self.recording:
+                self._prof.start_trace()
             self.recording = False
             self._prof.stop_trace()
 

@@ -57,8 +57,26 @@ ACCELERATE_LOOP = textwrap.dedent("""
     assert len(hook.engine.exported) == 2, hook.engine.exported
 """)
 
+# A run that ends in a window's warm-up step, then a second run in the same process. Stopping a session that was only
+# prepared printed "disableProfiler called but no active profiling session" (torch 2.13), and on torch 2.4 raised and
+# left Kineto unusable: every later window in the process failed.
+ENDS_IN_WARMUP = textwrap.dedent("""
+    import sys
+    from perf_callbacks import GPUPerfCallback
+    from tests.integrations.lit_helpers import TinyModel, loader, trainer
+    out = sys.argv[1]
+    schedule = {"skip_first": 2, "wait": 1, "warmup": 1, "active": 2}
+    first = GPUPerfCallback(output_dir=out + "/a", check_dataloaders=False, schedule=schedule)
+    trainer(out, [first], max_steps=4).fit(TinyModel(), loader())  # step 3, the warm-up, is the last
+    assert first.engine.exported == [], first.engine.exported
+    second = GPUPerfCallback(output_dir=out + "/b", check_dataloaders=False, schedule=schedule)
+    trainer(out, [second], max_steps=8).fit(TinyModel(), loader())
+    assert len(second.engine.exported) == 1, second.engine.exported
+""")
 
-@pytest.mark.parametrize("script", [LIGHTNING_FIT, ACCELERATE_LOOP], ids=["lightning", "accelerate"])
+
+@pytest.mark.parametrize("script", [LIGHTNING_FIT, ACCELERATE_LOOP, ENDS_IN_WARMUP],
+                         ids=["lightning", "accelerate", "ends-in-warm-up"])
 def test_no_kineto_warning_from_our_calls(tmp_path: Path, script: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
