@@ -34,3 +34,33 @@ def test_every_warning_goes_through_core_warn() -> None:
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "warnings"):
                 bare.append(f"{path.relative_to(root)}:{node.lineno}")
     assert bare and [b for b in bare if not b.startswith("core/warn.py:")] == []
+
+
+def test_ci_oldest_releases_are_pyprojects_floors() -> None:
+    # .ci/run tests again with .ci/oldest.txt installed; a floor raised in one file and not the other would let pip
+    # resolve an untested release, so every runtime floor but torch's (CI has only the local 2.13 CPU wheel) is there
+    import re
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    repo = Path(__file__).resolve().parents[1]
+    text = (repo / "pyproject.toml").read_text()
+    runtime = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    extras = [re.search(rf"^{name} = \[(.*)\]$", text, re.M) for name in ("accelerate", "transformers", "cli")]
+    floors: dict[str, Version] = {}
+    for block in [runtime, *extras]:
+        assert block is not None
+        for spec in re.findall(r'"([^"]+)"', block.group(1)):
+            req = Requirement(spec)
+            (floor,) = [Version(s.version) for s in req.specifier if s.operator == ">="]
+            floors[req.name.lower()] = floor
+    oldest = {}
+    for line in (repo / ".ci" / "oldest.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            (pin,) = [Version(s.version) for s in req.specifier if s.operator == "=="]
+            oldest[req.name.lower()] = pin
+    assert floors.pop("torch") == Version("2.4")
+    assert oldest == floors
