@@ -151,11 +151,16 @@ class DataWaitCheck:
 
     def __init__(self, steps: int, threshold: float) -> None:
         self.steps, self.threshold = steps, threshold
-        self.count, self.wait, self.total = 0, 0.0, 0.0
-        self.waits: list[float] = []
+        self.waits: list[float] = []  # per measured step (seconds)
+        self.total = 0.0  # their step time
         self.warmed_up = False
         self.first_step: int | None = None
         self.done = False
+
+    @property
+    def count(self) -> int:
+        """Steps measured so far."""
+        return len(self.waits)
 
     def update(self, step: int, step_time: float, data_wait: float) -> float | None:
         """Add one step; once ``steps`` are in, returns the share if it is above the threshold (once)."""
@@ -166,14 +171,12 @@ class DataWaitCheck:
             return None
         if self.first_step is None:
             self.first_step = step
-        self.count += 1
-        self.wait += data_wait
-        self.total += step_time
         self.waits.append(data_wait)
+        self.total += step_time
         if self.count < self.steps:
             return None
         self.done = True
-        share = self.wait / self.total if self.total > 0 else 0.0
+        share = sum(self.waits) / self.total if self.total > 0 else 0.0
         # below 1 ms a step, the "wait" is the framework's own work between batches, not something a user can fix
         actionable = statistics.median(self.waits) >= MIN_ACTIONABLE_WAIT_S
         return share if share > self.threshold and actionable else None
