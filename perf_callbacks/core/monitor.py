@@ -12,7 +12,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.dataloader import Finding, data_wait_finding
 from perf_callbacks.core.memory import MemorySampler
-from perf_callbacks.core.stats import DataWaitCheck, DegradationDetector, StepStats
+from perf_callbacks.core.stats import MIN_SLOWDOWN_S, DataWaitCheck, DegradationDetector, StepStats
 from perf_callbacks.exceptions import DataLoaderWarning, PerformanceDegradationWarning, PerfWarning, ShardingWarning
 
 WarnFn = Callable[[str, type[PerfWarning], str], None]
@@ -30,7 +30,7 @@ class StepMonitor:
     def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn) -> None:
         self.ctx, self._warn = ctx, warn
         self.stats = StepStats()
-        self.degradation = DegradationDetector(config.degradation_threshold)
+        self.degradation = DegradationDetector(config.degradation_threshold, min_seconds=MIN_SLOWDOWN_S)
         self.data_wait_check = DataWaitCheck(config.data_wait_steps, config.data_wait_threshold)
         self.overhead = {"window": 0.0, "log": 0.0}  # seconds of our own work in this interval
 
@@ -60,7 +60,7 @@ class StepMonitor:
     def log_interval(self, step: int, memory: MemorySampler | None, clean: bool, loader_timed: bool,
                      extra: Callable[[dict[str, float]], None] | None = None) -> None:
         """Close the logging interval ending at ``step``: log its metrics; ``clean`` feeds the slowdown detector."""
-        metrics = self.stats.compute()
+        metrics, lasted = self.stats.compute(), sum(self.stats.step_times)
         self.stats.reset()
         if not loader_timed:
             metrics.pop("train/data_wait_fraction", None)
@@ -73,19 +73,19 @@ class StepMonitor:
         self.overhead = dict.fromkeys(self.overhead, 0.0)
         median = metrics.get("train/step_time_ms")
         if median is not None and clean:
-            self._check_slowdown(median, step)
+            self._check_slowdown(median, step, lasted)
         if self.ctx.log_metrics is not None and metrics:
             self.ctx.log_metrics({f"perf/{k}": v for k, v in metrics.items()}, step)
 
-    def _check_slowdown(self, median: float, step: int) -> None:
-        slow = self.degradation.check(median, step)
+    def _check_slowdown(self, median: float, step: int, seconds: float) -> None:
+        slow = self.degradation.check(median, step, seconds)
         if slow is None:
             return
         n = self.ctx.log_every_n_steps
         self._warn("degradation", PerformanceDegradationWarning, (
             f"median step time has been {slow.ratio - 1:.0%} above this run's baseline for {slow.intervals} logging "
-            f"intervals (steps {slow.since_step - n}-{slow.until_step}): {slow.median:.2f} ms against "
-            f"{slow.baseline:.2f} ms over steps {slow.baseline_steps[0] - n}-{slow.baseline_steps[1]}, beyond the "
-            f"baseline's own spread ({self.degradation.noise:.0%}); intervals with profiling windows, validation or "
-            "checkpoints are left out. Look for memory fragmentation (reserved >> allocated), a growing Python-side "
+            f"intervals ({slow.seconds:.1f} s, steps {slow.since_step - n}-{slow.until_step}): {slow.median:.2f} ms "
+            f"against {slow.baseline:.2f} ms over steps {slow.baseline_steps[0] - n}-{slow.baseline_steps[1]}, beyond "
+            f"the baseline's own spread ({self.degradation.noise:.0%}); intervals with profiling windows, validation "
+            "or checkpoints are left out. Look for memory fragmentation (reserved >> allocated), a growing Python-side "
             "cache, other jobs on the machine, or thermal throttling"))

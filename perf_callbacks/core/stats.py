@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass
 
 MIN_ACTIONABLE_WAIT_S = 1e-3
+MIN_SLOWDOWN_S = 3.0  # a slowdown shorter than this is a hiccup (another process, the scheduler), not a degradation
 
 
 class StepStats:
@@ -60,7 +61,8 @@ class DegradationDetector:
     - The baseline is the median of the next ``baseline_intervals`` interval medians; their spread (a robust standard
       deviation: 1.4826 times their median absolute deviation) is the run's noise.
     - An interval is slow when its median is above the baseline by more than ``threshold`` *and* by more than three
-      times the noise; the warning fires once, after ``persist`` slow intervals in a row.
+      times the noise; the warning fires once, after ``persist`` slow intervals in a row that together last at least
+      ``min_seconds`` (so a scheduler hiccup across three short intervals of a fast loop is not a "lasting" slowdown).
     - The engine feeds only clean intervals: those holding a profiling window, validation or a checkpoint save are
       left out, since their step times are not comparable.
 
@@ -69,6 +71,7 @@ class DegradationDetector:
         warmup_intervals: intervals skipped before the baseline.
         baseline_intervals: intervals that form the baseline.
         persist: slow intervals in a row before the warning.
+        min_seconds: the slow intervals' total duration (the ``seconds`` given to :meth:`check`) before the warning.
 
     Example:
         >>> d = DegradationDetector(0.2)
@@ -78,13 +81,13 @@ class DegradationDetector:
     """
 
     def __init__(self, threshold: float, warmup_intervals: int = 1, baseline_intervals: int = 5,
-                 persist: int = 3) -> None:
-        self.threshold, self.warmup, self.persist = threshold, warmup_intervals, persist
+                 persist: int = 3, min_seconds: float = 0.0) -> None:
+        self.threshold, self.warmup, self.persist, self.min_seconds = threshold, warmup_intervals, persist, min_seconds
         self.baseline_intervals = baseline_intervals
         self._seen = 0
         self._early: list[float] = []
         self._base_steps: tuple[int, int] | None = None
-        self._slow: list[tuple[int, float]] = []
+        self._slow: list[tuple[int, float, float]] = []  # (step, median, seconds) of each slow interval in a row
         self.fired = False
 
     @property
@@ -100,8 +103,11 @@ class DegradationDetector:
             return 0.0
         return 1.4826 * statistics.median(abs(m - base) for m in self._early) / base
 
-    def check(self, median: float, step: int) -> Slowdown | None:
-        """Feed one clean interval's median (any unit) ending at ``step``; returns the slowdown once it lasts."""
+    def check(self, median: float, step: int, seconds: float = 0.0) -> Slowdown | None:
+        """Feed one clean interval's median (any unit) ending at ``step``, and how long it lasted (``seconds``).
+
+        Returns the slowdown once it lasts: ``persist`` slow intervals in a row, ``min_seconds`` long in all.
+        """
         self._seen += 1
         if self._seen <= self.warmup or self.fired:
             return None
@@ -114,18 +120,22 @@ class DegradationDetector:
         if not base or median / base - 1.0 <= max(self.threshold, 3.0 * self.noise):
             self._slow = []
             return None
-        self._slow.append((step, median))
-        if len(self._slow) < self.persist:
+        self._slow.append((step, median, seconds))
+        lasted = sum(s for _, _, s in self._slow)
+        if len(self._slow) < self.persist or lasted < self.min_seconds:
             return None
         self.fired = True
-        medians = [m for _, m in self._slow]
+        medians = [m for _, m, _ in self._slow]
         return Slowdown(statistics.median(medians) / base, base, statistics.median(medians), self._slow[0][0],
-                        step, self._base_steps or (0, 0), len(self._slow))
+                        step, self._base_steps or (0, 0), len(self._slow), lasted)
 
 
 @dataclass(frozen=True)
 class Slowdown:
-    """A lasting slowdown: ``ratio`` of the slow intervals' median to the baseline, and where each was measured."""
+    """A lasting slowdown: the slow intervals' median against the baseline, where each was measured, how long.
+
+    ``ratio`` is the slow intervals' median over the baseline; ``seconds`` how long the slow intervals lasted in all.
+    """
 
     ratio: float
     baseline: float
@@ -134,6 +144,7 @@ class Slowdown:
     until_step: int
     baseline_steps: tuple[int, int]
     intervals: int
+    seconds: float = 0.0
 
 
 class DataWaitCheck:

@@ -14,7 +14,7 @@ import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.stats import DegradationDetector
+from perf_callbacks.core.stats import MIN_SLOWDOWN_S, DegradationDetector
 from perf_callbacks.exceptions import PerformanceDegradationWarning
 
 
@@ -54,7 +54,8 @@ def test_a_short_spike_is_not_a_slowdown() -> None:
     assert all(detector.check(m, i) is None for i, m in enumerate(medians))
 
 
-def run_engine(tmp_path: Path, steps: int, slow_after: int | None = None) -> list[warnings.WarningMessage]:
+def run_engine(tmp_path: Path, steps: int, slow_after: int | None = None, slow_until: int | None = None,
+               work: float = 0.003) -> list[warnings.WarningMessage]:
     """Real CPU work per step through the engine, logging every 25 steps; returns the warnings."""
     cfg = PerfConfig.from_dict({"schedule": {"skip_first": 10_000}, "summary": False, "data_wait_steps": 10_000})
     engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=25))
@@ -64,8 +65,8 @@ def run_engine(tmp_path: Path, steps: int, slow_after: int | None = None) -> lis
         for step in range(steps):
             engine.batch_start(step)
             (a @ a).sum()
-            work = 0.003 * (1.5 if slow_after is not None and step >= slow_after else 1.0)  # 3 ms of host work
-            end = time.perf_counter() + work
+            slow = slow_after is not None and slow_after <= step < (slow_until or steps)
+            end = time.perf_counter() + work * (1.5 if slow else 1.0)  # host work
             while time.perf_counter() < end:
                 pass
             engine.batch_end(stepped=True)
@@ -75,14 +76,23 @@ def run_engine(tmp_path: Path, steps: int, slow_after: int | None = None) -> lis
 
 @pytest.mark.slow
 def test_engine_stays_silent_under_background_load_and_warns_on_a_real_slowdown(tmp_path: Path) -> None:
+    assert MIN_SLOWDOWN_S == 3.0  # the runs below are sized on it
     burner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 60\nwhile time.time() < end: pass"])
     try:
-        for run in range(3):  # healthy, noisy: another process competes for the CPU the whole time
-            assert [str(w.message) for w in run_engine(tmp_path / f"ok{run}", 400)] == []
-        slow = run_engine(tmp_path / "slow", 600, slow_after=250)  # every step does 1.5x the work from step 250
+        # Healthy, noisy: another process competes for the CPU the whole time; 2000 steps of 3 ms (about 80 logging
+        # intervals, 6 s), twice the slowdown's minimum duration after the baseline.
+        assert [str(w.message) for w in run_engine(tmp_path / "ok", 2000)] == []
+        slow = run_engine(tmp_path / "slow", 1300, slow_after=250)  # every step does 1.5x the work from step 250
     finally:
         burner.kill()
     assert len(slow) == 1
     message = str(slow[0].message)
     assert message.startswith("perf-callbacks: median step time has been") and "above this run's baseline" in message
     assert slow[0].filename == __file__  # points at the training loop, not at the engine
+
+
+def test_engine_passes_interval_durations_so_a_short_hiccup_is_not_a_slowdown(tmp_path: Path) -> None:
+    """Three slow intervals of a fast loop (0.3 s in all) are a hiccup; the same slowdown lasting 3 s warns."""
+    assert run_engine(tmp_path / "hiccup", 400, slow_after=250, slow_until=325, work=0.004) == []
+    # Baseline over steps 25-150, then 1.5x from step 250 for the rest of a 1300-step run (about 5 s of slow steps).
+    assert len(run_engine(tmp_path / "lasting", 1300, slow_after=250, work=0.004)) == 1

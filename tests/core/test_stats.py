@@ -84,6 +84,19 @@ def test_fires_once_after_persist_slow_intervals_in_a_row() -> None:
     assert d.check(10.0, 160) is None  # once
 
 
+def test_a_slowdown_must_also_last_min_seconds() -> None:
+    d = DegradationDetector(0.2, warmup_intervals=0, baseline_intervals=3, persist=3, min_seconds=3.0)
+    _feed(d, [2.0, 2.0, 2.0])
+    # A hiccup across three short intervals (0.1 s each) of a fast loop: slow, in a row, but 0.3 s in all.
+    assert [d.check(3.0, step, seconds=0.1) for step in (100, 110, 120)] == [None] * 3
+    assert d.check(2.0, 130, seconds=0.1) is None  # over
+    streak = [d.check(3.0, 140 + 10 * i, seconds=1.0) for i in range(4)]
+    assert streak[:2] == [None, None]  # three slow intervals are not yet 3 s
+    found = streak[2]
+    assert found is not None and (found.intervals, found.seconds, found.since_step) == (3, 3.0, 140)
+    assert streak[3] is None and d.fired
+
+
 def test_a_zero_baseline_never_divides_by_zero() -> None:
     d = DegradationDetector(0.2, warmup_intervals=0, baseline_intervals=1, persist=1)
     assert d.check(0.0, 1) is None
@@ -93,7 +106,7 @@ def test_a_zero_baseline_never_divides_by_zero() -> None:
 
 def test_default_detector_parameters() -> None:
     d = DegradationDetector(0.3)
-    assert (d.threshold, d.warmup, d.baseline_intervals, d.persist, d.fired) == (0.3, 1, 5, 3, False)
+    assert (d.threshold, d.warmup, d.baseline_intervals, d.persist, d.min_seconds, d.fired) == (0.3, 1, 5, 3, 0.0, False)
 
 
 def test_data_wait_check_reports_a_high_share_once() -> None:
