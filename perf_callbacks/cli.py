@@ -33,8 +33,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_report(sub)
     _add_diff(sub)
     _add_nsys(sub)
+    _tolerant_streams()
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        code = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as Unix tools do
+        _silence_stdout()
+        return EXIT_FAILED
+    return code
+
+
+def _tolerant_streams() -> None:
+    """Print what the terminal cannot encode (a non-ASCII path under ``PYTHONIOENCODING=ascii``) as escapes."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail again (Python's signal docs)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (captured output): nothing to flush at exit
+        pass
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,6 +93,8 @@ def _run_report(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     try:
         return _report(args)
+    except BrokenPipeError:
+        raise
     except (FileNotFoundError, ValueError) as err:
         print(f"perf-callbacks report: {err}", file=sys.stderr)
     except OSError as err:
@@ -142,6 +170,10 @@ def _run_diff(args: argparse.Namespace) -> int:
             Path(args.html).write_text(render_diff_html(result), encoding="utf-8")
     except (OSError, ValueError, EOFError) as err:
         print(f"perf-callbacks diff: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # noqa: BLE001 - one line, never a traceback, never exit 1 (a regression)
+        print(f"perf-callbacks diff: internal error ({type(err).__name__}: {err}); please report it with the traces",
+              file=sys.stderr)
         return 2
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_diff(result), end="\n" if args.json else "")
     pct = result.step_time_ms["change_pct"]

@@ -192,3 +192,29 @@ def test_randomly_damaged_events_never_raise(tmp_path: Path, capsys: pytest.Capt
         assert code in (EXIT_OK, EXIT_FAILED)
         assert "internal error" not in err and "malformed events (" not in err
         assert (code == EXIT_OK and "verdict: " in out) or (code == EXIT_FAILED and err.count("\n") == 1)
+
+
+def test_one_file_nested_too_deeply_is_skipped_and_the_rest_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.analysis.test_diff_inputs import deep_trace
+
+    deep = deep_trace(tmp_path / "a.json")
+    shutil.copy(fixture_trace("sync_bound"), tmp_path / "rank0.pt.trace.json.gz")
+    code, out, err = _run(capsys, str(tmp_path))
+    assert code == EXIT_PARTIAL
+    assert err.strip().splitlines() == [
+        f"perf-callbacks report: skipped {deep}: invalid JSON (nested too deeply to parse)"
+    ]
+    assert "verdict: sync_bound" in out
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_closed_stdout_ends_quietly(json_out: bool) -> None:
+    """`perf-callbacks report T | head -1`: no traceback, nothing on stderr, the documented failure code."""
+    cmd = [sys.executable, "-m", "perf_callbacks.cli", "report", str(fixture_trace("sync_bound"))]
+    proc = subprocess.Popen(cmd + (["--json"] if json_out else []), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    err = proc.communicate(timeout=120)[1]
+    assert (proc.returncode, err.decode()) == (EXIT_FAILED, "")

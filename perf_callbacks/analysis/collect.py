@@ -56,7 +56,7 @@ def analyze_file(path: Path, top_k: int = 10) -> Loaded:
         result = analyze_rank(trace, top_k)
     except TraceError as err:
         return Loaded(path, error=str(err))
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
         return Loaded(path, error=f"{path}: malformed events ({type(err).__name__}: {err})")
     if result is None:
         what = f"{trace.events} events, {trace.bad_events} malformed" if trace.events else "no events"

@@ -43,7 +43,7 @@ _RANK = re.compile(r"rank[_-]?(\d+)")
 _HEAD = 64 << 10
 _LIST_HEAD = re.compile(rb'^\s*\[\s*(\]|\{)')
 TRACE_SUFFIXES = (".json", ".json.gz")
-_READ_ERRORS = (OSError, EOFError, ValueError, TypeError, zlib.error)
+_READ_ERRORS = (OSError, EOFError, ValueError, TypeError, zlib.error, RecursionError)
 
 
 class TraceError(ValueError):
@@ -134,6 +134,8 @@ def _read(path: Path, sink: EventSink) -> dict[str, Any]:
 
 
 def _reason(err: BaseException) -> str:
+    if isinstance(err, RecursionError):
+        return "invalid JSON (nested too deeply to parse)"
     if isinstance(err, EOFError):
         return "truncated file (the compressed stream ends early)"
     if isinstance(err, gzip.BadGzipFile):
