@@ -22,6 +22,7 @@ from perf_callbacks.analysis.events import load_rank
 from perf_callbacks.analysis.loader import TraceError
 from perf_callbacks.analysis.rank import analyze_rank
 from perf_callbacks.analysis.result import RankResult
+from perf_callbacks.analysis.sidecar_check import rank_from_sidecar
 from perf_callbacks.analysis.sidecar_store import read_sidecar
 from perf_callbacks.analysis.verdict import judge_rank
 
@@ -78,9 +79,9 @@ def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars:
     out: dict[Path, Loaded] = {}
     todo: list[Path] = []
     for files in groups:
-        found = [read_sidecar(f) for f in files] if sidecars else [None]
-        if all(side is not None and isinstance(side.get("rank"), dict) for side in found):
-            out.update((f, _from_sidecar(f, side)) for f, side in zip(files, found, strict=True) if side is not None)
+        found = [_from_sidecar(f) for f in files] if sidecars else [None]
+        if all(found):
+            out.update((x.path, x) for x in found if x is not None)
         else:
             todo += files
     workers = min(jobs, len(todo), memory_bound_jobs(todo))
@@ -97,8 +98,12 @@ def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars:
     return out
 
 
-def _from_sidecar(path: Path, side: dict[str, Any]) -> Loaded:
-    result = RankResult.from_dict(side["rank"])
+def _from_sidecar(path: Path) -> Loaded | None:
+    """The result kept in ``path``'s sidecar; None without a matching sidecar or when its content is malformed."""
+    side = read_sidecar(path)
+    result = rank_from_sidecar(side) if side is not None else None
+    if side is None or result is None:
+        return None
     result.path = str(path)
     return Loaded(path, result=result, meta=side.get("meta") or {})
 

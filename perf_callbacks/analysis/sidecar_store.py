@@ -39,7 +39,7 @@ def read_sidecar(trace: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(sidecar_path(trace).read_text(encoding="utf-8"))
         size = trace.stat().st_size
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None

@@ -173,3 +173,53 @@ def test_sidecars_are_used_only_when_every_rank_has_one(tmp_path: Path) -> None:
     write_sidecar(second)
     result = analyze(tmp_path)
     assert [r.rank for r in result.ranks] == [0, 1] and result.errors == []
+
+
+def _corrupt(side: dict[str, Any], how: str) -> None:
+    rank = side["rank"]
+    if how == "rank_dict":
+        rank["rank"] = {"rank": 0}
+    elif how == "step_text":
+        rank["steps"][0]["step"] = "x"
+    elif how == "missing_field":
+        del rank["losses"]
+    elif how == "op_name":
+        rank["top_ops"][0]["name"] = 1
+    elif how == "verdict":
+        rank["verdict"] = "fast"
+    elif how == "bool_number":
+        rank["span_ms"] = True
+    elif how == "meta_list":
+        side["meta"] = ["partial"]
+    else:
+        side["rank"] = []
+
+
+@pytest.mark.parametrize(
+    "how", ["rank_dict", "step_text", "missing_field", "op_name", "verdict", "bool_number", "meta_list", "not_dict"]
+)
+def test_malformed_sidecar_is_ignored_and_the_trace_parsed(tmp_path: Path, how: str) -> None:
+    """A sidecar that matches its trace's name and size but holds nonsense is ignored like a stale one."""
+    from perf_callbacks.analysis.collect import load_all
+
+    trace = _window(tmp_path, "window-000004-000006", "sync_bound")
+    side = write_sidecar(trace)
+    assert load_all([[trace]])[trace].meta == {}  # a sound sidecar is used
+    _corrupt(side, how)
+    sidecar_path(trace).write_text(json.dumps(side))
+    loaded = load_all([[trace]])[trace]
+    assert loaded.meta is None and loaded.result is not None  # parsed from the trace
+    result = analyze(tmp_path)
+    assert result.verdict == "sync_bound" and result.errors == [] and result.ranks[0].rank == 0
+
+
+def test_sidecar_of_a_rank_with_two_devices_is_used(tmp_path: Path) -> None:
+    doc = load_doc("sync_bound")
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"][::3]
+    doc["traceEvents"] += [{**e, "args": {**e["args"], "device": 1, "correlation": -5}} for e in ops]
+    trace = save_doc(tmp_path / "rank0.pt.trace.json", doc)
+    write_sidecar(trace)
+    direct = analyze(trace, sidecars=False)
+    trace.write_bytes(b"\0" * trace.stat().st_size)
+    via = analyze(tmp_path)
+    assert len(via.devices) == 2 and via.devices == direct.devices
