@@ -175,6 +175,8 @@ def _run_diff(args: argparse.Namespace) -> int:
         print(f"perf-callbacks diff: internal error ({type(err).__name__}: {err}); please report it with the traces",
               file=sys.stderr)
         return 2
+    for line in dict.fromkeys(result.base.get("skipped", []) + result.new.get("skipped", [])):
+        print(f"perf-callbacks diff: skipped {line}", file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_diff(result), end="\n" if args.json else "")
     pct = result.step_time_ms["change_pct"]
     pct = float("inf") if pct is None else pct

@@ -9,7 +9,7 @@ from statistics import median
 from typing import Any
 
 from perf_callbacks.analysis.cluster import imbalance, stragglers
-from perf_callbacks.analysis.collect import Loaded, analyze_file, load_all
+from perf_callbacks.analysis.collect import Loaded, analyze_file, from_sidecar, load_all
 from perf_callbacks.analysis.discover import Window, discover
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
@@ -55,13 +55,33 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
 
 
 def analyze_window(window: Window, top_k: int = 10) -> AnalysisResult:
-    """Analyses one window (its most recent trace set): every rank, then the verdict and stragglers across ranks."""
+    """Analyses one window (its most recent trace set): every rank, then the verdict and stragglers across ranks.
+
+    Every trace is parsed; a matching sidecar gives only its ``meta`` (whether the window is partial). Files that
+    could not be read are in ``errors`` of the result.
+    """
     loaded = [analyze_file(f, top_k) for f in window.files]
+    for x in loaded:
+        side = from_sidecar(x.path)
+        x.meta = side.meta if side is not None else None
     results = _window_results(window, loaded, top_k)
+    reasons = [x.error for x in loaded if x.error]
     if not results:
-        reasons = "; ".join(x.error for x in loaded if x.error)
-        raise ValueError(f"no profiled events in {window.path}" + (f": {reasons}" if reasons else ""))
+        raise ValueError(f"no profiled events in {window.path}" + (f": {'; '.join(reasons)}" if reasons else ""))
+    results[0].errors = reasons
     return results[0]
+
+
+def window_from_sidecars(window: Window) -> AnalysisResult | None:
+    """The window's most recent trace set from its sidecars alone, or None when a trace has no matching sidecar.
+
+    Sidecars keep 10 top ops per rank: enough to say whether the window is partial, not to compare its ops.
+    """
+    loaded = [from_sidecar(f) for f in window.files]
+    if not all(loaded):
+        return None
+    results = _window_results(window, [x for x in loaded if x is not None], 10)
+    return results[0] if results else None
 
 
 def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> AnalysisResult:

@@ -79,7 +79,7 @@ def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars:
     out: dict[Path, Loaded] = {}
     todo: list[Path] = []
     for files in groups:
-        found = [_from_sidecar(f) for f in files] if sidecars else [None]
+        found = [from_sidecar(f) for f in files] if sidecars else [None]
         if all(found):
             out.update((x.path, x) for x in found if x is not None)
         else:
@@ -98,7 +98,7 @@ def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars:
     return out
 
 
-def _from_sidecar(path: Path) -> Loaded | None:
+def from_sidecar(path: Path) -> Loaded | None:
     """The result kept in ``path``'s sidecar; None without a matching sidecar or when its content is malformed."""
     side = read_sidecar(path)
     result = rank_from_sidecar(side) if side is not None else None

@@ -1,10 +1,11 @@
 """Which window of each side ``perf-callbacks diff`` compares, and analysing the two sides (in parallel when large).
 
-By default each side is its most recent *complete* window: a folder named ``window-FIRST-LAST`` is complete when every
-rank's trace holds all ``LAST - FIRST + 1`` ProfilerSteps (a window cut short by an exception, Ctrl-C or the end of
-training holds fewer), and a window with an unreadable file is skipped too. Folders and files with other names count
-as complete. ``window`` picks another: an index into the windows, most recent first (``0`` is the latest), or a
-window folder name such as ``window-000012-000014``.
+By default each side is its most recent *complete* window, the window ``report`` makes its headline: a folder named
+``window-FIRST-LAST`` is complete when every rank's trace holds all ``LAST - FIRST + 1`` ProfilerSteps (a window cut
+short by an exception, Ctrl-C or the end of training holds fewer) and neither its sidecars nor its ``summary.txt`` say
+it is partial. A window with an unreadable file is skipped too, and named in the description's ``skipped``. Folders
+and files with other names count as complete. ``window`` picks another: an index into the windows, most recent first
+(``0`` is the latest), or a window folder name such as ``window-000012-000014``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.analysis.api import analyze_window
+from perf_callbacks.analysis.api import analyze_window, window_from_sidecars
 from perf_callbacks.analysis.diff import DiffResult, compare
 from perf_callbacks.analysis.discover import Window, find_windows
 from perf_callbacks.analysis.result import AnalysisResult
@@ -26,7 +27,6 @@ from perf_callbacks.analysis.result import AnalysisResult
 WINDOW_NAME = re.compile(r"window-(\d+)-(\d+)")
 OPS_TOP_K = 1000
 PARALLEL_MIN_BYTES = 4 << 20
-MAX_TRIES = 3
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 _CHILD = "from perf_callbacks.analysis.diff_windows import _child; _child()"
 
@@ -72,27 +72,52 @@ def diff_paths(
 def load_side(path: str | Path, window: str | None = None) -> tuple[AnalysisResult, dict[str, Any]]:
     """Analyse the chosen window of ``path`` (all ops kept, timelines dropped); returns it with a description.
 
+    Without ``window``, the most recent complete window, looking at every window, most recent first (a window whose
+    sidecars already say it is partial is not parsed); without any, the most recent one that can be read. A window
+    with a file that cannot be read is never used.
+
     The description has ``path`` (as given), ``window`` (the folder or file analysed), ``window_index`` (0 = most
-    recent), ``complete`` and ``windows`` (how many windows the path holds).
+    recent), ``complete``, ``windows`` (how many windows the path holds) and ``skipped`` (one line per window left
+    out because a file in it cannot be read).
+
+    Raises:
+        ValueError: when no window can be used (each one's reason is in the message), or the chosen one has a file
+            that cannot be read.
     """
     windows = find_windows(path)
     if window is not None:
         index = pick_window(windows, window)
-        return _described(path, windows, index, _analyse(windows[index]))
-    first: tuple[int, AnalysisResult] | None = None
-    error: ValueError | None = None
-    for index, w in enumerate(windows[:MAX_TRIES]):
-        try:
-            result = _analyse(w)
-        except ValueError as err:
-            error = error or err
+        chosen = _analyse(windows[index])
+        if chosen.errors:
+            raise ValueError(f"window {windows[index].path} has unreadable files: " + "; ".join(chosen.errors))
+        return _described(path, windows, index, chosen, [])
+    tried: dict[int, AnalysisResult | None] = {}
+    skipped: list[str] = []
+    for index, w in enumerate(windows):
+        cheap = window_from_sidecars(w)
+        if cheap is not None and not is_complete(w, cheap):
             continue
-        if is_complete(w, result):
-            return _described(path, windows, index, result)
-        first = first or (index, result)
-    if first is None:
-        raise error or ValueError(f"no window with profiled events under {path}")
-    return _described(path, windows, first[0], first[1])
+        tried[index] = result = _usable(w, skipped)
+        if result is not None and is_complete(w, result):
+            return _described(path, windows, index, result, skipped)
+    for index, w in enumerate(windows):  # no complete window: the most recent readable one
+        result = tried[index] if index in tried else _usable(w, skipped)
+        if result is not None:
+            return _described(path, windows, index, result, skipped)
+    raise ValueError(f"no usable window under {path}: " + "; ".join(skipped))
+
+
+def _usable(window: Window, skipped: list[str]) -> AnalysisResult | None:
+    """The window's result, or None (with the reason added to ``skipped``) when a file of it cannot be read."""
+    try:
+        result = _analyse(window)
+    except ValueError as err:
+        skipped.append(str(err))
+        return None
+    if result.errors:
+        skipped.append(f"window {window.path}: {'; '.join(result.errors)}")
+        return None
+    return result
 
 
 def pick_window(windows: list[Window], spec: str) -> int:
@@ -113,8 +138,13 @@ def pick_window(windows: list[Window], spec: str) -> int:
 
 
 def is_complete(window: Window, result: AnalysisResult) -> bool:
-    """Whether every rank holds all the steps the ``window-FIRST-LAST`` folder name announces."""
+    """Whether the window is whole: not partial as ``report`` judges it, and every rank holds every step.
+
+    The steps are those the ``window-FIRST-LAST`` folder name announces; other names announce none.
+    """
     match = WINDOW_NAME.fullmatch(window.path.name)
+    if result.partial:
+        return False
     if match is None:
         return True
     expected = int(match.group(2)) - int(match.group(1)) + 1
@@ -132,11 +162,11 @@ def _analyse(window: Window) -> AnalysisResult:
 
 
 def _described(
-    path: str | Path, windows: list[Window], index: int, result: AnalysisResult
+    path: str | Path, windows: list[Window], index: int, result: AnalysisResult, skipped: list[str]
 ) -> tuple[AnalysisResult, dict[str, Any]]:
     w = windows[index]
     info = {"path": str(path), "window": str(w.path), "window_index": index, "complete": is_complete(w, result),
-            "windows": len(windows)}
+            "windows": len(windows), "skipped": list(dict.fromkeys(skipped))}
     return result, info
 
 

@@ -3,6 +3,7 @@ to parse, unreadable or partial windows. Never a traceback, and never exit 1 (wh
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from perf_callbacks.analysis import analyze
+from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
-from tests.analysis.conftest import fixture_trace
+from tests.analysis.conftest import fixture_trace, load_doc, save_doc
 
 
 def deep_trace(path: Path, depth: int = 100_000) -> Path:
@@ -57,3 +60,60 @@ def test_a_trace_nested_too_deeply_is_bad_input(tmp_path: Path, capsys: pytest.C
     assert main(["diff", str(fixture_trace("sync_bound")), str(deep)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(deep) in err and "nested too deeply" in err
+
+
+def _windows(root: Path, names: list[str], drop_step: frozenset[str] = frozenset(), ranks: int = 1) -> list[Path]:
+    """One window folder per name, oldest first; a window in ``drop_step`` loses its last ProfilerStep (partial)."""
+    doc = load_doc("sync_bound")
+    partial = {**doc, "traceEvents": [e for e in doc["traceEvents"] if e.get("name") != "ProfilerStep#6"]}
+    traces = []
+    for i, name in enumerate(names):
+        (root / "run" / name).mkdir(parents=True)
+        for r in range(ranks):
+            info = {"distributedInfo": {"rank": r, "world_size": ranks}} if ranks > 1 else {}
+            trace = save_doc(root / "run" / name / f"rank{r}.pt.trace.json.gz",
+                             {**(partial if name in drop_step else doc), **info})
+            os.utime(trace, (1e9 + i * 100, 1e9 + i * 100))
+            traces.append(trace)
+    return traces
+
+
+def test_the_latest_complete_window_is_found_behind_many_partial_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four partial windows after the complete one: diff compares the window report makes its headline."""
+    names = ["window-000004-000006", "window-000010-000012", "window-000020-000022", "window-000030-000032",
+             "window-000040-000042"]
+    traces = _windows(tmp_path, names, drop_step=frozenset(names[1:]))
+    for trace in traces[1:]:  # partial by their sidecars, which are read instead of parsing the traces
+        write_sidecar(trace)
+        trace.write_bytes(b"\0" * trace.stat().st_size)
+    headline = analyze(tmp_path).path
+    assert headline.endswith("window-000004-000006")
+    assert main(["diff", str(tmp_path), str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    base = json.loads(out)["base"]
+    assert (base["window"], base["window_index"], base["complete"], base["skipped"]) == (headline, 4, True, [])
+    assert err == ""
+
+
+def test_a_window_with_an_unreadable_rank_is_skipped_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = _windows(tmp_path, ["window-000004-000006", "window-000014-000016"], ranks=2)
+    data = traces[3].read_bytes()
+    traces[3].write_bytes(data[: len(data) // 2])
+    assert main(["diff", str(tmp_path), str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    base = json.loads(out)["base"]
+    assert base["window"].endswith("window-000004-000006") and base["ranks"] == [0, 1] and base["complete"]
+    assert err.splitlines() == [f"perf-callbacks diff: skipped window {traces[3].parent}: {traces[3]}: truncated file "
+                                "(the compressed stream ends early)"]
+    assert main(["diff", str(tmp_path), str(tmp_path), "--window", "window-000014-000016"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has unreadable files" in err and str(traces[3]) in err
+    data = traces[1].read_bytes()
+    traces[1].write_bytes(data[: len(data) // 2])
+    assert main(["diff", str(tmp_path), str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perf-callbacks diff: no usable window under") and err.count("\n") == 1
