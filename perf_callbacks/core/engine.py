@@ -83,6 +83,7 @@ class PerfEngine:
         self._clean = True  # no window, validation or checkpoint in this logging interval
         self._closed = False
         self._samples: int | None = None
+        self._micro = 0  # micro-batches of the open step so far (0: begun by a fetch, no batch yet)
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
@@ -120,10 +121,10 @@ class PerfEngine:
     def batch_start(self, step: int, phase: str | None = "forward") -> None:
         """A micro-batch of optimizer step ``step`` starts, in ``phase`` (None: no phase range until the next)."""
         if self._ended or step != self.step:
-            t = time.perf_counter()
             if self._ended and self.step is not None and step <= self.step:
                 step = self.step + 1  # the adapter's count did not move (e.g. a skipped step): never reuse a number
-            self._begin(step, t)
+            self._begin(step, time.perf_counter())
+        self._micro += 1
         if phase is not None:
             self.phase(phase)
 
@@ -207,7 +208,7 @@ class PerfEngine:
         self.end_phase()
         if self.step is not None:
             self._end_step(t)
-        self.step, self._ended, self._expected = step, False, step
+        self.step, self._ended, self._expected, self._micro = step, False, step, 0
         self.clock.begin(t, carry_wait=carry)
         if self.mem.history_at is not None:
             self.mem.step_begins(step)
@@ -229,7 +230,8 @@ class PerfEngine:
         if self.windows.action.value:  # a profiled step: its times are not comparable
             self._clean = False
         else:
-            self.monitor.measured(step, self.clock.elapsed(t), self.clock.wait, self._samples, self.clock.loader_timed)
+            self.monitor.measured(step, self.clock.elapsed(t), self.clock.wait, self._samples, self.clock.loader_timed,
+                                  self._micro)
 
     def report_findings(self, findings: list[Finding]) -> None:
         """Warn once (rank 0) for each DataLoader finding (see :meth:`StepMonitor.findings`)."""
@@ -279,8 +281,9 @@ class PerfEngine:
                    lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history):
             _quiet(fn)
         self._recording = False
-        if exc is None and self.is_main and self.windows.nothing_recorded():
+        if exc is None and self.is_main and self.steps_run and self.windows.nothing_recorded():
             print(self.windows.nothing_recorded_line(self.steps_run), file=sys.stderr, flush=True)
+        self.windows.enabled = False  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
 
 
 def _close_at_exit(ref: weakref.ReferenceType[PerfEngine]) -> None:

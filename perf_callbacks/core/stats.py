@@ -27,9 +27,10 @@ class StepStats:
     def __init__(self) -> None:
         self.reset()
 
-    def update(self, step_time: float, data_wait: float, samples: int | None) -> None:
-        """Add one optimizer step (seconds)."""
+    def update(self, step_time: float, data_wait: float, samples: int | None, micro_batches: int = 1) -> None:
+        """Add one optimizer step (seconds) of ``micro_batches`` micro-batches (gradient accumulation)."""
         self.step_times.append(step_time)
+        self.micro_times.append(step_time / max(1, micro_batches))
         self.data_wait += data_wait
         if samples:
             self.samples += samples
@@ -50,6 +51,7 @@ class StepStats:
     def reset(self) -> None:
         """Start a new interval."""
         self.step_times: list[float] = []
+        self.micro_times: list[float] = []  # step time per micro-batch: comparable when the accumulation changes
         self.data_wait = 0.0
         self.samples = 0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from perf_callbacks.core.adapters import in_phase, is_ours
+from perf_callbacks.core.adapters import MARK, in_phase, is_ours
 from perf_callbacks.core.engine import PerfEngine
 
 
@@ -31,8 +31,11 @@ def wrap_fetch(trainer: pl.Trainer, engine: PerfEngine) -> None:
     """Time the training DataLoader's ``__next__`` only: the loop's fetch hooks run right around ``next(iterator)``.
 
     ``_TrainingEpochLoop.on_run_start`` installs its ``_on_before_fetch``/``_on_after_fetch`` as the data fetcher's
-    profiler hooks at every epoch start; instance attributes here take their place and are removed at teardown.
+    profiler hooks at every epoch start; instance attributes here take their place, installed at ``on_train_start``
+    (so a learning-rate or batch-size search run before it in ``on_fit_start`` is not timed) and removed at teardown
+    or when the fit fails. A wrapper left by an earlier fit is replaced, never wrapped.
     """
+    unwrap_fetch(trainer)
     loop = trainer.fit_loop.epoch_loop
     before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)
     if before is None or after is None:  # another Lightning version: data wait is not measured
@@ -46,11 +49,14 @@ def wrap_fetch(trainer: pl.Trainer, engine: PerfEngine) -> None:
         after()
         engine.data_end()
 
+    setattr(on_before_fetch, MARK, True)
+    setattr(on_after_fetch, MARK, True)
     loop._on_before_fetch, loop._on_after_fetch = on_before_fetch, on_after_fetch  # type: ignore[method-assign]
 
 
 def unwrap_fetch(trainer: pl.Trainer) -> None:
-    """Remove the fetch-hook wrappers."""
+    """Remove the fetch-hook wrappers, if they are ours."""
     loop = trainer.fit_loop.epoch_loop
     for name in ("_on_before_fetch", "_on_after_fetch"):
-        loop.__dict__.pop(name, None)
+        if is_ours(vars(loop).get(name)):
+            del loop.__dict__[name]

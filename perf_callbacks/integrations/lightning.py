@@ -22,13 +22,13 @@ from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.adapters import batch_size, distributed_initialized
-from perf_callbacks.core.dataloader import inspect_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from perf_callbacks.integrations._cli_errors import config_or_exit
+from perf_callbacks.integrations._lightning_loaders import check_train_loaders
 from perf_callbacks.integrations._lightning_wrappers import (
     unwrap_fetch,
     unwrap_save_checkpoint,
@@ -110,7 +110,8 @@ class GPUPerfCallback(Callback):
         self._stepped = False
         self._steps: int | None = None  # training steps that stepped an optimizer, the schedule's clock
         self._restored: int | None = None  # the count read from a checkpoint being resumed
-        self._batch_size: int | None = None
+        self._batch_size: int | None = None  # of the epoch's first batch
+        self._micro = 0  # micro-batches of the open optimizer step (gradient accumulation)
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> GPUPerfCallback:
@@ -151,8 +152,8 @@ class GPUPerfCallback(Callback):
                       "a time: perf-callbacks records no trace; NVTX ranges, metrics and checks go on. Remove "
                       "profiler='pytorch' to get perf-callbacks' windows", InstrumentUnavailableWarning)
         self._steps = self._restored = None
+        self._micro = 0
         wrap_save_checkpoint(trainer, self.engine)
-        wrap_fetch(trainer, self.engine)
 
     @override
     def on_save_checkpoint(
@@ -176,26 +177,15 @@ class GPUPerfCallback(Callback):
         # a step is one training step that stepped at least one optimizer: global_step with automatic optimization,
         # but manual optimization with two optimizers moves global_step by two
         self._steps, self._restored = (self._restored if self._restored is not None else trainer.global_step), None
-        loaders = _train_loaders(trainer.train_dataloader)
-        if loaders:
-            name, first = loaders[0]
-            self.engine.ctx.data_loader = (name, getattr(first, "num_workers", None))
-        if not self.config.check_dataloaders:
-            return
-        findings = []
-        for name, loader in loaders:
-            findings += inspect_loader(
-                loader, name, world_size=trainer.world_size, cuda=self.engine.cuda, local_world_size=trainer.num_devices
-            )
-        if not trainer._accelerator_connector.use_distributed_sampler:
-            findings = [_blame_flag(f) for f in findings]
-        self.engine.report_findings(findings)
+        wrap_fetch(trainer, self.engine)
+        check_train_loaders(trainer, self.engine, self.config.check_dataloaders)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self.engine is not None:
             self.engine.close(exception)
         unwrap_save_checkpoint(trainer)  # Lightning calls no teardown hook after a failed fit
+        unwrap_fetch(trainer)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -207,6 +197,10 @@ class GPUPerfCallback(Callback):
 
     # ---- per micro-batch -------------------------------------------------------------------------------------
     @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._batch_size = None  # read from each epoch's first batch: a new fit or reloaded loaders may change it
+
+    @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
@@ -215,6 +209,7 @@ class GPUPerfCallback(Callback):
         if self._batch_size is None:
             self._batch_size = batch_size(batch)
         self._stepped = False
+        self._micro += 1
         self.engine.batch_start(self._steps or 0)
 
     @override
@@ -240,9 +235,10 @@ class GPUPerfCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self.engine is not None:  # on_before_optimizer_step ran: this micro-batch completed an optimizer step
-            self.engine.batch_end(self._stepped, self._batch_size if self._stepped else None)
+            samples = (self._batch_size or 0) * self._micro if self._stepped else None
+            self.engine.batch_end(self._stepped, samples)
             if self._stepped:
-                self._steps = (self._steps or 0) + 1
+                self._steps, self._micro = (self._steps or 0) + 1, 0
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -282,19 +278,3 @@ class GPUPerfCallback(Callback):
 
 def _fitting(trainer: pl.Trainer) -> bool:
     return trainer.state.fn == "fit" and not trainer.sanity_checking
-
-
-def _train_loaders(loaders: Any, name: str = "train_dataloader") -> list[tuple[str, Any]]:
-    if isinstance(loaders, dict):
-        return [pair for k, v in loaders.items() for pair in _train_loaders(v, f"{name}[{k!r}]")]
-    if isinstance(loaders, list | tuple):
-        return [pair for i, v in enumerate(loaders) for pair in _train_loaders(v, f"{name}[{i}]")]
-    return [(name, loaders)] if loaders is not None else []
-
-
-def _blame_flag(finding: Any) -> Any:
-    if finding.code != "not_sharded":
-        return finding
-    from dataclasses import replace
-
-    return replace(finding, message=finding.message + " (the Trainer has use_distributed_sampler=False)")

@@ -308,3 +308,16 @@ def test_a_run_that_never_reaches_a_window_says_so(tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err
     assert "perf-callbacks: no profiling window was recorded: 3 optimizer steps ran" in err
     assert "first window starts at step 12 (schedule: skip_first=10, wait=1, warmup=1)" in err
+    engine = make_engine(tmp_path / "none", schedule={"skip_first": 10})
+    engine.close()  # no step ran (e.g. a learning-rate search that ran its own loop): nothing to advise
+    assert "perf-callbacks" not in capsys.readouterr().err
+
+
+def test_a_closed_engine_starts_no_profiler(tmp_path: Path) -> None:
+    """A hook that still reaches a closed engine (a wrapper left by a failed fit) must not start a window."""
+    engine = make_engine(tmp_path)
+    run_steps(engine, 2)
+    engine.close()
+    run_steps(engine, 3, start=2)  # steps 2-4: warm-up at 3, window 4-5
+    assert not torch.autograd.profiler._is_profiler_enabled  # would be recording step 4 and left running
+    assert engine.windows.session is None

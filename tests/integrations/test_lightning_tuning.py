@@ -1,0 +1,154 @@
+"""GPUPerfCallback with Lightning's tuning features and re-fits: gradient accumulation (fixed and scheduled), the
+learning-rate finder, a callback reused in a second Trainer, and a fit that failed and is run again."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import GradientAccumulationScheduler, LearningRateFinder
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.tuner import Tuner
+
+from perf_callbacks import GPUPerfCallback
+from perf_callbacks.exceptions import PerfWarning
+from tests.integrations.lit_helpers import TinyModel, loader, profiler_steps, trainer
+
+QUIET = {"data_wait_steps": 100_000, "check_dataloaders": False}
+NO_WINDOW = {"skip_first": 100_000}
+
+
+class Recorder(Logger):
+    """Keeps what the callback logs, by step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "recorder"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.append((step or 0, dict(metrics)))
+
+    def series(self, key: str) -> list[float]:
+        return [m[key] for _, m in self.rows if key in m]
+
+
+class SleepyModel(TinyModel):
+    """``ms`` of wall time per micro-batch, so that step times are known; ``lr`` for the learning-rate finder."""
+
+    def __init__(self, ms: float) -> None:
+        super().__init__()
+        self.ms, self.lr = ms, 0.1
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        time.sleep(self.ms / 1e3)
+        return super().training_step(batch, batch_idx)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def samples_per_step(rec: Recorder) -> list[float]:
+    """Samples per optimizer step implied by each interval's samples/s and median step time."""
+    rates, times = rec.series("perf/train/samples_per_sec"), rec.series("perf/train/step_time_ms")
+    return [r * t / 1e3 for r, t in zip(rates, times, strict=True)]
+
+
+def test_samples_per_sec_counts_every_micro_batch_of_an_accumulated_step(tmp_path: Path) -> None:
+    rec = Recorder()
+    cb = GPUPerfCallback(schedule=NO_WINDOW, log_every_n_steps=4, degradation_threshold=1e6, **QUIET)
+    trainer(tmp_path, [cb], logger=rec, max_steps=12, accumulate_grad_batches=4).fit(SleepyModel(5), loader())
+    per_step = samples_per_step(rec)
+    assert len(per_step) == 3
+    assert all(24 < n < 40 for n in per_step), per_step  # 4 micro-batches of 8 samples, not 8
+
+
+def test_a_callback_reused_in_a_second_trainer_reads_the_new_batch_size(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(schedule=NO_WINDOW, log_every_n_steps=4, degradation_threshold=1e6, **QUIET)
+    trainer(tmp_path / "a", [cb], logger=Recorder(), max_steps=4).fit(SleepyModel(2), loader(batch_size=4))
+    rec = Recorder()
+    trainer(tmp_path / "b", [cb], logger=rec, max_steps=8).fit(SleepyModel(2), loader(batch_size=32))
+    assert all(24 < n < 40 for n in samples_per_step(rec)), samples_per_step(rec)
+
+
+@pytest.mark.slow
+def test_a_gradient_accumulation_schedule_is_not_a_slowdown(tmp_path: Path) -> None:
+    """From epoch 1 each optimizer step holds 4 micro-batches, as configured: 4x the step time, same time per sample.
+
+    About 4 s of such steps: the slowdown detector's baseline (epoch 0) and its 3 s minimum are both passed.
+    """
+    rec = Recorder()
+    cb = GPUPerfCallback(schedule=NO_WINDOW, log_every_n_steps=4, **QUIET)
+    accumulate = GradientAccumulationScheduler(scheduling={0: 1, 1: 4})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        trainer(tmp_path, [cb, accumulate], logger=rec, max_steps=-1, max_epochs=4).fit(
+            SleepyModel(20), loader(n=512))
+    assert [str(w.message) for w in seen if issubclass(w.category, PerfWarning)] == []
+    times = rec.series("perf/train/step_time_ms")
+    assert statistics.median(times[-6:]) > 3 * statistics.median(times[1:6])  # the step time did grow 4x
+
+
+def test_a_learning_rate_search_before_training_is_not_counted_in_the_first_step(tmp_path: Path) -> None:
+    """LearningRateFinder runs its search in on_fit_start, before training: none of it is step 0's time."""
+    rec = Recorder()
+    cb = GPUPerfCallback(schedule=NO_WINDOW, log_every_n_steps=4, degradation_threshold=1e6, **QUIET)
+    finder = LearningRateFinder(num_training_steps=30)  # 30 steps of 5 ms: 150 ms of search
+    trainer(tmp_path, [cb, finder], logger=rec, max_steps=12).fit(SleepyModel(5), loader(n=1024))
+    per_step = samples_per_step(rec)
+    assert len(per_step) == 3 and min(per_step) > 6, per_step  # 8 samples per step in each interval; not ~1.5
+
+
+def test_tuner_lr_find_alone_prints_no_window_line(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    cb = GPUPerfCallback(schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}, **QUIET)
+    trn = trainer(tmp_path, [cb], max_steps=8)
+    Tuner(trn).lr_find(SleepyModel(0), train_dataloaders=loader(n=1024), num_training=20)
+    assert "perf-callbacks" not in capfd.readouterr().err  # no training ran for us: nothing to say
+    trn.fit(SleepyModel(0), loader())  # and the fit after it records its window
+    (trace,) = (p for p in cb.engine.exported)  # type: ignore[union-attr]
+    assert profiler_steps(trace) == [3, 4]
+
+
+class FailsInValidation(TinyModel):
+    fail = True
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        if self.fail:
+            raise RuntimeError("bad validation")
+        super().validation_step(batch, batch_idx)
+
+
+def test_a_fit_that_failed_leaves_nothing_behind_and_the_next_fit_records(tmp_path: Path) -> None:
+    """The first fit fails in validation between two steps of a window; the user fixes it and fits again."""
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 2, "wait": 0, "warmup": 1,
+                                                                       "active": 3}, **QUIET)
+    trn = trainer(tmp_path, [cb], max_steps=12, val_check_interval=4)
+    model = FailsInValidation()
+    with pytest.raises(RuntimeError, match="bad validation"):
+        trn.fit(model, loader(), loader(n=32))
+    assert not {"_on_before_fetch", "_on_after_fetch"} & set(vars(trn.fit_loop.epoch_loop))  # no stale wrapper
+    assert not torch.autograd.profiler._is_profiler_enabled
+    model.fail = False
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        trn.fit(model, loader(), loader(n=32))
+    assert [str(w.message) for w in seen if issubclass(w.category, PerfWarning)] == []
+    assert not torch.autograd.profiler._is_profiler_enabled  # no profiler left running after the fit
+    assert not {"_on_before_fetch", "_on_after_fetch"} & set(vars(trn.fit_loop.epoch_loop))
+    # the same Trainer goes on from global_step 4: the rest of the window (steps 4-5) is recorded
+    assert cb.engine is not None and [profiler_steps(p) for p in cb.engine.exported] == [[4, 5]]
