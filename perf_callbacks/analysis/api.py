@@ -11,6 +11,7 @@ from typing import Any
 from perf_callbacks.analysis.cluster import imbalance, stragglers
 from perf_callbacks.analysis.collect import Loaded, analyze_file, from_sidecar, load_all
 from perf_callbacks.analysis.discover import Window, discover
+from perf_callbacks.analysis.process_windows import process_windows
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
 from perf_callbacks.analysis.verdict import verdict_from, verdict_margin
@@ -118,18 +119,21 @@ def _window_results(window: Window, loaded: list[Loaded], top_k: int) -> list[An
     ranks = [x.result for x in ok if x.result is not None]
     assign_order_ranks(ranks)
     metas = {x.result.path: x.meta for x in ok if x.result is not None}
-    sets, notes = split_sets(ranks)
-    notes += [f"{Path(r.path).name}: {r.bad_events} malformed events skipped (not objects, or without a finite "
-              "numeric ts)" for r in ranks if r.bad_events]
+    layers, notes = process_windows(ranks)
+    bad = [f"{Path(r.path).name}: {r.bad_events} malformed events skipped (not objects, or without a finite "
+           "numeric ts)" for r in ranks if r.bad_events]
     out = []
-    for i, members in enumerate(sets):
-        result = build_result(str(window.path), members, top_k)
-        result.notes = list(notes)
-        if len(sets) > 1:
-            names = ", ".join(Path(r.path).name for r in members)
-            result.notes.append(f"trace set {i + 1} of {len(sets)} in {window.path}: {names}")
-        result.partial = _is_partial(window, members, [metas.get(r.path) for r in members])
-        out.append(result)
+    for layer in layers:
+        sets, set_notes = split_sets(layer)
+        for i, members in enumerate(sets):
+            path = members[0].path if len(layers) > 1 and len(members) == 1 else str(window.path)
+            result = build_result(path, members, top_k)
+            result.notes = notes + set_notes + bad
+            if len(sets) > 1:
+                names = ", ".join(Path(r.path).name for r in members)
+                result.notes.append(f"trace set {i + 1} of {len(sets)} in {window.path}: {names}")
+            result.partial = _is_partial(window, members, [metas.get(r.path) for r in members])
+            out.append(result)
     return out
 
 
