@@ -14,7 +14,7 @@ from perf_callbacks.analysis.discover import Window, discover
 from perf_callbacks.analysis.process_windows import process_windows
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
-from perf_callbacks.analysis.verdict import verdict_from, verdict_margin
+from perf_callbacks.analysis.verdict import HOST_UNTRACED, host_untraced, verdict_from, verdict_margin
 
 _PARTIAL_SUMMARY = re.compile(r"\bpartial window\b|\(partial\)|\bpartial: (true|yes)\b", re.IGNORECASE)
 
@@ -122,6 +122,8 @@ def _window_results(window: Window, loaded: list[Loaded], top_k: int) -> list[An
     layers, notes = process_windows(ranks)
     bad = [f"{Path(r.path).name}: {r.bad_events} malformed events skipped (not objects, or without a finite "
            "numeric ts)" for r in ranks if r.bad_events]
+    bad += [f"{Path(r.path).name}: {HOST_UNTRACED}; idle time is not put down to the host" for r in ranks
+            if host_untraced(r)]
     out = []
     for layer in layers:
         sets, set_notes = split_sets(layer)

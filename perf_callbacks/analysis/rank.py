@@ -75,6 +75,7 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "devices": [_device_view(trace, d, tl) for d in devices(trace)] if len(devices(trace)) > 1 else [],
         "bad_events": trace.bad_events,
         "runtime_calls": trace.runtime_calls,
+        "host_traced": bool(trace.runtime_calls) or not trace.has_gpu,
     }
 
 

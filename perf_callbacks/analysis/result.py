@@ -70,6 +70,7 @@ class RankResult:
     devices: list[dict[str, Any]] = field(default_factory=list)
     bad_events: int = 0
     runtime_calls: int = 0
+    host_traced: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""

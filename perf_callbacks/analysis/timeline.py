@@ -186,14 +186,15 @@ def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], tl: Timeli
 
 def _gap_cause(trace: RankTrace, ops: list[GpuOp], i: int, p0: float, tl: Timeline) -> str:
     """Why the device idled from ``p0`` until ``ops[i]`` started: host, backlog, graph (inside a replay) or other."""
+    host = "host" if trace.runtime_calls else "other"  # no runtime call traced: no evidence that the host was late
     if i >= len(ops):
-        return "host"  # nothing more was launched before the window ended
+        return host  # nothing more was launched before the window ended
     nxt = ops[i]
     corr = nxt[5]
     graph_end = trace.graph_launches.get(corr)
     launched = trace.launches.get(corr)
     if launched is None:
-        return "backlog" if p0 <= tl.lo + SLACK_US else "host"
+        return "backlog" if p0 <= tl.lo + SLACK_US else host
     if graph_end is not None and i > 0 and ops[i - 1][5] == corr:
         return "graph"
     if p0 <= tl.lo + SLACK_US and nxt[0] - launched[0] > BACKLOG_US:

@@ -80,6 +80,9 @@ def verdict_from(losses: dict[str, float]) -> str:
     return VERDICT_OF[cause] if worst >= THRESHOLD else "compute_bound"
 
 
+HOST_UNTRACED = "the host side was not traced (device activity, but no runtime call such as cudaLaunchKernel)"
+
+
 def judge_rank(r: RankResult) -> None:
     """Set ``r.verdict`` and ``r.recommendations`` (largest loss first, profiler caveats right after)."""
     r.verdict = verdict_from(r.losses)
@@ -160,7 +163,15 @@ def _comm_advice(r: RankResult, share: float) -> str:
            "communicate less often (gradient accumulation with no_sync)"
 
 
+def host_untraced(r: RankResult) -> bool:
+    """Whether the trace has device activity but no runtime call: when the host launched its work is unknown."""
+    return not r.host_traced
+
+
 def _other_advice(r: RankResult, share: float) -> str:
+    if host_untraced(r):
+        return f"{HOST_UNTRACED}: the device idled {_pct(share)} of the time, which cannot be put down to the host, " \
+               "the input pipeline or syncs without it; profile with activities=[CPU, CUDA] to find out"
     graph = r.graph_idle_fraction
     inside = ""
     if graph >= 0.01:

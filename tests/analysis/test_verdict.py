@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from perf_callbacks.analysis import analyze, format_text
 from perf_callbacks.analysis.advice import suggest_num_workers
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.verdict import VERDICT_OF, Margin, judge_rank, verdict_from, verdict_margin
+from tests.analysis.conftest import load_doc, save_doc
 
 
 def rank(**fields: Any) -> RankResult:
@@ -235,3 +238,16 @@ def test_copy_advice_drops_kinds_under_a_tenth_of_the_largest() -> None:
 def test_memory_is_in_decimal_gigabytes() -> None:
     r = rank(peak_memory_bytes=1_235_000_001, device_memory_bytes=80_500_000_001)
     assert r.recommendations[-1] == "peak memory only 1.24 of 81 GB (2%): there is room for a larger batch"
+
+
+def test_gpu_only_trace_is_never_host_bound_from_missing_host_events(tmp_path: Path) -> None:
+    """Kernels and copies without any CPU op or runtime call: no launch times, so no evidence the host was late."""
+    doc = load_doc("sync_bound")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    result = analyze(save_doc(tmp_path / "gpuonly.json", doc))
+    rank = result.ranks[0]
+    assert result.verdict != "host_bound" and rank.losses.get("host", 0.0) == 0.0
+    assert result.gpu_utilization == pytest.approx(0.713, abs=0.001)
+    assert result.recommendations[0].startswith("the host side was not traced") and "29%" in result.recommendations[0]
+    assert any("the host side was not traced" in n for n in result.notes)
+    assert "host_bound" not in format_text(result)
