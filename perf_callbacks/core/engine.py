@@ -79,11 +79,10 @@ class PerfEngine:
         self._phase: str | None = None
         self._phase_rf: Any = None
         self._ckpt_rf: Any = None
-        self._t_aside = 0.0
+        self._t_aside, self._closed = 0.0, False
         self._clean = True  # no window, validation or checkpoint in this logging interval
-        self._closed = False
         self._samples: int | None = None
-        self._micro = 0  # micro-batches of the open step so far (0: begun by a fetch, no batch yet)
+        self._micro = 0  # micro-batches of the open step that ended (0 at the end of training: it never ran)
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
@@ -124,13 +123,13 @@ class PerfEngine:
             if self._ended and self.step is not None and step <= self.step:
                 step = self.step + 1  # the adapter's count did not move (e.g. a skipped step): never reuse a number
             self._begin(step, time.perf_counter())
-        self._micro += 1
         if phase is not None:
             self.phase(phase)
 
     def batch_end(self, stepped: bool, samples: int | None = None) -> None:
         """A micro-batch ended; ``stepped`` is True when it completed an optimizer step."""
         self.end_phase()
+        self._micro += 1
         if stepped and self.step is not None and not self._ended:
             self._ended, self._expected = True, self.step + 1
             self.steps_run += 1
@@ -244,8 +243,7 @@ class PerfEngine:
         try:
             yield
         finally:
-            spent = time.perf_counter() - t0
-            self.clock.set_aside(spent)
+            self.clock.set_aside(spent := time.perf_counter() - t0)
             self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + spent
 
     def _log_interval(self, step: int) -> None:
@@ -275,6 +273,8 @@ class PerfEngine:
         self._closed = True
         if exc is not None:
             self.mem.on_exception(exc, self.step, self._phase, batch)
+        elif self._recording and not self._ended and not self._micro:  # begun by a fetch that found no batch
+            self.windows.retract(self.step)
         atexit.unregister(self._at_exit)
         for fn in (self.end_phase, lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,
                    lambda: self.windows.finish(exc), self.windows.nsys.close, self.nvtx.pop_all,

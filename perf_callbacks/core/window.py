@@ -28,7 +28,7 @@ from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.summary import publish_summary, window_header
-from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, export_raw
+from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, drop_step, export_raw
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning, TraceSizeWarning
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class WindowRecorder:
         self.action = Action.NONE
         self.steps: list[int] = []  # steps begun while recording, in this window
         self.completed = 0  # of those, steps that finished their optimizer step
+        self._retracted: int | None = None  # a step begun in this window that never ran
         self.exported: list[Path] = []
         self.summaries: list[str] = []
         self.jobs: list[WindowJob] = []
@@ -106,7 +107,7 @@ class WindowRecorder:
                     f"and records no trace for steps {planned[0]}-{planned[1]}. NVTX ranges and metrics go on"), False)
                 return False
             self.session = ProfilerSession(self.config, self.cuda, self.ctx.distributed_info)
-            self.steps, self.completed = [], 0
+            self.steps, self.completed, self._retracted = [], 0, None
             if self.mem is not None:
                 self.mem.oom.window_started(step)
         if self.session.stolen:
@@ -124,6 +125,11 @@ class WindowRecorder:
         self.session.mark_step(step)
         self.steps.append(step)
         return True
+
+    def retract(self, step: int | None) -> None:
+        """The open step never ran (training ended at its first fetch): leave it out of the window and its trace."""
+        if self.steps and self.steps[-1] == step:
+            self._retracted = self.steps.pop()
 
     # ---- end of a window ---------------------------------------------------------------------------------------
     def finish(self, error: BaseException | None) -> None:
@@ -152,6 +158,8 @@ class WindowRecorder:
         wdir = self.layout.window_dir(first, last)
         try:
             raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb)
+            if self._retracted is not None:
+                _quiet(lambda: drop_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
         except TraceTooLargeError as err:
             self._warn("max_trace_mb", TraceSizeWarning, (
                 f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {err.size_mb:.0f} MB, above "

@@ -124,6 +124,34 @@ def test_a_run_ending_inside_a_window_exports_the_steps_it_ran_marked_partial(tm
     assert sidecar["meta"]["partial"] is True and sidecar["meta"]["steps"] == [4, 5]
 
 
+def test_a_last_fetch_that_finds_no_batch_leaves_no_phantom_step(tmp_path: Path) -> None:
+    """Training ends at a fetch that found no batch (the loader ran out): that step never ran."""
+    engine = make_engine(tmp_path, summary=True, schedule={"skip_first": 2, "wait": 1, "warmup": 1, "active": 3})
+    run_steps(engine, 6)  # steps 4 and 5 of window 4-6 ran
+    engine.data_start()  # step 6 begins at its fetch...
+    engine.data_end()  # ...which raised StopIteration, and training ends
+    engine.close()
+    (path,) = engine.exported
+    assert path.parent.name == "window-000004-000005" and trace_steps(path) == [4, 5]
+    events = trace_events(path)
+    (last,) = (e for e in events if e.get("name") == "ProfilerStep#5")
+    assert not [e for e in events if e.get("name") == "perf_callbacks.data_wait" and e["ts"] >= last["ts"] + last["dur"]]
+    sidecar = json.loads((path.parent / "rank0.summary.json").read_text())
+    assert sidecar["meta"]["steps"] == [4, 5] and sidecar["meta"]["partial"] is True
+    assert [s["step"] for s in sidecar["rank"]["steps"]] == [4, 5]  # the analysis saw the two steps that ran
+
+
+def test_an_exception_at_a_fetch_keeps_the_interrupted_step(tmp_path: Path) -> None:
+    """Not a phantom: the step's data loading raised, so the trace shows where (the step is kept)."""
+    engine = make_engine(tmp_path, schedule={"skip_first": 2, "wait": 1, "warmup": 1, "active": 3})
+    run_steps(engine, 5)
+    engine.data_start()
+    engine.data_end()
+    engine.close(RuntimeError("corrupt sample"))
+    (path,) = engine.exported
+    assert path.parent.name == "window-000004-000005" and trace_steps(path) == [4, 5]
+
+
 def test_repeat_zero_run_ending_between_windows_exports_only_real_windows(tmp_path: Path) -> None:
     engine = make_engine(tmp_path, schedule={"skip_first": 0, "wait": 0, "warmup": 1, "active": 2, "repeat": 0})
     run_steps(engine, 24)  # cycles of 3: windows 1-2, 4-5, ..., 22-23; step 24 would start the next warm-up

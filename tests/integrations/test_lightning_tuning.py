@@ -152,3 +152,34 @@ def test_a_fit_that_failed_leaves_nothing_behind_and_the_next_fit_records(tmp_pa
     assert not {"_on_before_fetch", "_on_after_fetch"} & set(vars(trn.fit_loop.epoch_loop))
     # the same Trainer goes on from global_step 4: the rest of the window (steps 4-5) is recorded
     assert cb.engine is not None and [profiler_steps(p) for p in cb.engine.exported] == [[4, 5]]
+
+
+class ShortStream(torch.utils.data.IterableDataset):
+    """Says 64 samples (8 batches of 8) but yields 48: the epoch ends at a fetch that raises StopIteration."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __iter__(self) -> Any:
+        for i in range(48):
+            yield torch.randn(16), torch.tensor(i % 4)
+
+
+class SkipsTheRestAtBatch3(TinyModel):
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        return -1 if batch_idx == 3 else None  # Lightning's "skip the rest of the epoch"
+
+
+@pytest.mark.parametrize("case", ["loader-runs-out", "batch-start-returns-minus-1"])
+def test_training_that_ends_at_a_step_that_never_runs_leaves_no_phantom_step(tmp_path: Path, case: str) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 0, "wait": 0, "warmup": 1,
+                                                                       "active": 10}, **QUIET)
+    trn = trainer(tmp_path, [cb], max_steps=-1, max_epochs=1)
+    if case == "loader-runs-out":
+        trn.fit(TinyModel(), torch.utils.data.DataLoader(ShortStream(), batch_size=8))
+    else:
+        trn.fit(SkipsTheRestAtBatch3(), loader())
+    last = trn.global_step - 1  # steps 0..last ran; step 0 is the warm-up
+    assert cb.engine is not None
+    (trace,) = cb.engine.exported
+    assert trace.parent.name == f"window-000001-{last:06d}" and profiler_steps(trace) == list(range(1, last + 1))
