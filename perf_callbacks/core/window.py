@@ -97,14 +97,7 @@ class WindowRecorder:
     def _enter(self, step: int) -> bool:
         if self.session is None:
             planned = self.schedule.window(step)
-            if self._skip == planned:
-                return False
-            if foreign_profiler_running():
-                self._skip = planned
-                self._warn("foreign_profiler", InstrumentUnavailableWarning, (
-                    f"another torch.profiler is already running at step {step} (your own torch.profiler.profile, "
-                    "Trainer(profiler='pytorch'), or a second perf-callbacks instance); perf-callbacks stands aside "
-                    f"and records no trace for steps {planned[0]}-{planned[1]}. NVTX ranges and metrics go on"), False)
+            if self._skip == planned or self._foreign(step, planned):
                 return False
             self.session = ProfilerSession(self.config, self.cuda, self.ctx.distributed_info)
             self.steps, self.completed, self._retracted = [], 0, None
@@ -117,6 +110,9 @@ class WindowRecorder:
             self.session.prepare()
             return False
         if not self.session.recording:
+            if self._foreign(step, self.schedule.window(step)):  # started during our warm-up: ours was only prepared
+                self.session = None  # and is dropped unstarted (stopping it would stop theirs)
+                return False
             self.session.start()
             if self.config.nsys_steps is None:
                 self.nsys.start(step)
@@ -130,6 +126,17 @@ class WindowRecorder:
         """The open step never ran (training ended at its first fetch): leave it out of the window and its trace."""
         if self.steps and self.steps[-1] == step:
             self._retracted = self.steps.pop()
+
+    def _foreign(self, step: int, planned: tuple[int, int]) -> bool:
+        """Another torch.profiler is running: stand aside for the ``planned`` window and say so once."""
+        if not foreign_profiler_running():
+            return False
+        self._skip = planned
+        self._warn("foreign_profiler", InstrumentUnavailableWarning, (
+            f"another torch.profiler is already running at step {step} (your own torch.profiler.profile, "
+            "Trainer(profiler='pytorch'), or a second perf-callbacks instance); perf-callbacks stands aside "
+            f"and records no trace for steps {planned[0]}-{planned[1]}. NVTX ranges and metrics go on"), False)
+        return True
 
     # ---- end of a window ---------------------------------------------------------------------------------------
     def finish(self, error: BaseException | None) -> None:

@@ -267,6 +267,21 @@ def test_foreign_profiler_makes_it_stand_aside_once_then_it_records_again(tmp_pa
     assert [trace_steps(p) for p in engine.exported] == [[8, 9]]
 
 
+def test_a_profiler_started_during_our_warm_up_makes_us_stand_aside_for_that_window_only(tmp_path: Path) -> None:
+    """Their start cancels our warm-up (Kineto says so on stderr): ours is dropped unstarted, theirs runs on."""
+    engine = make_engine(tmp_path, schedule={"skip_first": 2, "wait": 1, "warmup": 1, "active": 2, "repeat": 2})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_steps(engine, 4)  # step 3 is our warm-up: our session is prepared, not started
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):  # the user's starts now
+            run_steps(engine, 3, start=4)  # our window 4-5 would start while theirs runs
+        run_steps(engine, 7, start=7)  # the next window (8-9) records
+    engine.close()
+    ours = [str(w.message) for w in caught if issubclass(w.category, InstrumentUnavailableWarning)]
+    assert len(ours) == 1 and "stands aside and records no trace for steps 4-5" in ours[0], ours
+    assert [trace_steps(p) for p in engine.exported] == [[8, 9]]
+
+
 def test_two_engines_in_one_loop_never_raise(tmp_path: Path) -> None:
     schedule = {"skip_first": 0, "wait": 0, "warmup": 0, "active": 3}
     a = make_engine(tmp_path / "a", schedule=schedule)
