@@ -34,15 +34,24 @@ class MetricsRouter(OwnEvents):
         self.log_dir = Path(getattr(args, "logging_dir", None) or log_dir)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Log on rank 0 (the adapter passes this only there); ``step`` is ``state.global_step`` at that point."""
+        """Log on rank 0 (the adapter passes this only there) at ``step``.
+
+        The integrations log at ``state.global_step``, so it reads ``step`` while they run: a window summary's
+        scalars, published when its background analysis is done, land at the step after the window, not at
+        whatever step training has reached by then.
+        """
         if not self.reporters:
             writer = self._summary_writer()
             for key, value in metrics.items():
                 writer.add_scalar(key, value, step)
             writer.flush()
             return
-        for callback in self.reporters:
-            callback.on_log(self.args, self.state, self.control, logs=dict(metrics))
+        now, self.state.global_step = self.state.global_step, step
+        try:
+            for callback in self.reporters:
+                callback.on_log(self.args, self.state, self.control, logs=dict(metrics))
+        finally:
+            self.state.global_step = now
 
     def log_text(self, tag: str, text: str, step: int) -> None:
         """The window summary: to the TensorBoard integration's writer, or to ours when nothing is configured."""

@@ -235,6 +235,27 @@ def test_metrics_go_to_report_to_integrations(tmp_path: Path, monkeypatch: pytes
     assert not list((tmp_path / "perf").rglob("events.out.tfevents.*"))
 
 
+def test_a_window_summary_lands_at_the_step_after_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary is published when its background analysis is done, steps later: the integrations still log it at
+    the step after the window (they read ``state.global_step``), and training's own step is left as it was."""
+    from transformers import TrainerCallback
+
+    class Slow(TrainerCallback):  # steps of 50 ms: the analysis finishes several steps after the window
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            import time
+
+            time.sleep(0.05)
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    cb = callback(tmp_path / "perf", schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}, summary=True)
+    four = {"logging_dir": str(tmp_path / "tb")} if "logging_dir" in TrainingArguments.__dataclass_fields__ else {}
+    trainer = make_trainer(tmp_path, [cb, Slow()], max_steps=30, report_to="tensorboard", logging_steps=10, **four)
+    trainer.train()
+    scalars = tb_scalars(tmp_path / "tb")
+    assert scalars["train/perf/step_time_ms"] == [5]  # the window's summary (steps 3-4)
+    assert scalars["train/loss"] == [10, 20, 30] and trainer.state.global_step == 30
+
+
 def test_metrics_go_to_our_own_events_when_nothing_is_configured(tmp_path: Path) -> None:
     cb = callback(tmp_path / "perf", schedule={"skip_first": 100}, log_every_n_steps=3)
     trainer = make_trainer(tmp_path, [cb], max_steps=6)
