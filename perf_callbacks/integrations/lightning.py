@@ -234,11 +234,16 @@ class GPUPerfCallback(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.engine is not None:  # on_before_optimizer_step ran: this micro-batch completed an optimizer step
-            samples = (self._batch_size or 0) * self._micro if self._stepped else None
-            self.engine.batch_end(self._stepped, samples)
-            if self._stepped:
-                self._steps, self._micro = (self._steps or 0) + 1, 0
+        if self.engine is None:
+            return
+        # on_before_optimizer_step ran: this micro-batch completed an optimizer step; with automatic optimization,
+        # also when an overridden optimizer_step skipped optimizer.step() (Lightning still counts it in global_step)
+        if not self._stepped and pl_module.automatic_optimization:
+            self._stepped = trainer.global_step > (self._steps or 0)
+        samples = (self._batch_size or 0) * self._micro if self._stepped else None
+        self.engine.batch_end(self._stepped, samples)
+        if self._stepped:
+            self._steps, self._micro = (self._steps or 0) + 1, 0
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -64,7 +64,10 @@ class SleepyModel(TinyModel):
 
 
 def samples_per_step(rec: Recorder) -> list[float]:
-    """Samples per optimizer step implied by each interval's samples/s and median step time."""
+    """Samples per optimizer step implied by each interval's samples/s and median step time.
+
+    Approximate: the rate uses the interval's total time, the step time its median.
+    """
     rates, times = rec.series("perf/train/samples_per_sec"), rec.series("perf/train/step_time_ms")
     return [r * t / 1e3 for r, t in zip(rates, times, strict=True)]
 
@@ -75,7 +78,7 @@ def test_samples_per_sec_counts_every_micro_batch_of_an_accumulated_step(tmp_pat
     trainer(tmp_path, [cb], logger=rec, max_steps=12, accumulate_grad_batches=4).fit(SleepyModel(5), loader())
     per_step = samples_per_step(rec)
     assert len(per_step) == 3
-    assert all(24 < n < 40 for n in per_step), per_step  # 4 micro-batches of 8 samples, not 8
+    assert all(16 < n < 64 for n in per_step), per_step  # 4 micro-batches of 8 samples (32), not 8
 
 
 def test_a_callback_reused_in_a_second_trainer_reads_the_new_batch_size(tmp_path: Path) -> None:
@@ -83,7 +86,7 @@ def test_a_callback_reused_in_a_second_trainer_reads_the_new_batch_size(tmp_path
     trainer(tmp_path / "a", [cb], logger=Recorder(), max_steps=4).fit(SleepyModel(2), loader(batch_size=4))
     rec = Recorder()
     trainer(tmp_path / "b", [cb], logger=rec, max_steps=8).fit(SleepyModel(2), loader(batch_size=32))
-    assert all(24 < n < 40 for n in samples_per_step(rec)), samples_per_step(rec)
+    assert all(16 < n < 64 for n in samples_per_step(rec)), samples_per_step(rec)  # 32 per step, not 4
 
 
 @pytest.mark.slow
@@ -101,7 +104,7 @@ def test_a_gradient_accumulation_schedule_is_not_a_slowdown(tmp_path: Path) -> N
             SleepyModel(20), loader(n=512))
     assert [str(w.message) for w in seen if issubclass(w.category, PerfWarning)] == []
     times = rec.series("perf/train/step_time_ms")
-    assert statistics.median(times[-6:]) > 3 * statistics.median(times[1:6])  # the step time did grow 4x
+    assert statistics.median(times[-6:]) > 2 * statistics.median(times[1:6])  # the step time did grow (4x)
 
 
 def test_a_learning_rate_search_before_training_is_not_counted_in_the_first_step(tmp_path: Path) -> None:
@@ -183,3 +186,22 @@ def test_training_that_ends_at_a_step_that_never_runs_leaves_no_phantom_step(tmp
     assert cb.engine is not None
     (trace,) = cb.engine.exported
     assert trace.parent.name == f"window-000001-{last:06d}" and profiler_steps(trace) == list(range(1, last + 1))
+
+
+class StepsEveryOtherBatch(TinyModel):
+    """An overridden optimizer_step that skips optimizer.step() on odd batches: Lightning still counts those steps."""
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        if batch_idx % 2:
+            optimizer_closure()
+        else:
+            optimizer.step(closure=optimizer_closure)
+
+
+def test_an_optimizer_step_override_that_skips_the_update_still_numbers_steps_by_global_step(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(schedule={"skip_first": 4, "wait": 0, "warmup": 1, "active": 2}, **QUIET)
+    trn = trainer(tmp_path, [cb], max_steps=12)
+    trn.fit(StepsEveryOtherBatch(), loader())
+    assert cb.engine is not None and cb._steps == trn.global_step == 12
+    (trace,) = cb.engine.exported
+    assert trace.parent.name == "window-000005-000006" and profiler_steps(trace) == [5, 6]
