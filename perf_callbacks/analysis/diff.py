@@ -162,7 +162,7 @@ def _delta(a: float | None, b: float | None) -> dict[str, Any]:
 
 
 def _side(r: AnalysisResult) -> dict[str, Any]:
-    return {"path": r.path, "window": r.path, "n_steps": sum(len(x.steps) for x in r.ranks),
+    return {"path": r.path, "window": r.path, "n_steps": len({s.step for x in r.ranks for s in x.steps}),
             "ranks": [x.rank for x in r.ranks]}
 
 

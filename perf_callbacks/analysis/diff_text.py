@@ -33,7 +33,9 @@ def _side(side: dict[str, Any]) -> str:
 
 
 def _noise(d: DiffResult) -> str:
-    return f"noise: {d.step_time_ms['noise']}, in ms over {d.base['n_steps']} and {d.new['n_steps']} steps"
+    ranks = max(len(d.base["ranks"]), len(d.new["ranks"]))
+    over = f"{d.base['n_steps']} and {d.new['n_steps']} steps" + (" of each rank" if ranks > 1 else "")
+    return f"noise: {d.step_time_ms['noise']}, in ms over {over}"
 
 
 def _headline(d: DiffResult) -> list[str]:

@@ -92,6 +92,9 @@ def test_several_ranks_per_rank_deltas_and_straggler_change(gloo_window: Path) -
     base = analyze(gloo_window)
     same = compare(base, base)
     assert [r["rank"] for r in same.ranks] == [0, 1]
+    steps = {s.step for s in base.ranks[0].steps}
+    assert same.base["n_steps"] == len(steps) == len({s.step for s in base.ranks[1].steps})  # steps, not rank-steps
+    assert f"over {len(steps)} and {len(steps)} steps of each rank" in format_diff(same)
     assert same.stragglers == {"base": base.stragglers, "new": base.stragglers, "changed": False}
     new = copy.deepcopy(base)
     new.ranks[1].steps = [StepResult(s.step, s.time_ms + 500.0, s.causes_ms) for s in new.ranks[1].steps]
