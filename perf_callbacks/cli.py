@@ -20,6 +20,7 @@ exit codes:
   2  nothing to report (no trace found, none readable), a bad option, or an unwritable --html path
 """
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as Unix tools do
         _silence_stdout()
-        return EXIT_FAILED
+        return EXIT_PIPE
     return code
 
 
