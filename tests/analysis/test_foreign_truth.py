@@ -1,0 +1,54 @@
+"""Every HTA trace with independently counted utilization (the table in ``shared/fixtures/foreign_traces/README.md``)
+is read, and its GPU utilization agrees with that count within 1 point.
+
+The table is read from the fixtures' README itself, so the ground truth is never copied into this repository. The
+README counts traces without ``ProfilerStep`` from the first to the last GPU op (HTA's convention), the report from
+the first to the last traced op of any kind: they agree within a point on every such trace here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from perf_callbacks.analysis import analyze
+
+ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "foreign_traces"
+
+
+def truth_table() -> list[tuple[str, str]]:
+    """``(file, utilization cell)`` of every row of the README's table."""
+    readme = ROOT / "README.md"
+    if not readme.is_file():
+        return []
+    rows = [line for line in readme.read_text().splitlines() if line.startswith("| `hta/")]
+    return [(cells[0].strip("` "), cells[2].strip()) for cells in (r.strip("|").split("|") for r in rows)]
+
+
+TABLE = truth_table()
+pytestmark = pytest.mark.skipif(not TABLE, reason=f"foreign traces not present at {ROOT}")
+
+
+def expected(cell: str) -> float | None:
+    """The counted busy share (0-1), or None for a trace without device events."""
+    found = re.match(r"dev \d+: ([\d.]+)%", cell) or re.search(r"HTA: ([\d.]+)% busy", cell)
+    return float(found.group(1)) / 100 if found else None
+
+
+COUNTED = [(f, cell) for f, cell in TABLE if expected(cell) is not None or cell == "no device events"]
+
+
+def test_the_table_was_read() -> None:
+    assert len(COUNTED) >= 25, COUNTED  # 30 rows; 4 are "not counted", the CUPTI counters have no kernels
+
+
+@pytest.mark.parametrize(("name", "cell"), COUNTED, ids=[f for f, _ in COUNTED])
+def test_utilization_agrees_with_the_independent_count(name: str, cell: str) -> None:
+    result = analyze(ROOT / name)
+    truth = expected(cell)
+    if truth is None:
+        assert result.gpu_utilization is None, result.gpu_utilization
+    else:
+        assert result.gpu_utilization == pytest.approx(truth, abs=0.01), cell
