@@ -178,11 +178,13 @@ def double_sharding_evidence(loader: Any, num_processes: int) -> list[str]:
 
 
 def _length_check(loader: Any, base: Any, num_processes: int) -> str | None:
+    # The shard's own length is a full epoch on this rank, even when skip_first_batches wraps it (resume mid-epoch);
+    # with drop_last (or uneven batches) Accelerate rounds down, so the expected count does too.
     shard = _find_in_chain(base, "BatchSamplerShard")
     if shard is None:
         return None
     try:
-        batches, samples = len(loader), len(base.dataset)
+        batches, left, samples = len(shard), len(loader), len(base.dataset)
     except TypeError:
         return None
     innermost = _sampler_chain(base)[-1]
@@ -191,13 +193,16 @@ def _length_check(loader: Any, base: Any, num_processes: int) -> str | None:
     size = getattr(shard, "batch_size", None)
     if not size:
         return None
-    global_batch = size if getattr(shard, "split_batches", False) else size * num_processes
-    expected = math.ceil(samples / global_batch)
+    split = getattr(shard, "split_batches", False)
+    global_batch = size if split else size * num_processes
+    down = getattr(shard, "drop_last", False) or not (split or getattr(shard, "even_batches", True))
+    expected = samples // global_batch if down else math.ceil(samples / global_batch)
     if batches >= 0.75 * expected:
         return None
+    skipped = f" ({left} left after skipping the first ones)" if left != batches else ""
     return (
-        f"len(loader) is {batches} batches per epoch where about {expected} are expected "
-        f"(ceil({samples} samples / {global_batch} per global batch))"
+        f"len(loader) is {batches} batches per epoch{skipped} where about {expected} are expected "
+        f"({'floor' if down else 'ceil'}({samples} samples / {global_batch} per global batch))"
     )
 
 
