@@ -6,6 +6,10 @@ The engine hands each rank's interval metrics to :meth:`CrossRankLogger.stash`. 
 rank alone. Rank 0 then logs the cross-rank max and mean through ``accelerator.log`` when a tracker is configured, or
 writes TensorBoard events itself under ``<run>/tensorboard``.
 
+An interval that no step boundary flushed (the loop ``break``s right after a logging step) is sent at a clean close by
+:meth:`CrossRankLogger.flush_at_close`: with several processes through the process group's key-value store, never a
+collective, and rank 0 waits for the others at most ``CLOSE_WAIT_S``, so a rank that failed holds nobody.
+
 Example:
     >>> reduce_across_ranks([{"perf/a": 1.0}, {"perf/a": 3.0, "perf/b": 2.0}], world_size=2)
     {'perf/a/max': 3.0, 'perf/a/mean': 2.0, 'perf/b/max': 2.0, 'perf/b/mean': 2.0}
@@ -13,10 +17,16 @@ Example:
 
 from __future__ import annotations
 
+import json
+import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from perf_callbacks.integrations._events import OwnEvents
+
+log = logging.getLogger(__name__)
+CLOSE_WAIT_S = 10.0  # how long rank 0 waits at close for the other ranks' last interval
 
 
 class CrossRankLogger(OwnEvents):
@@ -44,6 +54,31 @@ class CrossRankLogger(OwnEvents):
         gathered = gather_object([pending]) if acc.num_processes > 1 else [pending]  # key sets may differ by rank
         if acc.is_main_process:
             self.log_local(reduce_across_ranks(gathered, acc.num_processes), step)
+
+    def flush_at_close(self, step: int, run: str) -> None:
+        """Log the interval stashed at ``step`` that no step boundary flushed; call it at a clean close only.
+
+        Each rank posts its metrics to the store under ``run``; rank 0 waits at most ``CLOSE_WAIT_S`` for all of them
+        and logs nothing when one is missing (a rank that failed or closed elsewhere). No collective: nobody hangs.
+        """
+        acc = self.accelerator
+        if acc.num_processes == 1:
+            self.flush(step)
+            return
+        pending, self.pending = self.pending, {}
+        try:
+            from torch.distributed.distributed_c10d import _get_default_store
+
+            store = _get_default_store()
+            keys = [f"perf_callbacks/{run}/close/{step}/{rank}" for rank in range(acc.num_processes)]
+            store.set(keys[acc.process_index], json.dumps(pending))
+            if acc.is_main_process:
+                store.wait(keys, timedelta(seconds=CLOSE_WAIT_S))
+                gathered = [json.loads(store.get(key)) for key in keys]
+                self.log_local(reduce_across_ranks(gathered, acc.num_processes), step)
+        except Exception as err:  # noqa: BLE001 - a missing rank or no store: the last interval is not logged
+            log.info("perf-callbacks: the metrics of steps up to %d were not logged at close (%s: %s)", step,
+                     type(err).__name__, err)
 
     def log_local(self, values: dict[str, float], step: int) -> None:
         """Log from this process only (no collective); does nothing off the main process."""

@@ -3,9 +3,10 @@
 - Step pre/post hooks on the torch optimizer inside each ``AcceleratedOptimizer`` open the ``optimizer_step`` phase
   and count. ``AcceleratedOptimizer.step()`` does nothing until ``sync_gradients``, so with gradient accumulation
   ``ProfilerStep#N`` spans all micro-batches of optimizer step ``N``; several optimizers stepping in one micro-batch
-  make one step. A step that fp16's ``GradScaler`` skips still counts, as in Lightning.
+  make one step. A step that fp16's ``GradScaler`` skips (no torch hook runs) still counts, as in Lightning: it is
+  seen by the ``AcceleratedOptimizer.step()`` call that reports ``step_was_skipped``, never by a later micro-batch.
 - Without ``hook.iter`` the first optimizer to step marks the steps: a step ends at its optimizer step and the next
-  begins right away (data wait is then not measured).
+  begins right away (data wait is then not measured); the interval metrics are flushed there, at logging steps.
 - Optimizers without torch step hooks (DeepSpeed's and other wrappers) are counted through
   ``AcceleratedOptimizer.step()`` when ``accelerator.sync_gradients`` is set.
 """
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
 from perf_callbacks.integrations._accelerate_state import put_count, take_count
 
 if TYPE_CHECKING:
@@ -31,6 +33,8 @@ class StepCounting:
     engine: PerfEngine | None
     accelerator: Accelerator | None
     optimizer_steps: int
+    metrics: CrossRankLogger | None
+    _flushed: int
     _in_batch: bool
     _stepped: bool
     _closed: bool
@@ -48,32 +52,38 @@ class StepCounting:
             if id(inner) in self._hooked:
                 continue
             self._hooked.add(id(inner))
-            if not hasattr(inner, "register_step_post_hook"):  # DeepSpeed and other wrappers: no torch step hooks
-                self._wrap_optimizer_step(opt, inner)
-                continue
-            self._handles += [inner.register_step_pre_hook(self._before_step),
-                              inner.register_step_post_hook(self._after_step),
-                              inner.register_state_dict_post_hook(self._save_count),
-                              inner.register_load_state_dict_post_hook(take_count)]
+            hooked = hasattr(inner, "register_step_post_hook")  # DeepSpeed and other wrappers: no torch step hooks
+            if not hooked or opt is not inner:
+                self._wrap_optimizer_step(opt, inner, hooked)
+            if hooked:
+                self._handles += [inner.register_step_pre_hook(self._before_step),
+                                  inner.register_step_post_hook(self._after_step),
+                                  inner.register_state_dict_post_hook(self._save_count),
+                                  inner.register_load_state_dict_post_hook(take_count)]
 
-    def _wrap_optimizer_step(self, opt: Any, inner: Any) -> None:
-        """Count steps through ``AcceleratedOptimizer.step`` where the optimizer has no hooks (once, with a note)."""
+    def _wrap_optimizer_step(self, opt: Any, inner: Any, hooked: bool) -> None:
+        """Wrap ``AcceleratedOptimizer.step``: count a step fp16 skipped, and every step when ``inner`` has no hooks."""
         step = opt.step
 
         def counted_step(*args: Any, **kwargs: Any) -> Any:
-            self._before_step(inner, args, kwargs)
+            if not hooked:
+                self._before_step(inner, args, kwargs)
             try:
-                return step(*args, **kwargs)
+                out = step(*args, **kwargs)
             finally:
-                if self.accelerator is not None and self.accelerator.sync_gradients:
+                if not hooked and self._synced():
                     self._after_step(inner, args, kwargs)
-                elif self.engine is not None and self._in_batch:
+                elif not hooked and self.engine is not None and self._in_batch:
                     self.engine.end_phase()
+            if hooked and self._synced() and getattr(opt, "step_was_skipped", False):  # GradScaler skipped it
+                self._after_step(inner, args, kwargs)
+            return out
 
         opt.step = counted_step
-        self._restore.append(lambda: vars(opt).pop("step", None))
-        log.info("perf-callbacks: %s has no torch step hooks; optimizer steps are counted when "
-                 "AcceleratedOptimizer.step() runs with accelerator.sync_gradients", type(inner).__name__)
+        self._restore.append(lambda: vars(opt).pop("step") if vars(opt).get("step") is counted_step else None)
+        if not hooked:
+            log.info("perf-callbacks: %s has no torch step hooks; optimizer steps are counted when "
+                     "AcceleratedOptimizer.step() runs with accelerator.sync_gradients", type(inner).__name__)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         engine = self._open_engine()
@@ -94,6 +104,7 @@ class StepCounting:
             return
         engine.batch_end(True, None)
         self.optimizer_steps += 1
+        self._flush_interval()  # every rank steps here at the same count: at logging steps, the cross-rank gather
         engine.batch_start(self.optimizer_steps, phase=None)
 
     def _count_step(self) -> None:
@@ -101,11 +112,24 @@ class StepCounting:
             self._stepped = True
             self.optimizer_steps += 1
 
-    def _overflow_skipped(self) -> bool:
-        acc = self.accelerator
-        return acc is not None and acc.sync_gradients and any(
-            getattr(o, "step_was_skipped", False) for o in acc._optimizers
-        )
+    def _synced(self) -> bool:
+        return self.accelerator is not None and bool(self.accelerator.sync_gradients)
+
+    def _flush_interval(self, at_close: bool = False) -> None:
+        """At a logging step, gather the interval metrics across ranks (every rank reaches it at the same count).
+
+        ``at_close``: a clean close, where other ranks may have failed: no collective (see ``flush_at_close``).
+        """
+        engine, steps = self.engine, self.optimizer_steps
+        if engine is None or self.metrics is None or self._closed or steps == self._flushed:
+            return
+        if steps % engine.ctx.log_every_n_steps == 0:
+            self._flushed = steps
+            with engine.tool_time("log"):
+                if at_close:
+                    self.metrics.flush_at_close(steps, engine.ctx.run_name)
+                else:
+                    self.metrics.flush(steps)
 
     def _open_engine(self) -> PerfEngine | None:
         """The engine, when a step is open to hold a phase (a micro-batch of hook.iter(), or a counted step)."""

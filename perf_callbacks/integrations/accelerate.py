@@ -78,7 +78,7 @@ class AcceleratePerfHook(StepCounting):
         self._hooked: set[int] = set()
         self._checked: set[int] = set()
         self._in_batch = self._stepped = self._closed = False
-        self._micro = 0
+        self._micro = self._flushed = 0  # _flushed: the step count at the last metrics flush
         self._batch_size: int | None = None
         self.metrics: CrossRankLogger | None = None
         self._sigterm = False
@@ -130,7 +130,7 @@ class AcceleratePerfHook(StepCounting):
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
-        self.optimizer_steps = max(self.optimizer_steps, self._restored_count())
+        self.optimizer_steps = self._flushed = max(self.optimizer_steps, self._restored_count())
         live = lambda: self.engine if not self._closed else None  # noqa: E731
         for name, wrap in (("backward", self._wrap_backward), ("save_state", in_phase(live, "checkpoint"))):
             if name not in vars(acc):  # instance attributes, removed by close() if still ours
@@ -144,8 +144,9 @@ class AcceleratePerfHook(StepCounting):
         """Flush everything (the partial trace of an interrupted window too) and detach. Never raises."""
         if self.engine is None or self._closed:
             return
-        if exc is None:
+        if exc is None:  # a clean close (e.g. after a `break`): the last interval is still logged, with no collective
             self._end_batch(flush=False)
+            self._flush_interval(at_close=True)
         self._closed = True
         if self.accelerator is not None and vars(self.accelerator).get(OWNER_ATTR) is self:
             del vars(self.accelerator)[OWNER_ATTR]
@@ -238,18 +239,12 @@ class AcceleratePerfHook(StepCounting):
             self.engine.batch_start(self.optimizer_steps)
 
     def _end_batch(self, flush: bool) -> None:
-        if not self._in_batch or self._closed or self.engine is None:
-            return
-        self._in_batch = False
-        if not self._stepped and self._overflow_skipped():
-            self._count_step()
-        stepped = self._stepped
-        self.engine.batch_end(stepped, (self._batch_size or 0) * self._micro if stepped else None)
-        if stepped:
-            self._micro = 0
-            if flush and self.metrics is not None and self.optimizer_steps % self.engine.ctx.log_every_n_steps == 0:
-                with self.engine.tool_time("log"):
-                    self.metrics.flush(self.optimizer_steps)
+        if self._in_batch and not self._closed and self.engine is not None:
+            self._in_batch, stepped = False, self._stepped
+            self.engine.batch_end(stepped, (self._batch_size or 0) * self._micro if stepped else None)
+            self._micro = 0 if stepped else self._micro
+        if flush:  # also the interval of a loop that broke out right after a logging step, when the next one starts
+            self._flush_interval()
 
     def _wrap_backward(self, backward: Any) -> Any:
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
