@@ -34,13 +34,17 @@ class StepMonitor:
         self.degradation = DegradationDetector(config.degradation_threshold, min_seconds=MIN_SLOWDOWN_S)
         self.data_wait_check = DataWaitCheck(config.data_wait_steps, config.data_wait_threshold)
         self.overhead = {"window": 0.0, "log": 0.0}  # seconds of our own work in this interval
-        self._accumulates = False  # a step of several micro-batches was seen: the slowdown is told per micro-batch
+        self._units: tuple[str, int] | None = None  # ("sample" or "micro-batch", how many) in the first step measured
+        self._varied = False  # the batch size or the accumulation changed: the slowdown is told per sample
 
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
                  micro_batches: int = 1) -> None:
         """One optimizer step of ``micro_batches`` micro-batches outside profiling windows (seconds)."""
         self.stats.update(step_time, wait, samples, micro_batches)
-        self._accumulates = self._accumulates or micro_batches > 1
+        units = ("sample", samples) if samples else ("micro-batch", max(1, micro_batches))
+        if self._units is None:
+            self._units = units
+        self._varied = self._varied or units != self._units
         if loader_timed:
             share = self.data_wait_check.update(step, step_time, wait)
             if share is not None:
@@ -65,7 +69,7 @@ class StepMonitor:
                      extra: Callable[[dict[str, float]], None] | None = None) -> None:
         """Close the logging interval ending at ``step``: log its metrics; ``clean`` feeds the slowdown detector."""
         metrics, lasted = self.stats.compute(), sum(self.stats.step_times)
-        per_micro = statistics.median(self.stats.micro_times) * 1e3 if self.stats.micro_times else None
+        per_unit = statistics.median(self.stats.unit_times) * 1e3 if self.stats.unit_times else None
         self.stats.reset()
         if not loader_timed:
             metrics.pop("train/data_wait_fraction", None)
@@ -76,8 +80,8 @@ class StepMonitor:
         for kind, seconds in self.overhead.items():
             metrics[f"overhead/{kind}_ms"] = seconds * 1e3
         self.overhead = dict.fromkeys(self.overhead, 0.0)
-        if per_micro is not None and clean:  # per micro-batch: a GradientAccumulationScheduler is no slowdown
-            self._check_slowdown(per_micro, step, lasted)
+        if per_unit is not None and clean:  # per sample: a batch size or accumulation that grows is no slowdown
+            self._check_slowdown(per_unit, step, lasted)
         if self.ctx.log_metrics is not None and metrics:
             self.ctx.log_metrics({f"perf/{k}": v for k, v in metrics.items()}, step)
 
@@ -85,12 +89,13 @@ class StepMonitor:
         slow = self.degradation.check(median, step, seconds)
         if slow is None:
             return
-        n = self.ctx.log_every_n_steps
-        what = "time per micro-batch" if self._accumulates else "step time"
+        n, (unit, count) = self.ctx.log_every_n_steps, self._units or ("micro-batch", 1)
+        what, scale = (f"time per {unit}", 1) if self._varied else ("step time", count)  # per step when units fixed
         self._warn("degradation", PerformanceDegradationWarning, (
             f"median {what} has been {slow.ratio - 1:.0%} above this run's baseline for {slow.intervals} logging "
-            f"intervals ({slow.seconds:.1f} s, steps {slow.since_step - n}-{slow.until_step}): {slow.median:.2f} ms "
-            f"against {slow.baseline:.2f} ms over steps {slow.baseline_steps[0] - n}-{slow.baseline_steps[1]}, beyond "
-            f"the baseline's own spread ({self.degradation.noise:.0%}); intervals with profiling windows, validation "
-            "or checkpoints are left out. Look for memory fragmentation (reserved >> allocated), a growing Python-side "
-            "cache, other jobs on the machine, or thermal throttling"))
+            f"intervals ({slow.seconds:.1f} s, steps {slow.since_step - n}-{slow.until_step}): "
+            f"{slow.median * scale:.2f} ms against {slow.baseline * scale:.2f} ms over steps "
+            f"{slow.baseline_steps[0] - n}-{slow.baseline_steps[1]}, beyond the baseline's own spread "
+            f"({self.degradation.noise:.0%}); intervals with profiling windows, validation or checkpoints are left "
+            "out. Look for memory fragmentation (reserved >> allocated), a growing Python-side cache, other jobs on "
+            "the machine, or thermal throttling"))

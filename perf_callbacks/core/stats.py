@@ -28,9 +28,9 @@ class StepStats:
         self.reset()
 
     def update(self, step_time: float, data_wait: float, samples: int | None, micro_batches: int = 1) -> None:
-        """Add one optimizer step (seconds) of ``micro_batches`` micro-batches (gradient accumulation)."""
+        """Add one optimizer step (seconds) of ``samples`` samples in ``micro_batches`` micro-batches."""
         self.step_times.append(step_time)
-        self.micro_times.append(step_time / max(1, micro_batches))
+        self.unit_times.append(step_time / (samples or max(1, micro_batches)))
         self.data_wait += data_wait
         if samples:
             self.samples += samples
@@ -51,7 +51,7 @@ class StepStats:
     def reset(self) -> None:
         """Start a new interval."""
         self.step_times: list[float] = []
-        self.micro_times: list[float] = []  # step time per micro-batch: comparable when the accumulation changes
+        self.unit_times: list[float] = []  # per sample (else per micro-batch): comparable when the batch changes
         self.data_wait = 0.0
         self.samples = 0
 
