@@ -18,7 +18,6 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from perf_callbacks.exceptions import PerfConfigError
@@ -158,12 +157,9 @@ class PerfConfig:
 
         A file written for LightningCLI (``init_args:``) or nested under a ``perf_callbacks:`` key is accepted too.
         """
-        import yaml
+        from perf_callbacks._yaml import load_yaml
 
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as err:
-            raise PerfConfigError(_yaml_syntax_error(path, err)) from None
+        data = load_yaml(path) or {}
         if isinstance(data, Mapping):
             data = data.get("perf_callbacks", data)
             data = data.get("init_args", data) if isinstance(data, Mapping) else data
@@ -234,14 +230,6 @@ def _check_positive(name: str, value: float, maximum: float | None = None) -> No
         if maximum is not None and maximum < value <= 100 * maximum:
             hint = f" (a share, not a percentage: did you mean {value / 100:g}?)"
         raise PerfConfigError(f"{name} must be a finite number {valid}, got {value!r}{hint}")
-
-
-def _yaml_syntax_error(path: str | os.PathLike[str], err: Exception) -> str:
-    mark = getattr(err, "problem_mark", None)
-    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-    problem = getattr(err, "problem", None) or str(err)
-    context = getattr(err, "context", None)
-    return f"{where}: invalid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

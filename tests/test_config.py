@@ -103,6 +103,34 @@ def test_yaml_syntax_error_names_the_file_and_the_line(tmp_path, text: str, wher
         PerfConfig.from_yaml(path)
 
 
+def test_yaml_numbers_read_as_lightningcli_reads_them(tmp_path) -> None:
+    """YAML 1.1 (PyYAML) reads 1e3 as a string; YAML 1.2 and jsonargparse read a number: we read a number."""
+    path = tmp_path / "perf.yaml"
+    path.write_text("max_trace_mb: 1e3\ndegradation_threshold: 5E-1\ndata_wait_threshold: .25\ntop_k: 7\n")
+    cfg = PerfConfig.from_yaml(path)
+    assert (cfg.max_trace_mb, cfg.degradation_threshold, cfg.data_wait_threshold, cfg.top_k) == (1000.0, 0.5, 0.25, 7)
+    path.write_text("output_dir: 1e3x\n")  # not a number: stays text
+    assert PerfConfig.from_yaml(path).output_dir == "1e3x"
+
+
+def test_a_duplicate_key_is_an_error_not_the_last_one_silently(tmp_path) -> None:
+    path = tmp_path / "perf.yaml"
+    path.write_text("top_k: 3\nschedule: {active: 2}\ntop_k: 5\n")
+    with pytest.raises(PerfConfigError, match=rf"^{re.escape(str(path))}:3:1: invalid YAML: duplicate key 'top_k'"):
+        PerfConfig.from_yaml(path)
+
+
+def test_a_file_that_cannot_be_read_is_a_config_error(tmp_path) -> None:
+    binary = tmp_path / "perf.yaml"
+    binary.write_bytes(b"top_k: \xff\xfe\n")
+    with pytest.raises(PerfConfigError, match="cannot read the config file: UnicodeDecodeError"):
+        PerfConfig.from_yaml(binary)
+    with pytest.raises(PerfConfigError, match="cannot read the config file: Is a directory"):
+        PerfConfig.from_yaml(tmp_path)
+    with pytest.raises(PerfConfigError, match="cannot read the config file: No such file or directory"):
+        PerfConfig.from_yaml(tmp_path / "missing.yaml")
+
+
 UNKNOWN = (
     "unknown key 'record_shape' (did you mean 'record_shapes'?); valid keys: output_dir, schedule, activities, "
     "record_shapes, "
