@@ -119,6 +119,9 @@ class PerfConfig:
         steps = self.nsys_steps
         if steps is not None and not (len(steps) == 2 and 0 <= steps[0] <= steps[1]):
             raise PerfConfigError(f"nsys_steps must be [first, last] with 0 <= first <= last, got {list(steps)}")
+        if steps is not None and not self.nsys_capture:
+            raise PerfConfigError(f"nsys_steps {list(steps)} does nothing without nsys_capture: true (the Nsight "
+                                  "capture range); set nsys_capture: true, or remove nsys_steps")
         if self.log_every_n_steps is not None and self.log_every_n_steps < 1:
             raise PerfConfigError(f"log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
         _check_positive("degradation_threshold", self.degradation_threshold)

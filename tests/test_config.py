@@ -52,6 +52,7 @@ def test_defaults_are_valid() -> None:
         ({"log_every_n_steps": 0}, r"log_every_n_steps must be >= 1"),
         ({"top_k": True}, r"top_k must be int, got True"),
         ({"nsys_steps": [5, 2]}, r"nsys_steps must be \[first, last\]"),
+        ({"nsys_steps": [2, 5]}, r"nsys_steps \[2, 5\] does nothing without nsys_capture: true"),
         ({"nvtx_domain": ""}, r"nvtx_domain must be a non-empty string, got ''"),
     ],
 )
