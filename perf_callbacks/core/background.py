@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ class WindowJob:
         self.scalars: dict[str, float] = {}
         self.analysis_s = 0.0
         self.finished = threading.Event()
+        self.rephrase: Callable[[str], str] = str  # the analysis' advice in the framework's own terms
 
     def start(self) -> None:
         """Queue the job on the worker thread."""
@@ -108,7 +110,7 @@ class WindowJob:
             body = f"  (trace analysis unavailable: {sidecar.get('error', 'no result')}; run: perf-callbacks report "
             body += f"{trace.parent})"
         else:
-            body = str(sidecar["text"])
+            body = self.rephrase(str(sidecar["text"]))
             self.scalars = {k: float(v) for k, v in (sidecar.get("scalars") or {}).items()}
         text = "\n".join([*(self.header or []), body.rstrip(), f"trace: {trace}"]) + "\n"
         with contextlib.suppress(OSError):  # the summary is still printed

@@ -187,6 +187,7 @@ class WindowRecorder:
         header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
         job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, self.config.summary and self.enabled,
                         header, self.config.top_k)
+        job.rephrase = self.ctx.rephrase  # "dataloader_num_workers" under transformers
         job.start()
         self.jobs.append(job)
 

@@ -256,6 +256,18 @@ def test_a_window_summary_lands_at_the_step_after_the_window(tmp_path: Path, mon
     assert scalars["train/loss"] == [10, 20, 30] and trainer.state.global_step == 30
 
 
+def test_the_window_summary_speaks_in_training_arguments(tmp_path: Path) -> None:
+    """An input-bound window: the summary's advice names dataloader_num_workers, not the DataLoader's num_workers."""
+    import re
+
+    cb = callback(tmp_path / "perf", schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}, summary=True)
+    make_trainer(tmp_path, [cb], max_steps=6, sleep_ms=3.0).train()  # 4 samples of 3 ms per batch, no workers
+    (summary,) = (tmp_path / "perf").rglob("summary.txt")
+    text = summary.read_text()
+    assert "verdict: input_bound" in text and "try dataloader_num_workers=" in text, text
+    assert not re.search(r"(?<!dataloader_)(num_workers|pin_memory|persistent_workers)=", text), text
+
+
 def test_metrics_go_to_our_own_events_when_nothing_is_configured(tmp_path: Path) -> None:
     cb = callback(tmp_path / "perf", schedule={"skip_first": 100}, log_every_n_steps=3)
     trainer = make_trainer(tmp_path, [cb], max_steps=6)
