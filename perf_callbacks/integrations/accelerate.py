@@ -248,6 +248,8 @@ class AcceleratePerfHook(StepCounting):
 
     def _wrap_backward(self, backward: Any) -> Any:
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
+            if self.accelerator is not None and len(self.accelerator._optimizers) > len(self._hooked):
+                self._hook_optimizers()  # prepared after register(): hook them now, or a plain loop counts nothing
             with self.phase("backward"):
                 return backward(loss, **kwargs)
 

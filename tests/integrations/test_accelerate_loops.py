@@ -49,6 +49,19 @@ def test_steps_are_counted_without_hook_iter(tmp_path: Path) -> None:
     assert "data wait: not measured in the loop" in summary  # said once, in the summary, instead of a wrong number
 
 
+def test_register_before_prepare_still_counts_a_plain_loop(tmp_path: Path) -> None:
+    """The README says register after prepare(); done the other way round, the optimizers are hooked at backward."""
+    acc = Accelerator(cpu=True)
+    hook = AcceleratePerfHook(output_dir=str(tmp_path / "perf"), schedule=SCHEDULE, degradation_threshold=1e6)
+    hook.register(acc)
+    model = nn.Linear(8, 1)
+    parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data(64))
+    with hook:
+        plain_loop(acc, parts)  # 16 optimizer steps
+    assert hook.optimizer_steps == 16
+    assert [profiler_steps(p) for p in hook.engine.exported] == [{3, 4}, {6, 7}]
+
+
 def test_several_optimizers_without_hook_iter_count_one_step_per_iteration(tmp_path: Path) -> None:
     acc = Accelerator(cpu=True)
     g, d = nn.Linear(8, 8), nn.Linear(8, 1)
