@@ -111,6 +111,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         runner_up=margin.runner_up,
         verdict_note=margin.note,
         devices=[{"rank": r.rank, **d} for r in ranks for d in r.devices],
+        notes=_aside_note(ranks),
     )
 
 
@@ -130,7 +131,7 @@ def _window_results(window: Window, loaded: list[Loaded], top_k: int) -> list[An
         for i, members in enumerate(sets):
             path = members[0].path if len(layers) > 1 and len(members) == 1 else str(window.path)
             result = build_result(path, members, top_k)
-            result.notes = notes + set_notes + bad
+            result.notes = notes + set_notes + bad + result.notes
             if len(sets) > 1:
                 names = ", ".join(Path(r.path).name for r in members)
                 result.notes.append(f"trace set {i + 1} of {len(sets)} in {window.path}: {names}")
@@ -159,6 +160,17 @@ def _headline(entries: list[AnalysisResult]) -> AnalysisResult:
     stepped = [e for e in entries if any(r.steps for r in e.ranks)]
     full = [e for e in stepped if not e.partial]
     return (full or stepped or entries)[0]
+
+
+def _aside_note(ranks: list[RankResult]) -> list[str]:
+    """One note with the validation and checkpoint time left out of the figures, when there was any."""
+    kinds = sorted({k for r in ranks for k in r.set_aside_ms})
+    if not kinds:
+        return []
+    what = " and ".join(f"{k} {sum(r.set_aside_ms.get(k, 0.0) for r in ranks) / len(ranks):.1f} ms" for k in kinds)
+    per = f" per rank (mean of {len(ranks)})" if len(ranks) > 1 else ""
+    return [f"{what}{per} set aside in this window: not step time, data wait, a cause of idle time or GPU "
+            "utilization"]
 
 
 def _mean(values: list[float | None]) -> float | None:

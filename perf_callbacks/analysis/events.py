@@ -8,6 +8,7 @@ from math import isfinite
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks.analysis.aside import ASIDE, DATA_WAIT, is_loader_next, training_input
 from perf_callbacks.analysis.loader import rank_from_name, read_trace
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
@@ -37,7 +38,6 @@ SYNC_CALLS = frozenset(
         "aten::_local_scalar_dense",
     }
 )
-DATA_WAIT = "perf_callbacks.data_wait"
 OWN_SPAN_PREFIX = "perf_callbacks."
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _COMM_PREFIXES = ("gloo:", "nccl:")
@@ -69,6 +69,9 @@ class RankTrace:
     ext_names: dict[int, str] = field(default_factory=dict)
     data_spans: list[Span] = field(default_factory=list)
     data_names: set[str] = field(default_factory=set)
+    own_data_spans: list[Span] = field(default_factory=list)
+    loader_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    aside_spans: list[tuple[float, float, str]] = field(default_factory=list)
     comm_spans: list[tuple[float, float, str]] = field(default_factory=list)
     graph_launches: dict[int, float] = field(default_factory=dict)
     device_kind: str = "cuda"
@@ -174,9 +177,12 @@ class _Collector:
         step = _STEP.fullmatch(name)
         if step:
             t.steps.append((int(step.group(1)), ts, end, e.get("tid")))
-        elif name == DATA_WAIT or (name.startswith("enumerate(DataLoader)") and name.endswith("__next__")):
-            t.data_spans.append((ts, end))
-            t.data_names.add(name)
+        elif name == DATA_WAIT:
+            t.own_data_spans.append((ts, end))
+        elif name in ASIDE:
+            t.aside_spans.append((ts, end, ASIDE[name]))
+        elif is_loader_next(name):
+            t.loader_spans.append((ts, end, name))
         elif name.startswith(_COMM_PREFIXES):
             t.comm_spans.append((ts, end, name))
 
@@ -235,6 +241,7 @@ def load_rank(path: Path) -> RankTrace:
     trace.gpu.sort()
     trace.syncs.sort(key=lambda s: s[1])
     trace.comm_spans.sort()
+    trace.data_spans, trace.data_names = training_input(trace.own_data_spans, trace.loader_spans, trace.aside_spans)
     return trace
 
 

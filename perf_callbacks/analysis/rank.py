@@ -6,8 +6,9 @@ from collections import defaultdict
 from statistics import median
 from typing import Any
 
+from perf_callbacks.analysis.aside import within
 from perf_callbacks.analysis.events import RankTrace, nccl_collective
-from perf_callbacks.analysis.intervals import clip, intersect, total, union
+from perf_callbacks.analysis.intervals import Span, clip, intersect, subtract, total, union
 from perf_callbacks.analysis.ops import copy_times, top_kernels, top_ops
 from perf_callbacks.analysis.result import RankResult, StepResult
 from perf_callbacks.analysis.timeline import (
@@ -27,7 +28,7 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
     tl = build_timeline(trace)
     if tl is None:
         return None
-    span = max(tl.hi - tl.lo, 1e-9)
+    span = max(tl.measured_us, 1e-9)
     on_gpu = tl.device is not None
     steps = _steps(trace, tl)
     dev = tl.device
@@ -38,7 +39,7 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         gpu_utilization=tl.busy_us / span if on_gpu else None,
         kernel_busy_fraction=_kernel_busy(trace, tl) / span if on_gpu else None,
         step_time_ms=median(s.time_ms for s in steps) if steps else None,
-        data_wait_fraction=total(clip(union(trace.data_spans), tl.lo, tl.hi)) / span,
+        data_wait_fraction=total(subtract(clip(union(trace.data_spans), tl.lo, tl.hi), tl.aside)) / span,
         losses=_losses(tl, GPU_LOSSES if on_gpu else CPU_LOSSES),
         steps=steps,
         copies_ms={k: v / 1e3 for k, v in copy_times(trace, dev).items()},
@@ -50,7 +51,7 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         data_loader=min(trace.data_names) if trace.data_names else None,
         collectives_ms=[(b - a) / 1e3 for a, b, _ in trace.comm_spans] + _nccl_kernels_ms(trace, dev),
         sync_calls_ms={k: v / 1e3 for k, v in sorted(tl.sync_calls.items(), key=lambda kv: -kv[1])},
-        launches_per_step=_launches_per_step(trace, len(steps), dev) if on_gpu else None,
+        launches_per_step=_launches_per_step(trace, len(steps), dev, tl.aside) if on_gpu else None,
         timeline=tl,
         **_extra(trace, tl, span),
     )
@@ -76,11 +77,22 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "bad_events": trace.bad_events,
         "runtime_calls": trace.runtime_calls,
         "host_traced": bool(trace.runtime_calls) or not trace.has_gpu,
+        "set_aside_ms": _set_aside_ms(trace, tl),
     }
 
 
+def _set_aside_ms(trace: RankTrace, tl: Timeline) -> dict[str, float]:
+    """Milliseconds of validation and of checkpoint saves inside the window (left out of every figure)."""
+    out: dict[str, float] = {}
+    for kind in sorted({k for _, _, k in trace.aside_spans}):
+        spans = clip(union((a, b) for a, b, k in trace.aside_spans if k == kind), tl.lo, tl.hi)
+        if spans:
+            out[kind] = total(spans) / 1e3
+    return out
+
+
 def _losses(tl: Timeline, causes: tuple[str, ...]) -> dict[str, float]:
-    span = max(tl.hi - tl.lo, 1e-9)
+    span = max(tl.measured_us, 1e-9)
     totals = tl.totals()
     return {c: totals[c] / span for c in causes}
 
@@ -89,14 +101,14 @@ def _device_view(trace: RankTrace, device: int, primary: Timeline) -> dict[str, 
     """Utilization, losses and top kernels of one device of a rank that drives several."""
     tl = primary if device == primary.device else build_timeline(trace, device)
     assert tl is not None  # the trace has ops on this device
-    span = max(tl.hi - tl.lo, 1e-9)
+    span = max(tl.measured_us, 1e-9)
     n_steps = len(trace.steps)
     return {
         "device": device,
         "gpu_utilization": tl.busy_us / span,
         "losses": _losses(tl, GPU_LOSSES),
         "backlog_fraction": tl.totals()["backlog"] / span,
-        "kernels_per_step": _launches_per_step(trace, n_steps, device),
+        "kernels_per_step": _launches_per_step(trace, n_steps, device, tl.aside),
         "comm_ms": _comm_ms(trace, tl),
         "top_kernels": top_kernels(trace, device),
     }
@@ -111,18 +123,21 @@ def _run_id(trace: RankTrace) -> str:
 
 
 def _steps(trace: RankTrace, tl: Timeline) -> list[StepResult]:
-    """Each step runs from its ProfilerStep start to the next one's start (the last to the window end)."""
+    """Each step runs from its ProfilerStep start to the next one's start (the last to the window end).
+
+    Its time is its ProfilerStep's length less the validation and checkpoint time inside it.
+    """
     starts = [s[1] for s in trace.steps] + [tl.hi]
     out = []
     for (n, ts, end, _tid), nxt in zip(trace.steps, starts[1:], strict=False):
         causes = {k: round(v / 1e3, 4) for k, v in tl.totals(ts, nxt).items() if k != "backlog" or v > 0}
-        out.append(StepResult(n, (end - ts) / 1e3, causes))
+        out.append(StepResult(n, (end - ts - total(clip(tl.aside, ts, end))) / 1e3, causes))
     return out
 
 
 def _kernel_busy(trace: RankTrace, tl: Timeline) -> float:
-    return total(union((max(g[0], tl.lo), min(g[1], tl.hi)) for g in trace.gpu
-                       if g[2] == "kernel" and g[4] == tl.device and g[1] > tl.lo and g[0] < tl.hi))
+    return total(subtract(union((max(g[0], tl.lo), min(g[1], tl.hi)) for g in trace.gpu
+                                if g[2] == "kernel" and g[4] == tl.device and g[1] > tl.lo and g[0] < tl.hi), tl.aside))
 
 
 def _is_nccl(g: tuple[float, float, str, str, int, int, int]) -> bool:
@@ -134,7 +149,7 @@ def _comm_ms(trace: RankTrace, tl: Timeline) -> dict[str, float]:
     on_dev = [g for g in trace.gpu if g[4] == tl.device]
     nccl = union((g[0], g[1]) for g in on_dev if _is_nccl(g))
     host = union((a, b) for a, b, _ in trace.comm_spans)
-    spans = clip(union(nccl + host), tl.lo, tl.hi)
+    spans = subtract(clip(union(nccl + host), tl.lo, tl.hi), tl.aside)
     kernels = union((g[0], g[1]) for g in on_dev if g[2] == "kernel" and not _is_nccl(g))
     return {"total": total(spans) / 1e3, "overlapped": total(intersect(spans, kernels)) / 1e3}
 
@@ -149,7 +164,7 @@ def _collectives_by_op(trace: RankTrace, tl: Timeline) -> dict[str, float]:
     if not spans:
         for a, b, span_name in trace.comm_spans:
             spans[span_name.split(":", 1)[-1]].append((a, b))
-    out = {name: total(clip(union(s), tl.lo, tl.hi)) / 1e3 for name, s in spans.items()}
+    out = {name: total(subtract(clip(union(s), tl.lo, tl.hi), tl.aside)) / 1e3 for name, s in spans.items()}
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
@@ -165,7 +180,7 @@ def _device_memory(trace: RankTrace, device: int | None) -> int | None:
     return None
 
 
-def _launches_per_step(trace: RankTrace, n_steps: int, device: int | None) -> float | None:
+def _launches_per_step(trace: RankTrace, n_steps: int, device: int | None, aside: list[Span]) -> float | None:
     lo, hi = (trace.steps[0][1], trace.steps[-1][2]) if trace.steps else (float("-inf"), float("inf"))
-    ops = [g for g in trace.gpu if g[2] == "kernel" and g[4] == device and lo <= g[0] <= hi]
+    ops = [g for g in trace.gpu if g[2] == "kernel" and g[4] == device and lo <= g[0] <= hi and not within(aside, g[0])]
     return len(ops) / n_steps if n_steps else None

@@ -33,6 +33,8 @@ class RankResult:
 
     ``start_us``/``end_us`` bound the window in wall-clock microseconds where the trace has ``baseTimeNanoseconds``
     (Kineto's timestamps are then relative to it), else in the trace's own clock.
+    ``set_aside_ms`` holds the milliseconds of validation and checkpoint saves inside the window (our
+    ``perf_callbacks.validation``/``perf_callbacks.checkpoint`` spans), which no other figure counts.
     """
 
     rank: int
@@ -71,6 +73,7 @@ class RankResult:
     bad_events: int = 0
     runtime_calls: int = 0
     host_traced: bool = True
+    set_aside_ms: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""

@@ -10,7 +10,8 @@ from typing import Any
 
 from perf_callbacks.analysis.loader import open_trace, rank_from_name
 
-FORMAT = "perf-callbacks-sidecar/1"
+FORMAT = "perf-callbacks-sidecar/2"
+"""Version 2: validation and checkpoint time is set aside; a sidecar of version 1 is ignored (the trace is parsed)."""
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)')
 
 

@@ -1,7 +1,7 @@
 """The device timeline of one rank: every moment of the window labelled with what the device did, or why it idled.
 
 Busy time is the union of kernel, memcpy and memset intervals (never a sum of durations). Idle time is split by cause:
-``input`` while a DataLoader ``__next__`` or ``perf_callbacks.data_wait`` range runs, ``communication`` while a
+``input`` while the training loader's ``next()`` runs (``RankTrace.data_spans``), ``communication`` while a
 gloo/nccl collective runs on the host, ``sync`` when the gap begins as a blocking call returns, ``host`` when the next
 operation was launched only after the device had gone idle, and ``other`` when it had been launched in time.
 The gap at the window's start is ``backlog`` when the first op started long after its launch (more than
@@ -9,6 +9,9 @@ The gap at the window's start is ``backlog`` when the first op started long afte
 CUDA graph replay take the launch time of their ``cudaGraphLaunch``; idle between two kernels of one replay is
 ``other``, and counted in ``graph_idle_us``.
 On CPU-only traces the main thread is labelled instead: ``compute`` inside traced CPU ops, ``other`` outside them.
+Time inside our validation and checkpoint spans is set aside (see :mod:`perf_callbacks.analysis.aside`): no segment
+covers it, the device's busy time there is not counted, and ``measured_us`` (the denominator of every fraction) leaves
+it out.
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ class Timeline:
         segments: ``(start, end, cause)`` sorted by start; causes come from ``CAUSES``.
         sync_calls: blocking call name -> idle microseconds of the gaps it began.
         device: the device id the timeline describes (None for a CPU-only trace).
-        busy_us: length of the union of the device's kernel, memcpy and memset intervals inside the window.
+        busy_us: length of the union of the device's kernel, memcpy and memset intervals inside the window, outside
+            ``aside``.
+        aside: the merged validation and checkpoint spans inside the window, set aside (no segment covers them).
     """
 
     lo: float
@@ -54,6 +59,12 @@ class Timeline:
     busy_us: float = 0.0
     graph_idle_us: float = 0.0
     copy_exposed_us: dict[str, float] = field(default_factory=dict)
+    aside: list[Span] = field(default_factory=list)
+
+    @property
+    def measured_us(self) -> float:
+        """The window's length less the time set aside: what every fraction of the window is a fraction of."""
+        return self.hi - self.lo - total(self.aside)
 
     def totals(self, lo: float | None = None, hi: float | None = None) -> dict[str, float]:
         """Microseconds per cause inside ``[lo, hi]`` (the whole window by default)."""
@@ -99,25 +110,37 @@ def build_timeline(trace: RankTrace, device: int | None = None) -> Timeline | No
     data = union(trace.data_spans)
     comm = union((a, b) for a, b, _ in trace.comm_spans)
     device = primary_device(trace) if device is None else device
-    tl = Timeline(lo, hi, device=device)
+    tl = Timeline(lo, hi, device=device, aside=clip(union((a, b) for a, b, _ in trace.aside_spans), lo, hi))
+    keep = subtract([(lo, hi)], tl.aside)
     if device is None:
-        tl.segments = _label(intersect([(lo, hi)], data), "input") + _label(
-            subtract(intersect([(lo, hi)], comm), data), "communication"
+        tl.segments = _label(intersect(keep, data), "input") + _label(
+            subtract(intersect(keep, comm), data), "communication"
         )
-        rest = subtract(subtract([(lo, hi)], data), comm)
+        rest = subtract(subtract(keep, data), comm)
         main = trace.steps[0][3] if trace.steps else None
         traced = union((o[0], o[1]) for o in trace.cpu_ops if main is None or o[2] == main)
         tl.segments += _label(intersect(rest, traced), "compute") + _label(subtract(rest, traced), "other")
     else:
-        busy, tl.segments = _busy_segments(trace, device, tl)
-        tl.busy_us = total(busy)
+        busy, segments = _busy_segments(trace, device, tl)
+        tl.busy_us = total(busy) - total(intersect(busy, tl.aside))
         idle = gaps(busy, lo, hi)
-        tl.segments += _label(intersect(idle, data), "input")
+        segments += _label(intersect(idle, data), "input")
         idle = subtract(idle, data)
-        tl.segments += _label(intersect(idle, comm), "communication")
-        tl.segments += _classify_gaps(trace, device, subtract(idle, comm), tl)
+        segments += _label(intersect(idle, comm), "communication")
+        segments += _classify_gaps(trace, device, subtract(idle, comm), tl)
+        tl.segments = _trim(segments, keep) if tl.aside else segments
     tl.segments.sort()
     return tl
+
+
+def _trim(segments: list[Segment], keep: list[Span]) -> list[Segment]:
+    """The parts of labelled segments inside ``keep`` (the window less the time set aside)."""
+    return [(a, b, cause) for s0, s1, cause in segments for a, b in clip(keep, s0, s1)]
+
+
+def _kept(tl: Timeline, a: float, b: float) -> float:
+    """Length of ``[a, b]`` outside the time set aside."""
+    return b - a - total(clip(tl.aside, a, b)) if tl.aside else b - a
 
 
 def _label(spans: list[Span], cause: str) -> list[Segment]:
@@ -133,7 +156,7 @@ def _busy_segments(trace: RankTrace, device: int, tl: Timeline) -> tuple[list[Sp
     comm_exposed = subtract(comm, kernels)
     copy_exposed = subtract(subtract(copies, kernels), comm)
     for kind, spans in copy_spans(ops).items():
-        exposed = total(intersect(copy_exposed, clip(spans, lo, hi)))
+        exposed = total(subtract(intersect(copy_exposed, clip(spans, lo, hi)), tl.aside))
         if exposed > 0:
             tl.copy_exposed_us[kind] = exposed
     segments = _label(kernels, "compute") + _label(comm_exposed, "communication") + _label(copy_exposed, "copy")
@@ -172,13 +195,13 @@ def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], tl: Timeli
     for p0, p1 in pieces:
         blocker = _blocking_call(trace.syncs, sync_ends, p0, p1)
         if blocker is not None:
-            tl.sync_calls[blocker] = tl.sync_calls.get(blocker, 0.0) + p1 - p0
+            tl.sync_calls[blocker] = tl.sync_calls.get(blocker, 0.0) + _kept(tl, p0, p1)
             out.append((p0, p1, "sync"))
             continue
         i = bisect_left(starts, p1 - SLACK_US)
         cause = _gap_cause(trace, ops, i, p0, tl)
         if cause == "graph":
-            tl.graph_idle_us += p1 - p0
+            tl.graph_idle_us += _kept(tl, p0, p1)
             cause = "other"
         out.append((p0, p1, cause))
     return out
