@@ -158,6 +158,19 @@ def test_input_advice_for_a_single_process_loader_and_any_other() -> None:
         "prefetch_factor, or make __getitem__ cheaper (decode/augment on the GPU, cache preprocessed samples)"]
 
 
+@pytest.mark.parametrize(("gpu_utilization", "device_kind", "pin"), [
+    (0.5, "cuda", True),
+    (None, None, False),  # a CPU-only trace: no device to copy to, so no pinned memory
+    (0.5, "rocm", False),  # no CUDA advice for ROCm or MTIA
+])
+def test_pin_memory_advice_only_with_cuda_device_activity(gpu_utilization: float | None, device_kind: str | None,
+                                                          pin: bool) -> None:
+    r = rank(losses={"input": 0.6}, data_wait_fraction=0.6, gpu_utilization=gpu_utilization, device_kind=device_kind,
+             data_loader="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
+    assert ("pin_memory=True" in r.recommendations[0]) is pin
+    assert r.recommendations[0].endswith("persistent_workers=True")
+
+
 def test_sync_advice_names_the_first_three_blocking_calls() -> None:
     calls = {"aten::item": 12.34, "aten::_local_scalar_dense": 5.0, "cudaStreamSynchronize": 1.25, "aten::cpu": 1.0}
     assert rank(losses={"sync": 0.25}, sync_calls_ms=calls).recommendations == [
