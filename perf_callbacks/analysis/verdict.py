@@ -108,11 +108,12 @@ def _pct(x: float) -> str:
 def _input_advice(r: RankResult, share: float) -> str:
     loader = r.data_loader or "data loading"
     where = f"{loader} took {_pct(r.data_wait_fraction)} of step time"
+    idle = f"device idle {_pct(share)}" if r.gpu_utilization is not None else f"{_pct(share)} of the window"
     if loader.startswith("enumerate(DataLoader)#_SingleProcess"):
         pin = "pin_memory=True, " if r.gpu_utilization is not None and r.device_kind in (None, "cuda") else ""
-        return f"{where} with num_workers=0 (device idle {_pct(share)}): try num_workers={suggest_num_workers()} " \
+        return f"{where} with num_workers=0 ({idle}): try num_workers={suggest_num_workers()} " \
                f"({WORKERS_RULE}) and set {pin}persistent_workers=True"
-    return f"{where} (device idle {_pct(share)} waiting for batches): raise num_workers or prefetch_factor, or make " \
+    return f"{where} ({idle} waiting for batches): raise num_workers or prefetch_factor, or make " \
            "__getitem__ cheaper (decode/augment on the GPU, cache preprocessed samples)"
 
 

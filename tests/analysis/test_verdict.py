@@ -168,6 +168,7 @@ def test_pin_memory_advice_only_with_cuda_device_activity(gpu_utilization: float
     r = rank(losses={"input": 0.6}, data_wait_fraction=0.6, gpu_utilization=gpu_utilization, device_kind=device_kind,
              data_loader="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__")
     assert ("pin_memory=True" in r.recommendations[0]) is pin
+    assert ("device idle 60%" in r.recommendations[0]) is (gpu_utilization is not None)  # no device: no device idle
     assert r.recommendations[0].endswith("persistent_workers=True")
 
 
