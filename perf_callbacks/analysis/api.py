@@ -68,7 +68,9 @@ def analyze_window(window: Window, top_k: int = 10) -> AnalysisResult:
     results = _window_results(window, loaded, top_k)
     reasons = [x.error for x in loaded if x.error]
     if not results:
-        raise ValueError(f"no profiled events in {window.path}" + (f": {'; '.join(reasons)}" if reasons else ""))
+        if reasons:  # every file of the window failed to load: say why, not "no profiled events"
+            raise ValueError(f"window {window.path}: {'; '.join(reasons)}")
+        raise ValueError(f"no profiled events in {window.path}")
     results[0].errors = reasons
     return results[0]
 

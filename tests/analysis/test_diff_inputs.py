@@ -97,6 +97,19 @@ def test_the_latest_complete_window_is_found_behind_many_partial_ones(
     assert err == ""
 
 
+def test_a_single_rank_window_that_cannot_be_read_is_skipped_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = _windows(tmp_path, ["window-000004-000006", "window-000014-000016"], ranks=1)
+    data = traces[1].read_bytes()
+    traces[1].write_bytes(data[: len(data) // 2])
+    assert main(["diff", str(tmp_path), str(tmp_path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["base"]["window"].endswith("window-000004-000006")
+    assert err.splitlines() == [f"perf-callbacks diff: skipped window {traces[1].parent}: {traces[1]}: truncated file "
+                                "(the compressed stream ends early)"]  # not "no profiled events"
+
+
 def test_a_window_with_an_unreadable_rank_is_skipped_and_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
