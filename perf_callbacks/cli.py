@@ -169,6 +169,7 @@ def _run_diff(args: argparse.Namespace) -> int:
         result = diff_paths(args.base, args.new, windows[0], windows[1])
         if args.html:
             Path(args.html).write_text(render_diff_html(result), encoding="utf-8")
+            print(f"perf-callbacks diff: wrote {Path(args.html).resolve()}", file=sys.stderr)
     except (OSError, ValueError, EOFError) as err:
         print(f"perf-callbacks diff: {err}", file=sys.stderr)
         return 2

@@ -102,7 +102,8 @@ def test_an_improvement_is_reported_as_one(runs: dict[str, Path], capsys: pytest
 def test_text_and_html_output(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     html = tmp_path / "diff.html"
     assert main(["diff", str(runs["fast"]), str(runs["slow"]), "--html", str(html)]) == 0
-    text = capsys.readouterr().out
+    text, err = capsys.readouterr()
+    assert err == f"perf-callbacks diff: wrote {html.resolve()}\n"  # as report says where it wrote
     lines = text.splitlines()
     assert lines[0] == "perf-callbacks diff" and lines[4].startswith("verdict: ")
     assert "significant regression" in text and "data wait" in text and "ops by self cpu time" in text
