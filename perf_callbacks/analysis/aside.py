@@ -15,7 +15,8 @@ from bisect import bisect_right
 
 from perf_callbacks.analysis.intervals import Span, union
 
-ASIDE = {"perf_callbacks.validation": "validation", "perf_callbacks.checkpoint": "checkpoint"}
+ASIDE = {"perf_callbacks.validation": "validation", "perf_callbacks.checkpoint": "checkpoint",
+         "perf_callbacks.overhead": "perf-callbacks' own logging"}
 """Our span names whose time is set aside, and what each is called in the report's note."""
 DATA_WAIT = "perf_callbacks.data_wait"
 

@@ -11,8 +11,8 @@ An adapter maps its framework's hooks onto::
 A step begins at its first activity (the fetch of its first micro-batch, or the batch) and lasts until the next one
 begins: its NVTX range and ``ProfilerStep#N`` span hold its data wait, its work and the framework's work after it
 (the ``framework`` phase); no step is opened before it runs. Validation, checkpoint saves and our own export and
-logging are left out of step time and data wait (see ``core/clock.py``). Outside windows a micro-batch costs a few
-``perf_counter`` reads and integer compares; memory is read at logging steps only; nothing syncs with the device.
+logging are left out of step time and data wait (``core/clock.py``). Outside windows a micro-batch costs a few
+``perf_counter`` reads and compares; memory is read at logging steps only; nothing syncs with the device.
 """
 
 from __future__ import annotations
@@ -77,10 +77,9 @@ class PerfEngine:
         self._expected: int | None = None  # the number of the next step, once known
         self._pending_t: float | None = None  # a fetch started before the next step's number was known
         self._phase: str | None = None
-        self._phase_rf: Any = None
+        self._phase_rf: Any = None  # the open phase's trace span (and the checkpoint's, below)
         self._ckpt_rf: Any = None
-        self._t_aside, self._closed = 0.0, False
-        self._clean = True  # no window, validation or checkpoint in this logging interval
+        self._t_aside, self._closed, self._clean = 0.0, False, True  # _clean: no window/validation/ckpt this interval
         self._samples: int | None = None
         self._micro = 0  # micro-batches of the open step that ended (0 at the end of training: it never ran)
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -238,11 +237,13 @@ class PerfEngine:
 
     @contextmanager
     def tool_time(self, kind: str = "log") -> Iterator[None]:
-        """perf-callbacks' own work (export, logging, a metric flush): left out of step time, reported as overhead."""
+        """Our own work (export, logging, a metric flush): not step time, but overhead; in windows, a span set aside."""
+        rf = enter_span("perf_callbacks.overhead") if self._recording and kind == "log" else None
         t0 = time.perf_counter()
         try:
             yield
         finally:
+            exit_span(rf)
             self.clock.set_aside(spent := time.perf_counter() - t0)
             self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + spent
 
@@ -288,8 +289,7 @@ class PerfEngine:
 
 def _close_at_exit(ref: weakref.ReferenceType[PerfEngine]) -> None:
     """An engine its owner never closed: stop the profiler and flush the window before the interpreter goes away."""
-    engine = ref()
-    if engine is not None:
+    if (engine := ref()) is not None:
         engine.close()
 
 

@@ -34,7 +34,9 @@ def enter_span(name: str) -> Any:
 
 
 def exit_span(rf: Any) -> None:
-    """Close a span opened by :func:`enter_span`, if the profiler that saw it open still runs."""
+    """Close a span opened by :func:`enter_span` (None: none was), if the profiler that saw it open still runs."""
+    if rf is None:
+        return
     if _FastRecordFunction is not None and isinstance(rf, _FastRecordFunction) and not profiling():
         return
     rf.__exit__(None, None, None)

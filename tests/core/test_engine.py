@@ -364,3 +364,25 @@ def test_a_closed_engine_starts_no_profiler(tmp_path: Path) -> None:
     run_steps(engine, 3, start=2)  # steps 2-4: warm-up at 3, window 4-5
     assert not torch.autograd.profiler._is_profiler_enabled  # would be recording step 4 and left running
     assert engine.windows.session is None
+
+
+def test_our_logging_inside_a_window_is_set_aside_in_the_trace_figures(tmp_path: Path) -> None:
+    """A metrics logger that takes 30 ms (Accelerate's cross-rank gather, a slow tracker) at a logging step inside a
+    window: the trace marks it as ours and the window's step time does not include it."""
+    import time
+
+    from perf_callbacks.analysis import analyze
+
+    def slow_log(metrics: dict, step: int) -> None:
+        time.sleep(0.03)
+
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 2, "wait": 1, "warmup": 1, "active": 4}, "summary": False})
+    engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=1, log_metrics=slow_log))
+    run_steps(engine, 9)  # window 4-7, a logging step at every step
+    engine.close()
+    (path,) = engine.exported
+    spans = [e for e in trace_events(path) if e.get("name") == "perf_callbacks.overhead"]
+    assert len(spans) >= 3 and all(e["dur"] >= 25_000 for e in spans)
+    result = analyze(path)
+    assert result.step_time_ms is not None and result.step_time_ms < 20, result.step_time_ms  # not 30+ ms
+
