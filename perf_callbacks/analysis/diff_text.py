@@ -14,7 +14,11 @@ def format_diff(d: DiffResult, top_k: int = 8) -> str:
         d: what ``compare`` (or ``diff_paths``) returned.
         top_k: how many ops to list in each of matched, added and removed.
     """
-    lines = ["perf-callbacks diff", f"  base: {_side(d.base)}", f"  new:  {_side(d.new)}", ""]
+    lines = ["perf-callbacks diff", f"  base: {_side(d.base)}", f"  new:  {_side(d.new)}"]
+    if d.base["ranks"] != d.new["ranks"]:
+        lines.append(f"  note: the two sides hold different ranks (base {d.base['ranks']}, new {d.new['ranks']}): "
+                     "figures compare different processes, and per-rank rows only the ranks on both sides")
+    lines.append("")
     changed = d.verdict["base"] != d.verdict["new"]
     lines.append(f"verdict: {d.verdict['base']} -> {d.verdict['new']}" if changed else f"verdict: {d.verdict['new']} "
                  "(unchanged)")

@@ -95,6 +95,10 @@ def test_several_ranks_per_rank_deltas_and_straggler_change(gloo_window: Path) -
     steps = {s.step for s in base.ranks[0].steps}
     assert same.base["n_steps"] == len(steps) == len({s.step for s in base.ranks[1].steps})  # steps, not rank-steps
     assert f"over {len(steps)} and {len(steps)} steps of each rank" in format_diff(same)
+    assert "different ranks" not in format_diff(same)
+    one = copy.deepcopy(base)
+    one.ranks = one.ranks[1:]  # only rank 1 traced on the new side
+    assert "note: the two sides hold different ranks (base [0, 1], new [1])" in format_diff(compare(base, one))
     assert same.stragglers == {"base": base.stragglers, "new": base.stragglers, "changed": False}
     new = copy.deepcopy(base)
     new.ranks[1].steps = [StepResult(s.step, s.time_ms + 500.0, s.causes_ms) for s in new.ranks[1].steps]
