@@ -165,11 +165,16 @@ def _headline(entries: list[AnalysisResult]) -> AnalysisResult:
 
 
 def _aside_note(ranks: list[RankResult]) -> list[str]:
-    """One note with the validation and checkpoint time left out of the figures, when there was any."""
-    kinds = sorted({k for r in ranks for k in r.set_aside_ms})
+    """One note with the time left out of the figures (validation, checkpoints, our own logging), when it matters.
+
+    A kind under 1% of the window (our own logging, usually) changes no figure a reader would notice: not said.
+    """
+    span = sum(r.span_ms or 0.0 for r in ranks) / len(ranks)
+    mean = {k: sum(r.set_aside_ms.get(k, 0.0) for r in ranks) / len(ranks) for r in ranks for k in r.set_aside_ms}
+    kinds = sorted(k for k, ms in mean.items() if ms >= 0.01 * span)
     if not kinds:
         return []
-    what = " and ".join(f"{k} {sum(r.set_aside_ms.get(k, 0.0) for r in ranks) / len(ranks):.1f} ms" for k in kinds)
+    what = " and ".join(f"{k} {mean[k]:.1f} ms" for k in kinds)
     per = f" per rank (mean of {len(ranks)})" if len(ranks) > 1 else ""
     return [f"{what}{per} set aside in this window: not step time, data wait, a cause of idle time or GPU "
             "utilization"]

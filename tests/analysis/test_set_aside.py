@@ -126,3 +126,19 @@ def test_a_sidecar_written_before_validation_was_set_aside_is_not_used(tmp_path:
     sidecar_path(trace).write_text(json.dumps(side))
     assert read_sidecar(trace) is None
     assert analyze(trace).verdict == "compute_bound"
+
+
+def test_the_note_leaves_out_what_is_under_one_percent_of_the_window() -> None:
+    """Our own logging at a logging step usually takes a fraction of a millisecond: not worth a note."""
+    from types import SimpleNamespace
+
+    from perf_callbacks.analysis.api import _aside_note
+
+    def rank(**aside: float) -> Any:
+        return SimpleNamespace(span_ms=100.0, set_aside_ms=aside)
+
+    assert _aside_note([rank(**{"perf-callbacks' own logging": 0.4})]) == []
+    (note,) = _aside_note([rank(validation=69.4, **{"perf-callbacks' own logging": 0.4})])
+    assert note.startswith("validation 69.4 ms set aside in this window")
+    (note,) = _aside_note([rank(**{"perf-callbacks' own logging": 30.0})])
+    assert note.startswith("perf-callbacks' own logging 30.0 ms set aside")

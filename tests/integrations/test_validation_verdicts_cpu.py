@@ -58,7 +58,8 @@ def _check(result: AnalysisResult, summary: str, aside: set[str]) -> None:
     assert result.verdict != "input_bound", (result.verdict, result.data_wait_fraction, result.notes)
     assert result.data_wait_fraction < 0.10, result.data_wait_fraction
     assert max(s.time_ms for s in rank.steps) < 4 * STEP_MS + 10, [s.time_ms for s in rank.steps]
-    assert set(rank.set_aside_ms) == aside and rank.set_aside_ms["validation"] > 40, rank.set_aside_ms
+    ours = {"perf-callbacks' own logging"}  # a logging step inside the window may add it
+    assert set(rank.set_aside_ms) - ours == aside and rank.set_aside_ms["validation"] > 40, rank.set_aside_ms
     assert "set aside in this window" in summary and "pin_memory" not in summary, summary
 
 
