@@ -84,7 +84,7 @@ def windows(out: Path) -> dict[str, list[str]]:
 
 
 def phases_by_step(path: Path) -> dict[int, list[str]]:
-    """The ``perf_callbacks.*`` ranges that start inside each ``ProfilerStep#N``, in order."""
+    """The phase ranges (``perf_callbacks.*`` but ``framework`` and our own ``overhead``) in each ``ProfilerStep#N``."""
     events = trace_events(path)
     ours = sorted((e["ts"], e["name"].split(".", 1)[1]) for e in events
                   if e.get("name", "").startswith("perf_callbacks.") and e.get("ph") == "X")
@@ -92,7 +92,7 @@ def phases_by_step(path: Path) -> dict[int, list[str]]:
     for e in events:
         if e.get("name", "").startswith("ProfilerStep#"):
             lo, hi = e["ts"], e["ts"] + e["dur"]
-            out[int(e["name"].split("#")[1])] = [name for ts, name in ours if lo <= ts < hi and name != "framework"]
+            out[int(e["name"].split("#")[1])] = [name for ts, name in ours if lo <= ts < hi and name not in ("framework", "overhead")]
     return out
 
 
