@@ -5,7 +5,7 @@ An adapter maps its framework's hooks onto::
     data_start() / data_end()  # right around the DataLoader's next(): data wait is the time in between, nothing else
     batch_start(step)          # a micro-batch of optimizer step `step` (= optimizer steps completed so far) starts
     phase("backward") ...      # optional phase ranges: forward, backward, optimizer_step
-    batch_end(stepped)         # stepped: this micro-batch completed an optimizer step
+    batch_end(stepped, n)      # stepped: this micro-batch completed an optimizer step; n: its samples, if known
     close(exc)                 # end of training, or an exception (then the partial trace is flushed)
 
 A step begins at its first activity (the fetch of its first micro-batch, or the batch) and lasts until the next one
@@ -80,8 +80,7 @@ class PerfEngine:
         self._phase_rf: Any = None  # the open phase's trace span (and the checkpoint's, below)
         self._ckpt_rf: Any = None
         self._t_aside, self._closed, self._clean = 0.0, False, True  # _clean: no window/validation/ckpt this interval
-        self._samples: int | None = None
-        self._micro = 0  # micro-batches of the open step that ended (0 at the end of training: it never ran)
+        self._samples = self._micro = 0  # samples and micro-batches of the open step that ended (0 micro: never ran)
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
@@ -126,13 +125,13 @@ class PerfEngine:
             self.phase(phase)
 
     def batch_end(self, stepped: bool, samples: int | None = None) -> None:
-        """A micro-batch ended; ``stepped`` is True when it completed an optimizer step."""
+        """A micro-batch of ``samples`` samples ended; ``stepped`` is True when it completed an optimizer step."""
         self.end_phase()
         self._micro += 1
+        self._samples += samples or 0
         if stepped and self.step is not None and not self._ended:
             self._ended, self._expected = True, self.step + 1
             self.steps_run += 1
-            self._samples = samples
             if self.config.nsys_steps is not None and self.step == self.config.nsys_steps[1]:
                 self.windows.nsys.stop(self.step)
             if (self.step + 1) % self.ctx.log_every_n_steps == 0:  # the steps measured so far (this one is not yet)
@@ -206,7 +205,7 @@ class PerfEngine:
         self.end_phase()
         if self.step is not None:
             self._end_step(t)
-        self.step, self._ended, self._expected, self._micro = step, False, step, 0
+        self.step, self._ended, self._expected, self._micro, self._samples = step, False, step, 0, 0
         self.clock.begin(t, carry_wait=carry)
         if self.mem.history_at is not None:
             self.mem.step_begins(step)
@@ -228,8 +227,8 @@ class PerfEngine:
         if self.windows.action.value:  # a profiled step: its times are not comparable
             self._clean = False
         else:
-            self.monitor.measured(step, self.clock.elapsed(t), self.clock.wait, self._samples, self.clock.loader_timed,
-                                  self._micro)
+            self.monitor.measured(step, self.clock.elapsed(t), self.clock.wait, self._samples or None,
+                                  self.clock.loader_timed, self._micro)
 
     def report_findings(self, findings: list[Finding]) -> None:
         """Warn once (rank 0) for each DataLoader finding (see :meth:`StepMonitor.findings`)."""

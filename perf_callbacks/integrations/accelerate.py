@@ -78,7 +78,7 @@ class AcceleratePerfHook(StepCounting):
         self._hooked: set[int] = set()
         self._checked: set[int] = set()
         self._in_batch = self._stepped = self._closed = False
-        self._micro = self._flushed = 0  # _flushed: the step count at the last metrics flush
+        self._flushed = 0  # the step count at the last metrics flush
         self._batch_size: int | None = None
         self.metrics: CrossRankLogger | None = None
         self._sigterm = False
@@ -234,15 +234,13 @@ class AcceleratePerfHook(StepCounting):
         if self._batch_size is None:
             self._batch_size = batch_size(batch)
         self._in_batch, self._stepped = True, False
-        self._micro += 1
         if self.engine is not None and not self._closed:
             self.engine.batch_start(self.optimizer_steps)
 
     def _end_batch(self, flush: bool) -> None:
         if self._in_batch and not self._closed and self.engine is not None:
-            self._in_batch, stepped = False, self._stepped
-            self.engine.batch_end(stepped, (self._batch_size or 0) * self._micro if stepped else None)
-            self._micro = 0 if stepped else self._micro
+            self._in_batch = False
+            self.engine.batch_end(self._stepped, self._batch_size)  # the engine adds up the step's micro-batches
         if flush:  # also the interval of a loop that broke out right after a logging step, when the next one starts
             self._flush_interval()
 

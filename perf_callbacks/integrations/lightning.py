@@ -111,7 +111,6 @@ class GPUPerfCallback(Callback):
         self._steps: int | None = None  # training steps that stepped an optimizer, the schedule's clock
         self._restored: int | None = None  # the count read from a checkpoint being resumed
         self._batch_size: int | None = None  # of the epoch's first batch
-        self._micro = 0  # micro-batches of the open optimizer step (gradient accumulation)
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> GPUPerfCallback:
@@ -152,7 +151,6 @@ class GPUPerfCallback(Callback):
                       "a time: perf-callbacks records no trace; NVTX ranges, metrics and checks go on. Remove "
                       "profiler='pytorch' to get perf-callbacks' windows", InstrumentUnavailableWarning)
         self._steps = self._restored = None
-        self._micro = 0
         wrap_save_checkpoint(trainer, self.engine)
 
     @override
@@ -209,7 +207,6 @@ class GPUPerfCallback(Callback):
         if self._batch_size is None:
             self._batch_size = batch_size(batch)
         self._stepped = False
-        self._micro += 1
         self.engine.batch_start(self._steps or 0)
 
     @override
@@ -240,10 +237,9 @@ class GPUPerfCallback(Callback):
         # also when an overridden optimizer_step skipped optimizer.step() (Lightning still counts it in global_step)
         if not self._stepped and pl_module.automatic_optimization:
             self._stepped = trainer.global_step > (self._steps or 0)
-        samples = (self._batch_size or 0) * self._micro if self._stepped else None
-        self.engine.batch_end(self._stepped, samples)
+        self.engine.batch_end(self._stepped, self._batch_size)  # the engine adds up the step's micro-batches
         if self._stepped:
-            self._steps, self._micro = (self._steps or 0) + 1, 0
+            self._steps = (self._steps or 0) + 1
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
