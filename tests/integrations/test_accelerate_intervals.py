@@ -12,7 +12,9 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -80,6 +82,41 @@ def test_a_break_then_a_new_loop_logs_each_interval_once(tmp_path: Path) -> None
         loop_with_break(acc, hook, parts, stop_at=8)  # the next epoch
     assert hook.optimizer_steps == 20 and calls == [4, 8, 12, 16, 20]
     assert tb_scalars(tmp_path / "perf")["perf/train/step_time_ms"] == [4, 8, 12, 16, 20]
+
+
+def test_the_logged_data_wait_is_the_loaders_time_not_our_flush(tmp_path: Path) -> None:
+    """Fed times (a fake clock for the engine): each fetch 30 ms, each step's work 70 ms, and our metrics flush at a
+    logging step 2 s. The flush is ours, set aside: the logged data wait stays 30% of step time (17-35, i.e. the flush
+    counted as the next step's data wait but not as its time, if the fetch's timing started before the flush)."""
+    from tests.core.test_engine import FakeClock
+
+    acc, hook, (model, opt, dl) = setup(tmp_path, schedule=NO_WINDOW, log_every_n_steps=2, check_dataloaders=False)
+    assert hook.metrics is not None
+    clock, logged, flush = FakeClock(), [], hook.metrics.flush
+
+    def slow_flush(step: int) -> None:
+        assert hook.metrics is not None
+        logged.append((step, dict(hook.metrics.pending)))
+        clock.t += 2.0  # e.g. the cross-rank gather waiting for a slower rank
+        flush(step)
+
+    def fetch(loader: Any) -> Any:
+        for batch in loader:
+            clock.t += 0.03
+            yield batch
+
+    hook.metrics.flush = slow_flush  # type: ignore[method-assign]
+    with mock.patch("perf_callbacks.core.engine.time", SimpleNamespace(perf_counter=clock)), hook:
+        for x, y in hook.iter(fetch(dl)):  # 16 batches, 16 steps
+            clock.t += 0.07
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            opt.step()
+            opt.zero_grad()
+    assert [step for step, _ in logged] == list(range(2, 17, 2))
+    for step, metrics in logged:
+        assert metrics["perf/train/data_wait_fraction"] == pytest.approx(0.3), step
+        assert metrics["perf/train/step_time_ms"] == pytest.approx(100.0), step
+        assert metrics["perf/train/samples_per_sec"] == pytest.approx(40.0), step
 
 
 # ---- fp16: a step the GradScaler skips counts once -------------------------------------------------------------------
