@@ -79,6 +79,13 @@ class PerfConfig:
         check_dataloaders: inspect DataLoaders (num_workers, pin_memory, sharding) when training starts.
         summary: analyse rank 0's trace at the end of each window and print a summary.
         top_k: operators shown in the summary.
+        flops: measure the model FLOPs of one optimizer step with ``torch.utils.flop_counter.FlopCounterMode`` (one
+            step outside every window, left out of step time), when neither ``flops_per_step`` nor a
+            ``flops_per_batch`` attribute on the model gives them; false: no measurement.
+        flops_per_step: model FLOPs (forward and backward) of one optimizer step on one device, all micro-batches
+            included; the base of ``perf/train/tflops`` and MFU. Default: measured (see ``flops``).
+        peak_tflops: the device's peak TFLOP/s for the run's compute dtype (dense); default: Lightning's table
+            (``get_available_flops``) for CUDA devices it knows. Without it, MFU is not given (achieved TFLOP/s is).
         memory_history: record the CUDA caching allocator's history (at most this many alloc/free events) for
             ``snapshot.pickle`` files (end of each window, and on out-of-memory); 0 turns it off. CUDA only.
         memory_history_start: optimizer step at which that recording starts; default: the first profiling window.
@@ -107,6 +114,9 @@ class PerfConfig:
     check_dataloaders: bool = True
     summary: bool = True
     top_k: int = 5
+    flops: bool = True
+    flops_per_step: float | None = None
+    peak_tflops: float | None = None
     memory_history: int = 0
     memory_history_start: int | None = None
 
@@ -116,6 +126,7 @@ class PerfConfig:
         _check_ranks(self.ranks)
         _check_positive("max_trace_mb", self.max_trace_mb)
         _check_memory_history(self)
+        _check_flops(self)
         steps = self.nsys_steps
         if steps is not None and not (len(steps) == 2 and 0 <= steps[0] <= steps[1]):
             raise PerfConfigError(f"nsys_steps must be [first, last] with 0 <= first <= last, got {list(steps)}")
@@ -248,6 +259,16 @@ def _check_memory_history(cfg: PerfConfig) -> None:
         _check_int("memory_history_start", cfg.memory_history_start, minimum=0)
 
 
+def _check_flops(cfg: PerfConfig) -> None:
+    if cfg.flops_per_step is not None:
+        _check_positive("flops_per_step", cfg.flops_per_step)
+    if cfg.peak_tflops is not None:
+        _check_positive("peak_tflops", cfg.peak_tflops)
+        if cfg.peak_tflops >= 1e6:
+            raise PerfConfigError(f"peak_tflops is in TFLOP/s, got {cfg.peak_tflops!r} (did you mean "
+                                  f"{cfg.peak_tflops / 1e12:g}?)")
+
+
 _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "output_dir": (str, os.PathLike, type(None)),
     "record_shapes": (bool,),
@@ -268,6 +289,9 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "check_dataloaders": (bool,),
     "summary": (bool,),
     "top_k": (int,),
+    "flops": (bool,),
+    "flops_per_step": (int, float, type(None)),
+    "peak_tflops": (int, float, type(None)),
 }
 _SEQUENCE_TYPES: dict[str, type] = {"activities": str, "ranks": int, "nsys_steps": int}
 

@@ -54,6 +54,15 @@ def test_defaults_are_valid() -> None:
         ({"nsys_steps": [5, 2]}, r"nsys_steps must be \[first, last\]"),
         ({"nsys_steps": [2, 5]}, r"nsys_steps \[2, 5\] does nothing without nsys_capture: true"),
         ({"nvtx_domain": ""}, r"nvtx_domain must be a non-empty string, got ''"),
+        ({"flops_per_stp": 1e12}, r"unknown key 'flops_per_stp' \(did you mean 'flops_per_step'\?\)"),
+        ({"peak_tflop": 989}, r"unknown key 'peak_tflop' \(did you mean 'peak_tflops'\?\)"),
+        ({"flops": "no"}, r"flops must be bool, got 'no' \(str\)"),
+        ({"flops_per_step": 0}, r"flops_per_step must be a finite number > 0, got 0$"),
+        ({"flops_per_step": math.inf}, r"flops_per_step must be a finite number > 0, got inf$"),
+        ({"flops_per_step": True}, r"flops_per_step must be int or float or None, got True"),
+        ({"flops_per_step": "6e12"}, r"flops_per_step must be int or float or None, got '6e12' \(str\)"),
+        ({"peak_tflops": -1.0}, r"peak_tflops must be a finite number > 0, got -1.0$"),
+        ({"peak_tflops": 989e12}, r"peak_tflops is in TFLOP/s, got 989000000000000.0 \(did you mean 989\?\)"),
     ],
 )
 def test_bad_config_names_the_key(options: dict[str, object], match: str) -> None:
@@ -114,6 +123,14 @@ def test_yaml_numbers_read_as_lightningcli_reads_them(tmp_path) -> None:
     assert PerfConfig.from_yaml(path).output_dir == "1e3x"
 
 
+def test_flops_keys_from_yaml(tmp_path) -> None:
+    path = tmp_path / "perf.yaml"
+    path.write_text("flops_per_step: 6.2e12\npeak_tflops: 989\nflops: false\n")
+    cfg = PerfConfig.from_yaml(path)
+    assert (cfg.flops_per_step, cfg.peak_tflops, cfg.flops) == (6.2e12, 989, False)
+    assert PerfConfig().flops and PerfConfig().flops_per_step is None and PerfConfig().peak_tflops is None
+
+
 def test_a_duplicate_key_is_an_error_not_the_last_one_silently(tmp_path) -> None:
     path = tmp_path / "perf.yaml"
     path.write_text("top_k: 3\nschedule: {active: 2}\ntop_k: 5\n")
@@ -152,6 +169,7 @@ def test_constructors_reject_unknown_keywords_with_the_yaml_message(tmp_path) ->
     assert str(from_yaml.value) == f"{path}: {lightning.value}"
     assert str(lightning.value) == str(accelerate.value)
     assert str(lightning.value).startswith(UNKNOWN)
-    assert str(lightning.value).endswith(", top_k, memory_history, memory_history_start")
+    assert str(lightning.value).endswith(", top_k, flops, flops_per_step, peak_tflops, memory_history, "
+                                         "memory_history_start")
     with pytest.raises(PerfConfigError, match=r"unknown key 'schedule.actve' \(did you mean 'schedule.active'\?\)"):
         GPUPerfCallback(schedule={"actve": 2})

@@ -71,6 +71,10 @@ class GPUPerfCallback(Callback):
         check_dataloaders: inspect the train DataLoader when training starts.
         summary: print and save a summary at the end of each window (rank 0).
         top_k: operators in the summary.
+        flops: measure one step's FLOPs with FlopCounterMode when neither ``flops_per_step`` nor the
+            LightningModule's ``flops_per_batch`` attribute gives them.
+        flops_per_step: model FLOPs of one optimizer step on one device (the base of TFLOP/s and MFU).
+        peak_tflops: the device's peak TFLOP/s for the compute dtype; default Lightning's ``get_available_flops``.
         memory_history: allocator-history entries recorded for ``snapshot.pickle`` (0: off; CUDA only).
         memory_history_start: step at which that recording starts; default the first profiling window.
     """
@@ -100,6 +104,9 @@ class GPUPerfCallback(Callback):
         check_dataloaders: bool = True,
         summary: bool = True,
         top_k: int = 5,
+        flops: bool = True,
+        flops_per_step: float | None = None,
+        peak_tflops: float | None = None,
         memory_history: int = 0,
         memory_history_start: int | None = None,
         **unknown: Any,
