@@ -13,6 +13,7 @@ import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.schedule import Action
 from perf_callbacks.exceptions import DataLoaderWarning, InstrumentUnavailableWarning, TraceSizeWarning
 
 
@@ -232,9 +233,33 @@ def test_validation_and_checkpoint_time_are_neither_step_time_nor_data_wait(tmp_
     assert metrics["perf/train/data_wait_fraction"] == pytest.approx(0.1)
 
 
-def test_export_and_logging_are_overhead_not_step_time(tmp_path: Path) -> None:
+def test_warm_up_and_profiled_steps_are_left_out_of_the_logged_interval(tmp_path: Path) -> None:
+    """Profiling slows the steps it runs in (here by a fed 1 s): the interval holding the window logs the others."""
     logged: list = []
-    engine = make_engine(tmp_path, logged, schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 1},
+    engine = make_engine(tmp_path, logged, schedule={"skip_first": 6, "wait": 0, "warmup": 1, "active": 2},
+                         data_wait_steps=1000)
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock):
+        for step in range(11):  # warm-up at step 6, window 7-8
+            engine.data_start()
+            clock.t += 0.01
+            engine.data_end()
+            engine.batch_start(step)
+            clock.t += 0.09 + (1.0 if engine.windows.action is not Action.NONE else 0.0)
+            engine.batch_end(stepped=True, samples=10)
+    engine.close()
+    assert [s for s, _ in logged] == [5, 10]
+    window = logged[1][1]  # steps 4-8, of which 4 and 5 are measured
+    assert window["perf/train/step_time_ms"] == pytest.approx(100.0)
+    assert window["perf/train/samples_per_sec"] == pytest.approx(100.0)
+    assert window["perf/train/data_wait_fraction"] == pytest.approx(0.1)
+
+
+def test_export_and_logging_are_overhead_not_step_time(tmp_path: Path) -> None:
+    """A 2 s export (in the window's step 1, which is left out as a profiled step anyway) and a 2 s metrics logger (in
+    step 4, a measured step): both are overhead, and neither is step time nor data wait."""
+    logged: list = []
+    engine = make_engine(tmp_path, schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 1},
                          data_wait_steps=1000)
     clock = FakeClock()
     real_export = engine.windows._export
@@ -243,14 +268,22 @@ def test_export_and_logging_are_overhead_not_step_time(tmp_path: Path) -> None:
         clock.t += 2.0  # a large trace
         real_export(*args)
 
+    def slow_logger(metrics: dict, step: int) -> None:
+        clock.t += 2.0  # a slow tracker, or a cross-rank gather waiting for a slower rank
+        logged.append(metrics)
+
+    engine.ctx.log_metrics = slow_logger
     with mock.patch("time.perf_counter", clock), mock.patch.object(engine.windows, "_export", slow_export):
         fake_steps(engine, clock, 11, wait=0.01, work=0.09)
     engine.close()
-    steps = [m for _, m in logged]  # the 2 s export would show in step 2's time or data wait if it were counted
-    assert steps[0]["perf/train/step_time_ms"] == pytest.approx(100.0)  # steps 0, 2-4: the window's step 1 is left out
-    assert steps[0]["perf/train/data_wait_fraction"] == pytest.approx(0.1)
-    assert steps[0]["perf/overhead/window_ms"] == pytest.approx(2000.0)
-    assert steps[1]["perf/overhead/window_ms"] == 0.0
+    assert len(logged) == 2  # at steps 5 (steps 0, 2, 3 measured) and 10 (steps 4-8, the first logging in step 4)
+    for metrics in logged:
+        assert metrics["perf/train/step_time_ms"] == pytest.approx(100.0)
+        assert metrics["perf/train/samples_per_sec"] == pytest.approx(100.0)
+        assert metrics["perf/train/data_wait_fraction"] == pytest.approx(0.1)
+    assert logged[0]["perf/overhead/window_ms"] == pytest.approx(2000.0)
+    assert logged[1]["perf/overhead/window_ms"] == 0.0
+    assert logged[1]["perf/overhead/log_ms"] == pytest.approx(2000.0)  # the first logging's own time
 
 
 def test_foreign_profiler_makes_it_stand_aside_once_then_it_records_again(tmp_path: Path) -> None:
