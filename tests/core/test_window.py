@@ -6,8 +6,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
+import torch
+
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from tests.core.test_engine import make_engine, run_steps, trace_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,3 +60,31 @@ def test_a_user_profiler_in_any_step_of_our_window_is_survived(tmp_path: Path, t
     assert warned.startswith("WARNINGS 1 ") and "another torch.profiler was started and stopped" in warned
     assert "window (steps 3-5)" in warned
     assert "EXPORTED 0 PROFILER_ON False" in proc.stdout
+
+
+def test_an_exception_in_a_windows_first_step_exports_that_step(tmp_path: Path) -> None:
+    """E.g. an out-of-memory error the profiler caused: no step of the window completed, but the trace shows where."""
+    engine = make_engine(tmp_path, summary=True)
+    run_steps(engine, 4)  # steps 0-3: warm-up at 3, window 4-5
+    engine.data_start()
+    engine.data_end()
+    engine.batch_start(4)  # fails in its forward
+    engine.close(RuntimeError("CUDA out of memory"))
+    (path,) = engine.exported
+    assert path.parent.name == "window-000004-000004" and trace_steps(path) == [4]
+    assert "interrupted by RuntimeError)" in (path.parent / "summary.txt").read_text()
+
+
+def test_a_failed_export_turns_the_profiler_off_for_the_rest_of_the_run(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path, schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 1, "repeat": 0})
+    running = []
+    with mock.patch("gzip.GzipFile.write", side_effect=OSError(28, "No space left on device")), \
+            pytest.warns(InstrumentUnavailableWarning, match="profiler disabled: OSError.*No space left"):
+        run_steps(engine, 4)  # warm-up at 2, window 3: compressed in the background, which fails
+        engine.windows.wait(120)  # the failure is reported (else at the next step's begin, whenever the job ends)
+        for step in range(4, 12):  # warm-ups at 4, 6, 8, 10 and windows at 5, 7, 9, 11, had it stayed on
+            run_steps(engine, 1, start=step)
+            running.append(engine.windows.session is not None or torch.autograd.profiler._is_profiler_enabled)
+    assert not engine.windows.enabled and running == [False] * 8  # before close(), which turns it off anyway
+    engine.close()
+    assert engine.exported == [] and not list(tmp_path.rglob("*.gz"))
