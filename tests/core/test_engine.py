@@ -353,7 +353,7 @@ def test_export_failure_disables_profiler_and_training_goes_on(tmp_path: Path) -
             pytest.warns(InstrumentUnavailableWarning, match="profiler disabled: OSError.*No space left"):
         run_steps(engine, 12)
         engine.close()
-    assert engine.exported == [] and not engine.windows.enabled
+    assert engine.exported == []  # that no later window starts a profiler: test_window.py (close() turns it off anyway)
     assert not list(tmp_path.rglob("*.gz")) and not list(tmp_path.rglob("*.partial"))
 
 
