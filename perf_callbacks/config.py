@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.exceptions import PerfConfigError
 
 ACTIVITIES = ("cpu", "cuda")
@@ -123,7 +124,7 @@ class PerfConfig:
     def __post_init__(self) -> None:
         _check_types(self)
         _check_activities(self.activities)
-        _check_ranks(self.ranks)
+        check_ranks(self.ranks)
         _check_positive("max_trace_mb", self.max_trace_mb)
         _check_memory_history(self)
         _check_flops(self)
@@ -220,21 +221,6 @@ def _check_activities(activities: tuple[str, ...] | None) -> None:
 
 
 _ACTIVITY_ALIASES = {"gpu": "cuda", "device": "cuda", "host": "cpu"}
-
-
-def _check_ranks(ranks: tuple[int, ...] | None) -> None:
-    if ranks is None:
-        return
-    if not ranks:
-        raise PerfConfigError(
-            "ranks must be a non-empty list of global ranks >= 0, got []; omit ranks (or set it to null) to profile "
-            "all ranks"
-        )
-    if any(r < 0 for r in ranks):
-        raise PerfConfigError(f"ranks must be global ranks >= 0, got {list(ranks)}")
-    twice = sorted({r for r in ranks if ranks.count(r) > 1})
-    if twice:
-        raise PerfConfigError(f"ranks must list each global rank once, got {list(ranks)} (repeated: {twice})")
 
 
 def _check_positive(name: str, value: float, maximum: float | None = None) -> None:

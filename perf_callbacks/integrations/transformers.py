@@ -35,6 +35,7 @@ from typing_extensions import override
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.adapters import catch_sigterm, distributed_initialized, release_sigterm
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
+from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
@@ -91,7 +92,7 @@ class TransformersPerfCallback(TrainerCallback):
         self._close(None)  # a previous train() call that ended without on_train_end
         trainer = hooks.find_trainer(sys._getframe(1))
         self._bind(trainer)
-        _check_ranks(self.config, args.world_size)
+        check_ranks(self.config.ranks, args.world_size)
         loader = kw.get("train_dataloader")
         ctx = RunContext(
             output_dir=Path(self.config.output_dir or Path(args.output_dir or ".") / "perf"),
@@ -194,14 +195,6 @@ class TransformersPerfCallback(TrainerCallback):
             self._sigterm = False
         if self.metrics is not None:
             _quiet(self.metrics.close)
-
-
-def _check_ranks(config: PerfConfig, world_size: int) -> None:
-    if config.ranks is not None and max(config.ranks) >= world_size:
-        raise PerfConfigError(
-            f"ranks={list(config.ranks)} names ranks beyond the world size {world_size}; "
-            f"valid ranks are 0-{world_size - 1}"
-        )
 
 
 def _broadcast_run_name(name: str) -> str:

@@ -68,7 +68,7 @@ def test_importing_the_package_loads_no_transformers() -> None:
 
 def test_ranks_beyond_the_world_size_fail_before_the_first_step(tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path, [callback(tmp_path / "perf", ranks=[1])], max_steps=2)
-    with pytest.raises(PerfConfigError, match=r"ranks=\[1\] names ranks beyond the world size 1"):
+    with pytest.raises(PerfConfigError, match=r"ranks=\[1\] names ranks beyond the world size 1; valid ranks are 0-0"):
         trainer.train()
 
 
