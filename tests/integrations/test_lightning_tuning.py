@@ -7,7 +7,9 @@ import statistics
 import time
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -72,21 +74,46 @@ def samples_per_step(rec: Recorder) -> list[float]:
     return [r * t / 1e3 for r, t in zip(rates, times, strict=True)]
 
 
+class FakeClock:
+    """The engine's ``time.perf_counter``: it moves only when a :class:`TickingModel` step runs."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class TickingModel(SleepyModel):
+    """``ms`` of fake-clock time per micro-batch: step times that no load on the machine can change."""
+
+    def __init__(self, clock: FakeClock, ms: float) -> None:
+        super().__init__(0)
+        self.clock, self.tick = clock, ms / 1e3
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        self.clock.t += self.tick
+        return super().training_step(batch, batch_idx)
+
+
 def test_samples_per_sec_counts_every_micro_batch_of_an_accumulated_step(tmp_path: Path) -> None:
-    rec = Recorder()
+    rec, clock = Recorder(), FakeClock()
     cb = GPUPerfCallback(schedule=NO_WINDOW, log_every_n_steps=4, degradation_threshold=1e6, **QUIET)
-    trainer(tmp_path, [cb], logger=rec, max_steps=12, accumulate_grad_batches=4).fit(SleepyModel(5), loader())
-    per_step = samples_per_step(rec)
-    assert len(per_step) == 3
-    assert all(16 < n < 64 for n in per_step), per_step  # 4 micro-batches of 8 samples (32), not 8
+    with mock.patch("perf_callbacks.core.engine.time", SimpleNamespace(perf_counter=clock)):  # where the engine reads it
+        trainer(tmp_path, [cb], logger=rec, max_steps=12, accumulate_grad_batches=4).fit(TickingModel(clock, 5),
+                                                                                         loader())
+    assert rec.series("perf/train/step_time_ms") == pytest.approx([20.0] * 3)  # 4 micro-batches of 5 ms
+    assert samples_per_step(rec) == pytest.approx([32.0] * 3)  # 4 micro-batches of 8 samples (32), not 8
 
 
 def test_a_callback_reused_in_a_second_trainer_reads_the_new_batch_size(tmp_path: Path) -> None:
     cb = GPUPerfCallback(schedule=NO_WINDOW, log_every_n_steps=4, degradation_threshold=1e6, **QUIET)
-    trainer(tmp_path / "a", [cb], logger=Recorder(), max_steps=4).fit(SleepyModel(2), loader(batch_size=4))
-    rec = Recorder()
-    trainer(tmp_path / "b", [cb], logger=rec, max_steps=8).fit(SleepyModel(2), loader(batch_size=32))
-    assert all(16 < n < 64 for n in samples_per_step(rec)), samples_per_step(rec)  # 32 per step, not 4
+    clock, rec = FakeClock(), Recorder()
+    with mock.patch("perf_callbacks.core.engine.time", SimpleNamespace(perf_counter=clock)):  # where the engine reads it
+        trainer(tmp_path / "a", [cb], logger=Recorder(), max_steps=4).fit(TickingModel(clock, 2), loader(batch_size=4))
+        trainer(tmp_path / "b", [cb], logger=rec, max_steps=8).fit(TickingModel(clock, 2), loader(batch_size=32))
+    assert rec.series("perf/train/step_time_ms") == pytest.approx([2.0, 2.0])  # every step 2 ms of the fake clock
+    assert samples_per_step(rec) == pytest.approx([32.0, 32.0])  # 32 per step, not 4
 
 
 @pytest.mark.slow
