@@ -31,6 +31,8 @@ class RunContext:
         distributed_initialized: ``torch.distributed`` is initialised (else the trace gets ``distributedInfo``).
         advice: rewrites a warning's advice in the framework's own terms (e.g. ``dataloader_num_workers`` for
             ``transformers.TrainingArguments``); default unchanged.
+        compute_dtype: the dtype of the framework's mixed precision (bf16/fp16 autocast), when it has one: the peak
+            FLOP/s is looked up for it unless a counted step shows the dtype itself.
     """
 
     output_dir: Path
@@ -45,6 +47,7 @@ class RunContext:
     data_loader: tuple[str, int | None] = ("train_dataloader", None)
     distributed_initialized: bool = False
     advice: Callable[[str], str] | None = None
+    compute_dtype: torch.dtype | None = None
 
     def rephrase(self, message: str) -> str:
         """``message`` in the framework's own terms (see ``advice``)."""

@@ -33,6 +33,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.dataloader import Finding
+from perf_callbacks.core.flops import StepFlops
 from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.monitor import StepMonitor
@@ -70,6 +71,10 @@ class PerfEngine:
         self.windows.mem = self.mem
         self.clock = self.windows.clock = StepClock()
         self.monitor = StepMonitor(config, ctx, self._warn)
+        self.flops = StepFlops(config, ctx, self._warn)  # FLOPs per step (counted on one step if need be), peak
+        self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
+        self.monitor.rates = self.flops.add_metrics
+        self.windows.trace_meta = self.flops.meta
         self.step: int | None = None  # the open step
         self.steps_run = 0  # optimizer steps completed in this run
         self._ended = True  # the open step completed: the next activity begins the next step
@@ -96,7 +101,7 @@ class PerfEngine:
 
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
-        self.windows.model = model
+        self.windows.model = self.flops.model = model
 
     # ---- hot path: once per micro-batch ---------------------------------------------------------------------
     def data_start(self) -> None:
@@ -121,6 +126,8 @@ class PerfEngine:
             if self._ended and self.step is not None and step <= self.step:
                 step = self.step + 1  # the adapter's count did not move (e.g. a skipped step): never reuse a number
             self._begin(step, time.perf_counter())
+        if self._flops_on:  # the FLOP-counting step starts at its first micro-batch (see core/flops.py)
+            self._flops_on = self.flops.batch_start(self.step or 0, self._micro, self.windows.action.value != 0)
         if phase is not None:
             self.phase(phase)
 
@@ -129,6 +136,8 @@ class PerfEngine:
         self.end_phase()
         self._micro += 1
         self._samples += samples or 0
+        if self._flops_on:
+            self._flops_on = self.flops.batch_end(stepped, self._micro)
         if stepped and self.step is not None and not self._ended:
             self._ended, self._expected = True, self.step + 1
             self.steps_run += 1
@@ -224,7 +233,7 @@ class PerfEngine:
             self.nvtx.pop()
         if not self._ended or step is None:  # abandoned: no optimizer step completed (a `break`, a resumed count)
             return
-        if self.windows.action.value:  # a profiled step: its times are not comparable
+        if self.windows.action.value or step == self.flops.counted_step:  # profiled or FLOP-counted: not comparable
             self._clean = False
         else:
             self.monitor.measured(step, self.clock.elapsed(t), self.clock.wait, self._samples or None,
@@ -276,7 +285,8 @@ class PerfEngine:
         elif self._recording and not self._ended and not self._micro:  # begun by a fetch that found no batch
             self.windows.retract(self.step)
         atexit.unregister(self._at_exit)
-        for fn in (self.end_phase, lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,
+        for fn in (self.flops.close, self.end_phase,
+                   lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,
                    lambda: self.windows.finish(exc), self.windows.nsys.close, self.nvtx.pop_all,
                    lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history):
             _quiet(fn)

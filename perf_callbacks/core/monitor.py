@@ -36,6 +36,7 @@ class StepMonitor:
         self.overhead = {"window": 0.0, "log": 0.0}  # seconds of our own work in this interval
         self._units: tuple[str, int] | None = None  # ("sample" or "micro-batch", how many) in the first step measured
         self._varied = False  # the batch size or the accumulation changed: the slowdown is told per sample
+        self.rates: Callable[[dict[str, float]], None] | None = None  # adds rates from step time (TFLOP/s, MFU)
 
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
                  micro_batches: int = 1) -> None:
@@ -73,6 +74,8 @@ class StepMonitor:
         self.stats.reset()
         if not loader_timed:
             metrics.pop("train/data_wait_fraction", None)
+        if self.rates is not None:
+            self.rates(metrics)
         if memory is not None:
             metrics.update(memory.sample())
             if extra is not None:

@@ -58,6 +58,10 @@ class ProfilerSession:
             self._prof.preset_metadata_json("distributedInfo", json.dumps(distributed_info))
         self._prepared = False
 
+    def preset_meta(self, key: str, value: dict[str, Any]) -> None:
+        """A top-level ``key`` of the exported trace, holding ``value`` (JSON); call before :meth:`prepare`."""
+        self._prof.preset_metadata_json(key, json.dumps(value))
+
     @property
     def stolen(self) -> bool:
         """Recording, but torch's profiler is off: another profiler stopped it (its events are gone)."""

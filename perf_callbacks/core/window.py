@@ -21,6 +21,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.background import WindowJob, start_worker
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.flops import META_KEY as FLOPS_META_KEY
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
 from perf_callbacks.core.nsys import NsysCapture
@@ -70,6 +71,7 @@ class WindowRecorder:
             start_worker()  # the thread that finishes windows, started now rather than at a window's end
         self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
+        self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
 
     # ---- per step ------------------------------------------------------------------------------------------------
     def begin_step(self, step: int) -> bool:
@@ -100,6 +102,8 @@ class WindowRecorder:
             if self._skip == planned or self._foreign(step, planned):
                 return False
             self.session = ProfilerSession(self.config, self.cuda, self.ctx.distributed_info)
+            if self.trace_meta is not None:
+                self.session.preset_meta(FLOPS_META_KEY, self.trace_meta())
             self.steps, self.completed, self._retracted = [], 0, None
             if self.mem is not None:
                 self.mem.oom.window_started(step)

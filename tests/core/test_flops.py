@@ -1,0 +1,315 @@
+"""FLOPs per optimizer step through the engine (no framework): counted on one real step, or given; TFLOP/s and MFU."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.flop_count import extra_formulas
+from perf_callbacks.core.flops import META_KEY
+from perf_callbacks.core.peak import peak_flops
+
+NO_WINDOWS = {"skip_first": 10_000}
+
+
+def make_engine(tmp_path: Path, logged: list | None = None, every: int = 5, **options: object) -> PerfEngine:
+    options.setdefault("schedule", NO_WINDOWS)
+    cfg = PerfConfig.from_dict({"summary": False, **options})
+    ctx = RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=every,
+                     log_metrics=(lambda m, s: logged.append((s, m))) if logged is not None else None)
+    return PerfEngine(cfg, ctx)
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+
+
+def block() -> nn.Module:
+    return nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0)
+
+
+Step = Callable[[nn.Module, torch.Tensor], None]
+
+
+def once(model: nn.Module, x: torch.Tensor) -> None:
+    model(x).square().mean().backward()
+
+
+def twice(model: nn.Module, x: torch.Tensor) -> None:  # e.g. a siamese loss: the model runs twice per step
+    (model(x) - model(x.flip(0))).square().mean().backward()
+
+
+def train(engine: PerfEngine, model: nn.Module, x: torch.Tensor, steps: int, accumulate: int = 1,
+          step_fn: Step = once) -> None:
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    engine.attach_model(model)
+    for step in range(steps):
+        for micro in range(accumulate):
+            engine.data_start()
+            engine.data_end()
+            engine.batch_start(step)
+            step_fn(model, x)
+            last = micro == accumulate - 1
+            if last:
+                opt.step()
+                opt.zero_grad()
+            engine.batch_end(last, samples=x.shape[0])
+
+
+def counted_by_test(model: nn.Module, x: torch.Tensor, step_fn: Step = once, times: int = 1) -> int:
+    """FlopCounterMode run by the test on the same computation (the CPU attention formulas added, as ours)."""
+    model = copy.deepcopy(model)
+    with FlopCounterMode(display=False, custom_mapping=extra_formulas()) as counter:
+        for _ in range(times):
+            step_fn(model, x)
+    return int(counter.get_total_flops())
+
+
+@pytest.mark.parametrize(("make", "shape"), [(mlp, (8, 32)), (block, (4, 6, 32))], ids=["mlp", "transformer_block"])
+@pytest.mark.parametrize(("accumulate", "step_fn", "calls"), [(1, once, 1), (4, once, 4), (1, twice, 1)],
+                         ids=["one_batch", "accumulate_4", "called_twice"])
+def test_counted_flops_equal_flop_counter_mode_on_the_same_step(tmp_path: Path, make: Callable[[], nn.Module],
+                                                                 shape: tuple[int, ...], accumulate: int,
+                                                                 step_fn: Step, calls: int) -> None:
+    torch.manual_seed(0)
+    model, x = make(), torch.randn(*shape)
+    expected = counted_by_test(model, x, step_fn, times=calls)
+    engine = make_engine(tmp_path)
+    train(engine, model, x, steps=3, accumulate=accumulate, step_fn=step_fn)
+    engine.close()
+    assert engine.flops.counted_step == 1
+    assert engine.flops.per_step == pytest.approx(expected, rel=0.01)
+    assert engine.flops.per_step == pytest.approx(accumulate * counted_by_test(model, x, step_fn), rel=0.01)
+    assert "FlopCounterMode on step 1" in engine.flops.source
+    assert _get_current_dispatch_mode_stack() == []
+
+
+def test_the_attention_of_a_cpu_transformer_block_is_counted(tmp_path: Path) -> None:
+    """torch's registry has no formula for the CPU flash-attention ops: ours adds the CUDA ones' formulas."""
+    torch.manual_seed(0)
+    model, x = block(), torch.randn(4, 6, 32)
+    with FlopCounterMode(display=False) as plain:
+        once(copy.deepcopy(model), x)
+    engine = make_engine(tmp_path)
+    train(engine, model, x, steps=2)
+    b, seq, dim = x.shape
+    q = (b, 4, seq, dim // 4)  # 4 heads
+    attention = sdpa_flop_count(q, q, q) + sdpa_backward_flop_count(q, q, q, q)  # torch's formulas for CUDA's ops
+    assert attention > 0.03 * plain.get_total_flops()
+    assert engine.flops.per_step == plain.get_total_flops() + attention
+
+
+def test_counting_changes_no_numerics(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    a, x = block(), torch.randn(4, 6, 32)
+    b = copy.deepcopy(a)
+    train(make_engine(tmp_path / "a"), a, x, steps=4)
+    train(make_engine(tmp_path / "b", flops=False), b, x, steps=4)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def test_after_the_counted_step_the_hot_path_never_calls_the_counter(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    model, x = mlp(), torch.randn(8, 32)
+    train(engine, model, x, steps=3)
+    assert not engine._flops_on
+    with mock.patch.object(engine.flops, "batch_start") as start, mock.patch.object(engine.flops, "batch_end") as end:
+        train(engine, model, x, steps=5)
+    assert start.call_count == end.call_count == 0
+    assert _get_current_dispatch_mode_stack() == []
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_counted_step_is_set_aside_and_metrics_use_the_median_step_time(tmp_path: Path) -> None:
+    logged: list = []
+    engine = make_engine(tmp_path, logged, every=6, peak_tflops=1.0)
+    model, x, clock = mlp(), torch.randn(8, 32), FakeClock()
+    engine.attach_model(model)
+    with mock.patch("time.perf_counter", clock):
+        for step in range(7):
+            engine.data_start()
+            engine.data_end()
+            engine.batch_start(step)
+            once(model, x)
+            clock.t += 10.0 if step == 1 else 0.1 + 0.01 * step  # the counted step is slow: left out
+            engine.batch_end(True, samples=8)
+    (_, metrics), = logged
+    measured = [0.1 + 0.01 * s for s in (0, 2, 3, 4)]  # logged at step 5's end: step 5's time is not known yet
+    assert metrics["perf/train/samples_per_sec"] == pytest.approx(8 * 4 / sum(measured))
+    median_s = metrics["perf/train/step_time_ms"] / 1e3
+    assert median_s == pytest.approx(0.125)
+    flops = engine.flops.per_step
+    assert metrics["perf/train/tflops"] == pytest.approx(flops / median_s / 1e12, rel=1e-9)
+    assert metrics["perf/train/mfu"] == pytest.approx(flops / median_s / 1e12, rel=1e-9)  # peak 1 TFLOP/s
+
+
+def test_given_flops_per_step_wins_and_nothing_is_counted(tmp_path: Path) -> None:
+    logged: list = []
+    engine = make_engine(tmp_path, logged, flops_per_step=2e9)
+    with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
+        train(engine, mlp(), torch.randn(8, 32), steps=6)
+    assert counter.call_count == 0 and not engine._flops_on and engine.flops.counted_step is None
+    assert engine.flops.per_step == 2e9 and engine.flops.source == "flops_per_step (config)"
+    (_, metrics), = logged
+    assert metrics["perf/train/tflops"] == pytest.approx(2e9 / (metrics["perf/train/step_time_ms"] / 1e3) / 1e12)
+    assert "perf/train/mfu" not in metrics  # no peak on a CPU without peak_tflops
+
+
+def test_a_flops_per_batch_attribute_times_micro_batches_wins_over_counting(tmp_path: Path) -> None:
+    model = mlp()
+    model.flops_per_batch = 3e6  # type: ignore[assignment]
+    engine = make_engine(tmp_path)
+    with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
+        train(engine, model, torch.randn(8, 32), steps=3, accumulate=4)
+    assert counter.call_count == 0 and engine.flops.counted_step is None
+    assert engine.flops.per_step == 4 * 3e6
+    assert engine.flops.source == "flops_per_batch 3e+06 x 4 micro-batches"
+
+
+def test_flops_false_counts_nothing_and_says_so(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path, flops=False)
+    with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
+        train(engine, mlp(), torch.randn(8, 32), steps=3)
+    assert counter.call_count == 0 and engine.flops.per_step is None and not engine._flops_on
+    assert engine.flops.note == "not measured (flops: false): set flops_per_step"
+
+
+def test_ops_without_a_flop_formula_skip_the_count_with_a_note(tmp_path: Path) -> None:
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm, self.head = nn.LSTM(16, 32, batch_first=True), nn.Linear(32, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.lstm(x)[0])
+
+    engine = make_engine(tmp_path)
+    train(engine, Recurrent(), torch.randn(4, 5, 16), steps=3)
+    assert engine.flops.per_step is None and not engine._flops_on
+    assert engine.flops.note.startswith("not measured: ops without a FLOP formula ran in step 1 (aten.mkldnn_rnn_layer")
+    assert engine.flops.counted_step == 1  # it ran through the counter all the same: left out of step time
+
+
+def test_the_counting_step_is_outside_every_window_and_its_trace_carries_the_flops(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path, schedule={"skip_first": 0, "wait": 1, "warmup": 0, "active": 2, "repeat": 2},
+                         peak_tflops=1.0)
+    train(engine, mlp(), torch.randn(8, 32), steps=8)
+    engine.close()
+    assert engine.flops.counted_step == 3  # windows 1-2 and 4-5: step 3 is the first from 1 outside them
+    first, second = (json.load(gzip.open(p))[META_KEY] for p in engine.exported)
+    assert first["flops_per_step"] is None and first["note"].startswith("not known yet when this window started")
+    assert second == {"flops_per_step": engine.flops.per_step, "source": "counted with FlopCounterMode on step 3",
+                      "note": "", "dtype": "fp32", "peak_tflops": 1.0, "peak_source": "peak_tflops: 1"}
+
+
+def test_an_abandoned_counting_step_is_dropped_and_counted_again(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    model, x = mlp(), torch.randn(8, 32)
+    engine.attach_model(model)
+    for step in range(2):
+        engine.batch_start(step)
+        once(model, x)
+        engine.batch_end(step == 0)  # step 1 never completes its optimizer step (a skipped step, say)
+    engine.batch_start(2)  # the adapter moves on to step 2: the count of step 1 is dropped
+    assert len(_get_current_dispatch_mode_stack()) == 1
+    once(model, x)
+    engine.batch_end(True)
+    assert _get_current_dispatch_mode_stack() == []
+    assert engine.flops.counted_step == 2 and engine.flops.per_step == counted_by_test(model, x)
+
+
+def test_an_exception_in_the_counting_step_leaves_the_mode(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    engine.batch_start(0)
+    engine.batch_end(True)
+    engine.batch_start(1)
+    assert len(_get_current_dispatch_mode_stack()) == 1
+    engine.close(RuntimeError("boom"))
+    assert _get_current_dispatch_mode_stack() == []
+    assert engine.flops.per_step is None and engine.flops.note == "not measured: training ended inside the counting step"
+
+
+def test_another_mode_left_open_in_the_step_is_never_popped_by_ours(tmp_path: Path) -> None:
+    class Theirs(FlopCounterMode):
+        pass
+
+    engine = make_engine(tmp_path)
+    engine.batch_start(0)
+    engine.batch_end(True)
+    engine.batch_start(1)
+    theirs = Theirs(display=False)
+    theirs.__enter__()  # entered inside our counting step, still open when the step ends
+    torch.randn(2, 2) @ torch.randn(2, 2)
+    engine.batch_end(True)
+    stack = _get_current_dispatch_mode_stack()
+    assert len(stack) == 2 and stack[-1] is theirs.mode  # theirs is still on top, ours waits under it
+    theirs.__exit__(None, None, None)
+    engine.batch_start(2)  # ours is on top again: left at the next hook
+    assert _get_current_dispatch_mode_stack() == []
+    assert engine.flops.per_step is None and "another TorchDispatchMode" in engine.flops.note
+    engine.batch_end(True)
+    assert not engine._flops_on
+
+
+def test_a_failing_counter_disables_itself_and_training_goes_on(tmp_path: Path) -> None:
+    from perf_callbacks.exceptions import InstrumentUnavailableWarning
+
+    engine = make_engine(tmp_path)
+    with mock.patch("perf_callbacks.core.flops.StepCounter", side_effect=RuntimeError("no dispatch")), \
+            pytest.warns(InstrumentUnavailableWarning, match="FLOP counting disabled: RuntimeError: no dispatch"):
+        train(engine, mlp(), torch.randn(8, 32), steps=4)
+    assert not engine._flops_on and engine.flops.per_step is None and engine.steps_run == 4
+
+
+def test_peak_comes_from_lightnings_table_for_the_counted_dtype(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    engine.ctx.device = torch.device("cuda", 0)
+    model, x = mlp(), torch.randn(8, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        train(engine, model, x, steps=3)
+    table = mock.Mock(return_value=989e12)
+    with mock.patch("lightning.fabric.utilities.throughput.get_available_flops", table), \
+            mock.patch("torch.cuda.get_device_name", return_value="NVIDIA H100 80GB HBM3"):
+        peak, source = engine.flops.peak()
+    assert table.call_args.args == (torch.device("cuda", 0), torch.bfloat16)
+    assert (peak, source) == (989e12, "Lightning's get_available_flops for NVIDIA H100 80GB HBM3, bf16")
+
+
+def test_peak_is_unknown_with_a_reason_and_the_override_wins() -> None:
+    cuda = torch.device("cuda", 0)
+    with mock.patch("lightning.fabric.utilities.throughput.get_available_flops", return_value=None), \
+            mock.patch("torch.cuda.get_device_name", return_value="NVIDIA H200"):
+        assert peak_flops(cuda, torch.bfloat16) == (
+            None, "NVIDIA H200 with bf16 is not in Lightning's table of peak FLOP/s: set peak_tflops")
+        assert peak_flops(cuda, torch.bfloat16, override_tflops=989.5) == (989.5e12, "peak_tflops: 989.5")
+    with mock.patch("lightning.fabric.utilities.throughput.get_available_flops", side_effect=KeyError("TYPE")), \
+            mock.patch("torch.cuda.get_device_name", return_value="X"):
+        assert peak_flops(cuda, torch.float16)[0] is None
+    assert peak_flops(None, torch.float32) == (None, "no peak FLOP/s is known for CPUs: set peak_tflops")
+
+
+def test_without_a_counted_step_the_dtype_is_the_adapters_then_the_parameters(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path, flops_per_step=1e9)
+    engine.attach_model(mlp().to(torch.bfloat16))
+    assert engine.flops.compute_dtype() is torch.bfloat16
+    engine.ctx.compute_dtype = torch.float16
+    assert engine.flops.compute_dtype() is torch.float16
