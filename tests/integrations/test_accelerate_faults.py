@@ -168,6 +168,9 @@ def test_a_failing_rank_leaves_the_healthy_rank_free_to_exit(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r1["error"] == "ValueError: user error at step 4"
+    # the failing rank's own close holds no collective (it takes milliseconds): one (a barrier, even in a try/except)
+    # would wait for rank 0, busy in its gradient all-reduce, for the whole process-group timeout
+    assert r1["close_s"] < PG_TIMEOUT_S / 2, r1
     # rank 0 was still training: its next gradient all-reduce waited for rank 1 until the process-group timeout,
     # then raised; the hook held no collective of its own, so rank 0 got out and flushed its partial window
     assert r0["error"].startswith("RuntimeError") and r0["seconds_after_rank1_failed"] < 6 * PG_TIMEOUT_S, r0
@@ -189,17 +192,20 @@ def _rank_main(rank: int, out: Path, port: int) -> None:
     failed = out / "rank1_failed"
     result: dict[str, Any] = {}
     try:
-        with AcceleratePerfHook(output_dir=str(out / "perf"), schedule=LONG_WINDOW,
-                                check_dataloaders=False).register(acc) as hook:
+        with AcceleratePerfHook(output_dir=str(out / "perf"), schedule=LONG_WINDOW, check_dataloaders=False,
+                                summary=False).register(acc) as hook:  # no analysis: close() is the hook's own work
             for x, y in hook.iter(dl):
                 if rank == 1 and hook.optimizer_steps == 4:
                     failed.write_text(str(time.time()))
+                    t_raise = time.perf_counter()
                     raise ValueError("user error at step 4")
                 acc.backward(nn.functional.mse_loss(model(x), y))
                 opt.step()
                 opt.zero_grad()
     except Exception as err:  # noqa: BLE001
         result["error"] = f"{type(err).__name__}: {err}"
+        if rank == 1:  # the hook's close() ran in between: the failing rank's own close
+            result["close_s"] = time.perf_counter() - t_raise
     result["profiler_enabled"] = bool(torch.autograd.profiler._is_profiler_enabled)
     if rank == 0 and failed.exists():
         result["seconds_after_rank1_failed"] = time.time() - float(failed.read_text())
