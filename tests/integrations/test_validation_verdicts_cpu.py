@@ -1,8 +1,9 @@
 """Validation (Lightning), evaluation (transformers) and checkpoint saves inside a window do not make it input-bound.
 
-A fast in-memory training loader and a validation loader at 2-3 ms a sample: before, the validation fetches counted as
-data wait (91% of the window, ``input_bound``, "try num_workers=2 ... pin_memory=True"). The training step here does
-about 3 ms of host work, so its 0.1-0.2 ms fetch is a few percent of it.
+A fast in-memory training loader and a validation loader at 15-30 ms a sample: before, the validation fetches counted
+as data wait (91% of the window, ``input_bound``, "try num_workers=2 ... pin_memory=True"). The training step here does
+about 3 ms of host work, so its 0.1-0.2 ms fetch is a few percent of it. The validation lasts at least ``VAL_MS`` of
+wall time (its loader's own spin or sleep), far more than a loaded machine can add to a training step.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tests.integrations.lit_helpers import SlowDataset, TinyModel, loader, train
 
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 3}
 STEP_MS = 3.0
+VAL_MS = 480.0  # wall time of the validation inside the window, at least: 32 samples of 15 ms, or 16 of 30 ms
 
 
 def _spin(ms: float) -> None:
@@ -38,7 +40,7 @@ class SlowValidation(TinyModel):
         return loader(n=256, batch_size=8)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(SlowDataset(n=32, ms=2.0), batch_size=8)
+        return DataLoader(SlowDataset(n=32, ms=VAL_MS / 32), batch_size=8)
 
 
 class SpinningTiny(Tiny):
@@ -57,9 +59,12 @@ def _check(result: AnalysisResult, summary: str, aside: set[str]) -> None:
     (rank,) = result.ranks
     assert result.verdict != "input_bound", (result.verdict, result.data_wait_fraction, result.notes)
     assert result.data_wait_fraction < 0.10, result.data_wait_fraction
-    assert max(s.time_ms for s in rank.steps) < 4 * STEP_MS + 10, [s.time_ms for s in rank.steps]
     ours = {"perf-callbacks' own logging"}  # a logging step inside the window may add it
-    assert set(rank.set_aside_ms) - ours == aside and rank.set_aside_ms["validation"] > 40, rank.set_aside_ms
+    assert set(rank.set_aside_ms) - ours == aside and rank.set_aside_ms["validation"] >= VAL_MS, rank.set_aside_ms
+    # the step that ran the validation is no longer than the others: counted in, it would be VAL_MS longer, while a
+    # loaded machine makes steps of 3 ms of work differ by tens of ms, not hundreds
+    times = sorted(s.time_ms for s in rank.steps)
+    assert times[-1] - times[len(times) // 2] < VAL_MS / 2, times
     assert "set aside in this window" in summary and "pin_memory" not in summary, summary
 
 
@@ -79,7 +84,7 @@ def test_transformers_evaluation_in_a_window(tmp_path: Path) -> None:
                              use_cpu=True, report_to="none", logging_steps=2, save_strategy="no", disable_tqdm=True,
                              eval_strategy="steps", eval_steps=4)
     cb = TransformersPerfCallback(output_dir=str(tmp_path / "perf"), schedule=SCHEDULE, **QUIET)
-    Trainer(SpinningTiny(), args, train_dataset=Samples(96), eval_dataset=Samples(16, sleep_ms=3.0),
+    Trainer(SpinningTiny(), args, train_dataset=Samples(96), eval_dataset=Samples(16, sleep_ms=VAL_MS / 16),
             callbacks=[cb]).train()
     result, summary = _window(tmp_path / "perf")
     _check(result, summary, {"validation"})
