@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from statistics import median
 from typing import Any
@@ -32,6 +33,7 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
     on_gpu = tl.device is not None
     steps = _steps(trace, tl)
     dev = tl.device
+    collectives = _collectives(trace, tl)
     return RankResult(
         rank=trace.rank,
         path=str(trace.path),
@@ -49,7 +51,8 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         device_memory_bytes=_device_memory(trace, dev),
         profiler_flags=[k for k in ("with_stack", "record_shapes", "profile_memory") if trace.flag(k)],
         data_loader=min(trace.data_names) if trace.data_names else None,
-        collectives_ms=[(b - a) / 1e3 for a, b, _ in trace.comm_spans] + _nccl_kernels_ms(trace, dev),
+        collectives_ms=[ms for ms, _ in collectives],
+        collective_steps=[step for _, step in collectives],
         sync_calls_ms={k: v / 1e3 for k, v in sorted(tl.sync_calls.items(), key=lambda kv: -kv[1])},
         launches_per_step=_launches_per_step(trace, len(steps), dev, tl.aside) if on_gpu else None,
         timeline=tl,
@@ -163,13 +166,31 @@ def _collectives_by_op(trace: RankTrace, tl: Timeline) -> dict[str, float]:
             spans[name].append((g[0], g[1]))
     if not spans:
         for a, b, span_name in trace.comm_spans:
-            spans[span_name.split(":", 1)[-1]].append((a, b))
+            if not within(tl.aside, a):
+                spans[span_name.split(":", 1)[-1]].append((a, b))
     out = {name: total(subtract(clip(union(s), tl.lo, tl.hi), tl.aside)) / 1e3 for name, s in spans.items()}
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def _nccl_kernels_ms(trace: RankTrace, device: int | None) -> list[float]:
-    return [(g[1] - g[0]) / 1e3 for g in trace.gpu if _is_nccl(g) and g[4] == device]
+def _collectives(trace: RankTrace, tl: Timeline) -> list[tuple[float, int]]:
+    """``(milliseconds, step)`` of each host collective, then each NCCL kernel on the timeline's device.
+
+    A collective that starts (a kernel: that is launched) inside the time set aside is left out: our own logging's
+    cross-rank gather, or a validation loop's, is not the training's. ``step`` is the ``ProfilerStep`` number it
+    started in, -1 before the first step.
+    """
+    starts = [s[1] for s in trace.steps]
+
+    def step_at(t: float) -> int:
+        i = bisect_right(starts, t) - 1
+        return trace.steps[i][0] if i >= 0 else -1
+
+    out = [((b - a) / 1e3, step_at(a)) for a, b, _ in trace.comm_spans if not within(tl.aside, a)]
+    for g in trace.gpu:
+        launched = trace.launches.get(g[5], (g[0], -1))[0]
+        if _is_nccl(g) and g[4] == tl.device and not within(tl.aside, launched) and not within(tl.aside, g[0]):
+            out.append(((g[1] - g[0]) / 1e3, step_at(launched)))
+    return out
 
 
 def _device_memory(trace: RankTrace, device: int | None) -> int | None:

@@ -35,6 +35,8 @@ class RankResult:
     (Kineto's timestamps are then relative to it), else in the trace's own clock.
     ``set_aside_ms`` holds the milliseconds of validation and checkpoint saves inside the window (our
     ``perf_callbacks.validation``/``perf_callbacks.checkpoint`` spans), which no other figure counts.
+    ``collectives_ms`` holds the duration of each collective outside that time (our own logging's gather is not the
+    user's), and ``collective_steps`` the ``ProfilerStep`` number each one started in (-1 before the first step).
     """
 
     rank: int
@@ -74,6 +76,7 @@ class RankResult:
     runtime_calls: int = 0
     host_traced: bool = True
     set_aside_ms: dict[str, float] = field(default_factory=dict)
+    collective_steps: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""

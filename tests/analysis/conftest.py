@@ -41,10 +41,18 @@ def launch(ts: float, corr: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def gloo_window(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real 2-rank gloo CPU traces; rank 1 sleeps 50 ms before its all_reduce each step."""
+    """Real 2-rank gloo CPU traces of 8 steps; rank 1 sleeps 20 ms before its all_reduce each step."""
     from tests.analysis.gloo_traces import write_traces
 
-    return write_traces(tmp_path_factory.mktemp("gloo") / "window-000002-000004")
+    return write_traces(tmp_path_factory.mktemp("gloo") / "window-000002-000009")
+
+
+@pytest.fixture(scope="session")
+def gloo_healthy_window(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real 2-rank gloo CPU traces of 20 steps where no rank is slowed (only the machine's load makes noise)."""
+    from tests.analysis.gloo_traces import write_traces
+
+    return write_traces(tmp_path_factory.mktemp("gloo_healthy") / "window-000002-000021", sleep_s=0.0, active=20)
 
 
 def load_doc(name: str) -> dict[str, Any]:
