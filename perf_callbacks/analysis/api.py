@@ -11,6 +11,7 @@ from typing import Any
 from perf_callbacks.analysis.cluster import imbalance, stragglers
 from perf_callbacks.analysis.collect import Loaded, analyze_file, from_sidecar, load_all
 from perf_callbacks.analysis.discover import Window, discover
+from perf_callbacks.analysis.mfu import window_mfu
 from perf_callbacks.analysis.process_windows import process_windows
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
@@ -95,7 +96,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
     losses = _mean_losses(ranks)
     verdict = verdict_from(losses)
     margin = verdict_margin(losses)
-    return AnalysisResult(
+    result = AnalysisResult(
         path=path,
         verdict=verdict,
         gpu_utilization=_mean([r.gpu_utilization for r in ranks]),
@@ -115,6 +116,10 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         devices=[{"rank": r.rank, **d} for r in ranks for d in r.devices],
         notes=_aside_note(ranks),
     )
+    mfu, notes = window_mfu([r.flops for r in ranks], result.step_time_ms, losses)
+    vars(result).update(mfu)
+    result.notes += notes
+    return result
 
 
 def _window_results(window: Window, loaded: list[Loaded], top_k: int) -> list[AnalysisResult]:

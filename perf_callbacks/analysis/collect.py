@@ -20,6 +20,7 @@ from typing import Any
 
 from perf_callbacks.analysis.events import load_rank
 from perf_callbacks.analysis.loader import TraceError
+from perf_callbacks.analysis.mfu import flops_meta
 from perf_callbacks.analysis.rank import analyze_rank
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.sidecar_check import rank_from_sidecar
@@ -63,6 +64,7 @@ def analyze_file(path: Path, top_k: int = 10) -> Loaded:
         what = f"{trace.events} events, {trace.bad_events} malformed" if trace.events else "no events"
         return Loaded(path, error=f"{path}: no profiled events ({what}; no op, kernel or ProfilerStep)")
     judge_rank(result)
+    result.flops = flops_meta(trace.meta)
     return Loaded(path, result=result)
 
 

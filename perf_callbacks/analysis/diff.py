@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from perf_callbacks.analysis.mfu_diff import mfu_delta
 from perf_callbacks.analysis.noise import Change, compare_samples
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.timeline import CAUSES
@@ -52,6 +53,8 @@ class DiffResult:
         contributors: the changes that explain the delta, largest first: causes, then ops.
         ranks: per-rank step-time deltas.
         stragglers: ``{base, new, changed}``.
+        mfu: ``{base, new, change}`` of the model FLOPs utilization (None where a side has none).
+        mfu_gap: gap part (``input`` ... ``other``, ``below_peak``) -> ``{base, new, change}``, fractions of peak.
     """
 
     base: dict[str, Any]
@@ -70,6 +73,8 @@ class DiffResult:
     contributors: list[dict[str, Any]] = field(default_factory=list)
     ranks: list[dict[str, Any]] = field(default_factory=list)
     stragglers: dict[str, Any] = field(default_factory=dict)
+    mfu: dict[str, Any] = field(default_factory=dict)
+    mfu_gap: dict[str, dict[str, Any]] = field(default_factory=dict)
     base_result: AnalysisResult | None = field(default=None, repr=False)
     new_result: AnalysisResult | None = field(default=None, repr=False)
 
@@ -93,6 +98,7 @@ def compare(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
     ops = _ops(base, new)
     outcome = "within noise" if not step.significant else "regression" if step.change > 0 else "improvement"
     contributors = _contributors(causes, ops)
+    mfu, gap = mfu_delta(vars(base), vars(new))
     result = DiffResult(
         base=_side(base), new=_side(new), step_time_ms=_step_dict(step),
         gpu_utilization=_delta(base.gpu_utilization, new.gpu_utilization),
@@ -103,7 +109,7 @@ def compare(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
         recommendations=_recommendations(base.recommendations, new.recommendations),
         contributors=contributors, ranks=_ranks(base.ranks, new.ranks),
         stragglers={"base": base.stragglers, "new": new.stragglers, "changed": base.stragglers != new.stragglers},
-        base_result=base, new_result=new,
+        base_result=base, new_result=new, mfu=mfu, mfu_gap=gap,
     )
     result.summary = summarize(result)
     return result

@@ -68,8 +68,10 @@ def _outcome_class(d: DiffResult) -> str:
 def _figures(d: DiffResult) -> str:
     st = d.step_time_ms
     rows = [("step time (median)", f"{st['base']:.2f} ms", f"{st['new']:.2f} ms", _signed(st["change"], " ms"))]
-    for name, key in (("GPU utilization", "gpu_utilization"), ("data wait", "data_wait_fraction")):
+    for name, key in (("GPU utilization", "gpu_utilization"), ("data wait", "data_wait_fraction"), ("MFU", "mfu")):
         f = getattr(d, key)
+        if key == "mfu" and (not f or (f["base"] is None and f["new"] is None)):
+            continue
         rows.append((name, _pct(f["base"]), _pct(f["new"]), _signed(None if f["change"] is None else f["change"] * 100,
                                                                     " pts")))
     mem = d.peak_memory_bytes

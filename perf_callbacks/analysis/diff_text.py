@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult
+from perf_callbacks.analysis.mfu_diff import gap_lines
 
 
 def format_diff(d: DiffResult, top_k: int = 8) -> str:
@@ -26,6 +27,7 @@ def format_diff(d: DiffResult, top_k: int = 8) -> str:
         lines += ["new recommendations:"] + [f"  {i}. {t}" for i, t in enumerate(d.recommendations["added"], 1)]
     lines += ["", d.summary, "  " + _noise(d), ""]
     lines += _headline(d) + [""] + _causes(d) + [""] + _ops(d, top_k) + _ranks(d)
+    lines += [""] + gap_lines(d.mfu_gap) if d.mfu_gap else []
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -48,6 +50,8 @@ def _headline(d: DiffResult) -> list[str]:
     rows = [("step time (median)", _ms(st["base"]), _ms(st["new"]), f"{st['change']:+.2f} ms{pct}")]
     rows.append(("GPU utilization", *_fractions(d.gpu_utilization)))
     rows.append(("data wait", *_fractions(d.data_wait_fraction)))
+    if d.mfu and (d.mfu["base"] is not None or d.mfu["new"] is not None):
+        rows.append(("MFU", *_fractions(d.mfu)))
     mem = d.peak_memory_bytes
     if mem["base"] is not None or mem["new"] is not None:
         rows.append(("peak memory", _gb(mem["base"]), _gb(mem["new"]),

@@ -76,6 +76,7 @@ class RankResult:
     runtime_calls: int = 0
     host_traced: bool = True
     set_aside_ms: dict[str, float] = field(default_factory=dict)
+    flops: dict[str, Any] = field(default_factory=dict)
     collective_steps: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +122,14 @@ class AnalysisResult:
         notes: what the discovery found worth saying (duplicate ranks, separate runs, partial windows).
         errors: one line per file that could not be read (file name and reason).
         partial: whether the window has fewer completed steps than it was meant to hold.
+        flops_per_step: model FLOPs of one optimizer step (from the traces' metadata), None when not known.
+        achieved_tflops: ``flops_per_step`` over the median step time, in TFLOP/s per device.
+        peak_tflops: the device's peak TFLOP/s for the run's compute dtype, None when not known.
+        mfu: ``achieved_tflops / peak_tflops`` (model FLOPs utilization), None without both.
+        mfu_gap: ``1 - mfu`` by cause: ``{input, host, sync, copy, communication, other, below_peak}`` as fractions
+            (0.12 = 12 points); see ``analysis.mfu``.
+        flops_source: where ``flops_per_step`` comes from (``counted with FlopCounterMode on step 1``...).
+        peak_source: where ``peak_tflops`` comes from.
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
@@ -145,6 +154,13 @@ class AnalysisResult:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     partial: bool = False
+    flops_per_step: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    mfu: float | None = None
+    mfu_gap: dict[str, float] | None = None
+    flops_source: str = ""
+    peak_source: str = ""
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,6 +184,8 @@ class AnalysisResult:
             "perf/step_time_ms": self.step_time_ms,
             "perf/peak_memory_gb": None if self.peak_memory_bytes is None else self.peak_memory_bytes / 1e9,
             "perf/imbalance_ratio": self.imbalance_ratio,
+            "perf/mfu": self.mfu,
+            "perf/achieved_tflops": self.achieved_tflops,
         }
         for cause in ("sync", "host", "copy", "communication", "other"):
             shares = [r.losses[cause] for r in self.ranks if cause in r.losses]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from perf_callbacks.analysis.mfu import mfu_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
 _CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
@@ -57,6 +58,7 @@ def _headline(result: AnalysisResult) -> list[str]:
         _utilization(result),
         f"step time (median): {_ms(result.step_time_ms)}   data wait: {_pct(result.data_wait_fraction)}",
     ]
+    lines += mfu_lines(vars(result))
     if result.peak_memory_bytes is not None:
         total = next((r.device_memory_bytes for r in result.ranks if r.device_memory_bytes), None)
         of = f" of {total / 1e9:.0f} GB" if total else ""
