@@ -1,0 +1,151 @@
+"""The text of each recommendation: a cause's evidence and its fix, the compute-bound advice and the caveats.
+
+``verdict.judge_rank`` decides which of them a rank gets, and in which order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from perf_callbacks.analysis.advice import WORKERS_RULE, suggest_num_workers
+from perf_callbacks.analysis.result import RankResult
+
+HOST_UNTRACED = "the host side was not traced (device activity, but no runtime call such as cudaLaunchKernel)"
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if x >= 0.01 else f"{x:.1%}"
+
+
+def _input_advice(r: RankResult, share: float) -> str:
+    loader = r.data_loader or "data loading"
+    where = f"{loader} took {_pct(r.data_wait_fraction)} of step time"
+    idle = f"device idle {_pct(share)}" if r.gpu_utilization is not None else f"{_pct(share)} of the window"
+    if loader.startswith("enumerate(DataLoader)#_SingleProcess"):
+        pin = "pin_memory=True, " if r.gpu_utilization is not None and r.device_kind in (None, "cuda") else ""
+        return f"{where} with num_workers=0 ({idle}): try num_workers={suggest_num_workers()} " \
+               f"({WORKERS_RULE}) and set {pin}persistent_workers=True"
+    return f"{where} ({idle} waiting for batches): raise num_workers or prefetch_factor, or make " \
+           "__getitem__ cheaper (decode/augment on the GPU, cache preprocessed samples)"
+
+
+def _sync_advice(r: RankResult, share: float) -> str:
+    calls = ", ".join(f"{n} ({ms:.1f} ms)" for n, ms in list(r.sync_calls_ms.items())[:3])
+    return f"the device went idle right after blocking calls returned, {_pct(share)} of the time: {calls}: " \
+           "remove .item()/.cpu()/print(tensor) from the step, keep metrics on the device and read them every N steps"
+
+
+def _host_advice(r: RankResult, share: float) -> str:
+    per_step = f"{r.launches_per_step:.0f} kernels per step, " if r.launches_per_step else ""
+    cuda = r.device_kind in (None, "cuda")
+    where = f"({per_step}{'GPU' if cuda else 'device'} busy {_pct(r.gpu_utilization or 0.0)})"
+    fix = "cut Python and launch overhead with torch.compile or CUDA graphs, fused/foreach optimizers, and a larger " \
+          "batch per step" if cuda else "cut Python and launch overhead: fewer, larger ops and a larger batch per step"
+    return f"the device waited {_pct(share)} of the time for the host to launch work {where}: {fix}"
+
+
+_COPY_FIX = {
+    "HtoD/pageable": "copy from pinned memory (DataLoader pin_memory=True) with .to(device, non_blocking=True)",
+    "DtoH/pageable": "read results back less often, into pinned buffers, with non_blocking=True",
+    "HtoD/pinned": "start the next batch's copy early (non_blocking=True on a side stream, or a prefetcher) so it "
+                   "overlaps compute",
+    "DtoH/pinned": "read results back less often: keep metrics on the device and fetch them every N steps",
+    "DtoH/device": "read results back less often: keep metrics on the device and fetch them every N steps",
+    "DtoD/device": "the data is already on the device: find the ops that copy it (.contiguous(), .clone(), dtype "
+                   "casts, torch.cat, non-fused optimizer states) and use views, in-place or fused ops",
+    "PtoP/device": "peer-to-peer copies between devices: keep each tensor on the device that uses it, or move the "
+                   "transfer into a collective",
+    "memset": "buffers are zeroed on the device: use zero_grad(set_to_none=True) and torch.empty where the values "
+              "are overwritten",
+}
+
+
+def _copy_advice(r: RankResult, share: float) -> str:
+    kinds = r.copy_exposed_ms or r.copies_ms
+    ranked = sorted(kinds.items(), key=lambda kv: -kv[1])
+    parts = [f"{k} {ms:.1f} ms: {_COPY_FIX.get(k, 'overlap it with compute on a side stream')}" for k, ms in ranked
+             if ms >= 0.1 * ranked[0][1]][:3]
+    return f"copies not overlapped with compute took {_pct(share)} of the time; by kind, " + "; ".join(parts)
+
+
+def _comm_advice(r: RankResult, share: float) -> str:
+    tot, over = r.comm_ms.get("total", 0.0), r.comm_ms.get("overlapped", 0.0)
+    ops = ", ".join(f"{name} {ms:.1f} ms" for name, ms in list(r.collectives_by_op_ms.items())[:3])
+    which = f" ({ops})" if ops else ""
+    return f"collectives{which} were exposed {_pct(share)} of the time ({tot:.1f} ms in collectives, {over:.1f} ms " \
+           "overlapped with compute): overlap them (DDP bucket_cap_mb, FSDP prefetch), fix stragglers first, or " \
+           "communicate less often (gradient accumulation with no_sync)"
+
+
+def host_untraced(r: RankResult) -> bool:
+    """Whether the trace has device activity but no runtime call: when the host launched its work is unknown."""
+    return not r.host_traced
+
+
+def _other_advice(r: RankResult, share: float) -> str:
+    if host_untraced(r):
+        return f"{HOST_UNTRACED}: the device idled {_pct(share)} of the time, which cannot be put down to the host, " \
+               "the input pipeline or syncs without it; profile with activities=[CPU, CUDA] to find out"
+    graph = r.graph_idle_fraction
+    inside = ""
+    if graph >= 0.01:
+        inside = f"; {_pct(graph)} of the window is inside CUDA graph replays (between kernels of one " \
+                 "cudaGraphLaunch): look for graph nodes waiting on other streams, events or host nodes"
+    lead = f"unexplained idle {_pct(share)}: the device idled although its next op had already been launched"
+    return f"{lead}{inside}; look at cross-stream waits (cudaStreamWaitEvent), work on other devices or " \
+           "processes, and the gaps in an Nsight Systems timeline (perf-callbacks nsys)"
+
+
+def backlog_note(r: RankResult) -> str:
+    """The window began while the device still ran earlier work: not host idle, and too short a window to judge."""
+    return f"backlog {_pct(r.backlog_fraction)}: at the window's start the device was still running work queued " \
+           "before it (its first op started long after its launch); that time is not host idle, and the window " \
+           "is too short to judge: profile more steps (schedule.active) to see the steady state"
+
+
+ADVICE: dict[str, Callable[[RankResult, float], str]] = {
+    "input": _input_advice,
+    "sync": _sync_advice,
+    "host": _host_advice,
+    "copy": _copy_advice,
+    "communication": _comm_advice,
+    "other": _other_advice,
+}
+
+
+def compute_advice(r: RankResult) -> str:
+    """The first recommendation of a ``compute_bound`` rank: what leads, and how to make the math itself faster."""
+    top = r.top_ops[0] if r.top_ops else None
+    lead = f"{top['name']} has {_pct(top['fraction'])} of self {top['device']} time" if top else "no single op leads"
+    if r.gpu_utilization is None:
+        return f"no device activity recorded and no removable host-side loss found ({lead}): speed up the host " \
+               "code, or profile with activities=[CPU, CUDA] to see the device"
+    if r.device_kind not in (None, "cuda"):
+        return f"compute-bound (device busy {_pct(r.gpu_utilization)}; {lead}): speed up the device kernels themselves"
+    busy = f"GPU busy {_pct(r.gpu_utilization)}"
+    return f"compute-bound ({busy}; {lead}): speed up the math itself: bf16/TF32, torch.compile, fused or flash " \
+           "attention kernels"
+
+
+def profiler_caveat(r: RankResult) -> str | None:
+    """A caveat when ``with_stack``/``record_shapes`` inflated the host-side figures, else None."""
+    flags = [f for f in r.profiler_flags if f in ("with_stack", "record_shapes")]
+    if not flags:
+        return None
+    opts = " and ".join(f"{f}=True" for f in flags)
+    verb = "were" if len(flags) > 1 else "was"
+    return f"{opts} {verb} on in this window: it adds host time to every op, so host-side figures are inflated; " \
+           "profile again without it to confirm a host-bound verdict"
+
+
+def memory_note(r: RankResult) -> str | None:
+    """Close to OOM, or room for a larger batch (when the verdict is host- or compute-bound), else None."""
+    if r.peak_memory_bytes is None or not r.device_memory_bytes:
+        return None
+    share = r.peak_memory_bytes / r.device_memory_bytes
+    gb = f"{r.peak_memory_bytes / 1e9:.2f} of {r.device_memory_bytes / 1e9:.0f} GB"
+    if share >= 0.9:
+        return f"peak memory {gb} ({_pct(share)}): close to OOM; use activation checkpointing or a smaller batch"
+    if share < 0.3 and r.verdict in ("host_bound", "compute_bound"):
+        return f"peak memory only {gb} ({_pct(share)}): there is room for a larger batch"
+    return None
