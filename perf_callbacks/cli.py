@@ -77,6 +77,11 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    help="parse up to N trace files at once in separate processes (default: the CPU cores, %(default)s; "
                         "fewer when memory is short)")
     p.add_argument("--no-sidecars", action="store_true", help="parse every trace even where a sidecar summary matches")
+    p.add_argument("--top", type=_positive, default=5, metavar="N",
+                   help="ops in the op table (default: %(default)s; over 10 parses the traces, as sidecars keep 10)")
+    p.add_argument("--sort", choices=("device_time", "self_cpu", "calls", "memory"), default="device_time",
+                   help="order of the op table: self device time (default), self CPU time, calls, or self memory "
+                        "allocated (needs profile_memory=True)")
     p.set_defaults(func=_run_report)
 
 
@@ -111,13 +116,15 @@ def _report(args: argparse.Namespace) -> int:
 
     from perf_callbacks.analysis import analyze, format_text, render_html
 
-    result = analyze(args.path, jobs=args.jobs, sidecars=not args.no_sidecars)
+    result = analyze(args.path, top_k=max(args.top, 10), jobs=args.jobs,
+                     sidecars=not args.no_sidecars and args.top <= 10)
     for error in result.errors:
         print(f"perf-callbacks report: skipped {error}", file=sys.stderr)
     if args.html:
         Path(args.html).write_text(render_html(result), encoding="utf-8")
         print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else format_text(result), end="\n" if args.json else "")
+    text = format_text(result, top_k=args.top, sort=args.sort)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else text, end="\n" if args.json else "")
     return EXIT_PARTIAL if result.errors else EXIT_OK
 
 

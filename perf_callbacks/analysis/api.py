@@ -11,6 +11,7 @@ from typing import Any
 from perf_callbacks.analysis.cluster import imbalance, stragglers
 from perf_callbacks.analysis.collect import Loaded, analyze_file, from_sidecar, load_all
 from perf_callbacks.analysis.discover import Window, discover
+from perf_callbacks.analysis.measures import window_advice, window_measures, window_notes
 from perf_callbacks.analysis.mfu import window_mfu
 from perf_callbacks.analysis.process_windows import process_windows
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
@@ -104,7 +105,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         step_time_ms=median(s.time_ms for r in ranks for s in r.steps) if any(r.steps for r in ranks) else None,
         top_ops=_merge_top_ops(ranks, top_k),
         peak_memory_bytes=max((r.peak_memory_bytes for r in ranks if r.peak_memory_bytes is not None), default=None),
-        recommendations=_overall_recommendations(ranks, verdict, slow, reasons),
+        recommendations=_overall_recommendations(ranks, verdict, slow, reasons) + window_advice(ranks),
         ranks=ranks,
         stragglers=slow,
         imbalance_ratio=ratio,
@@ -114,7 +115,8 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         runner_up=margin.runner_up,
         verdict_note=margin.note,
         devices=[{"rank": r.rank, **d} for r in ranks for d in r.devices],
-        notes=_aside_note(ranks),
+        notes=_aside_note(ranks) + window_notes(ranks),
+        **window_measures(ranks, top_k),
     )
     mfu, notes = window_mfu([r.flops for r in ranks], result.step_time_ms, losses)
     vars(result).update(mfu)

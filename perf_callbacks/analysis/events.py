@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_callbacks.analysis.aside import ASIDE, DATA_WAIT, is_loader_next, training_input
+from perf_callbacks.analysis.extra_events import ExtraEvents
 from perf_callbacks.analysis.loader import rank_from_name, read_trace
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
@@ -82,6 +83,7 @@ class RankTrace:
     peak_allocated: int | None = None
     peak_reserved: int | None = None
     events: int = 0
+    extra: ExtraEvents = field(default_factory=ExtraEvents)
 
     @property
     def has_gpu(self) -> bool:
@@ -129,6 +131,7 @@ class _Collector:
                 t.python_events += 1
             elif e.get("name") == "[memory]" and isinstance(e.get("args"), dict):
                 self._memory(e["args"])
+                t.extra.memory_event(e)
 
     def _cpu_op(self, e: dict[str, Any]) -> None:
         t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
@@ -139,6 +142,7 @@ class _Collector:
         args = _args(e)
         if name == "record_param_comms" and args.get("Collective name"):
             name = f"record_param_comms ({collective_name(str(args['Collective name']))})"
+            t.extra.cpu_op(args)
         t.cpu_ops.append((ts, end, e.get("tid"), name))
         ext = args.get("External id", args.get("external id"))
         if ext is not None:
@@ -156,6 +160,7 @@ class _Collector:
         row = (ts, ts + _dur(e), kind, str(e.get("name", "")), device if isinstance(device, int) else 0,
                args.get("correlation", -1), args.get("External id", args.get("external id", -1)))
         self.trace.gpu.append(row)
+        self.trace.extra.gpu(row, args)
 
     def _runtime(self, e: dict[str, Any]) -> None:
         t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
@@ -166,6 +171,7 @@ class _Collector:
         corr = args.get("correlation")
         if corr is not None:
             t.launches[corr] = (ts, args.get("External id", args.get("external id", -1)))
+            t.extra.runtime(name, ts, _dur(e), corr)
             if name in GRAPH_LAUNCHES:
                 t.graph_launches[corr] = ts + _dur(e)
         if name in SYNC_CALLS:
@@ -185,6 +191,7 @@ class _Collector:
             t.loader_spans.append((ts, end, name))
         elif name.startswith(_COMM_PREFIXES):
             t.comm_spans.append((ts, end, name))
+            t.extra.host_comm(ts, end, name, _args(e))
 
     def _memory(self, args: dict[str, Any]) -> None:
         if args.get("Device Type") != 1:

@@ -10,6 +10,7 @@ from typing import Any
 from perf_callbacks.analysis.aside import within
 from perf_callbacks.analysis.events import RankTrace, nccl_collective
 from perf_callbacks.analysis.intervals import Span, clip, intersect, subtract, total, union
+from perf_callbacks.analysis.measures import rank_measures
 from perf_callbacks.analysis.ops import copy_times, top_kernels, top_ops
 from perf_callbacks.analysis.result import RankResult, StepResult
 from perf_callbacks.analysis.timeline import (
@@ -57,6 +58,7 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         launches_per_step=_launches_per_step(trace, len(steps), dev, tl.aside) if on_gpu else None,
         timeline=tl,
         **_extra(trace, tl, span),
+        **rank_measures(trace, tl, top_k),
     )
 
 

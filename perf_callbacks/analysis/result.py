@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from perf_callbacks.analysis.headline import headline_scalars
 from perf_callbacks.analysis.timeline import Timeline
 
 VERDICTS = (
@@ -72,6 +73,15 @@ class RankResult:
     copy_exposed_ms: dict[str, float] = field(default_factory=dict)
     collectives_by_op_ms: dict[str, float] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)
+    communication: list[dict[str, Any]] = field(default_factory=list)
+    overlap_fraction: float | None = None
+    copies: list[dict[str, Any]] = field(default_factory=list)
+    launch: dict[str, Any] | None = None
+    memory_by_op: list[dict[str, Any]] = field(default_factory=list)
+    memory_peak: dict[str, Any] | None = None
+    memory_curve: list[list[float]] = field(default_factory=list)
+    op_table: list[dict[str, Any]] = field(default_factory=list)
+    measure_notes: list[str] = field(default_factory=list)
     bad_events: int = 0
     runtime_calls: int = 0
     host_traced: bool = True
@@ -130,6 +140,15 @@ class AnalysisResult:
             (0.12 = 12 points); see ``analysis.mfu``.
         flops_source: where ``flops_per_step`` comes from (``counted with FlopCounterMode on step 1``...).
         peak_source: where ``peak_tflops`` comes from.
+        communication: per collective and process group, summed over ranks: ``{name, group, count, bytes, total_ms,
+            exposed_ms, algbw_gbps, busbw_gbps, group_size, busbw_p50_gbps}`` (see ``analysis.comms``).
+        overlap_fraction: the share of collective time overlapped by compute (mean over ranks).
+        copies: per copy kind and host memory kind, summed over ranks: ``{kind, memory, count, bytes, total_ms,
+            gbps}`` (see ``analysis.copies``).
+        launch: ``{p50_us, p95_us, launch_call_p50_us, small_kernels, small_kernel_fraction}`` (``analysis.launch``).
+        memory_by_op: the ops with the most self memory, ``{name, self_bytes, calls}`` (``analysis.memory_ops``).
+        memory_peak: ``{bytes, op, ts_ms, memory}``: the highest allocated memory of any rank and the op there.
+        op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
@@ -161,6 +180,13 @@ class AnalysisResult:
     mfu_gap: dict[str, float] | None = None
     flops_source: str = ""
     peak_source: str = ""
+    communication: list[dict[str, Any]] = field(default_factory=list)
+    overlap_fraction: float | None = None
+    copies: list[dict[str, Any]] = field(default_factory=list)
+    launch: dict[str, Any] | None = None
+    memory_by_op: list[dict[str, Any]] = field(default_factory=list)
+    memory_peak: dict[str, Any] | None = None
+    op_table: list[dict[str, Any]] = field(default_factory=list)
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,4 +217,5 @@ class AnalysisResult:
             shares = [r.losses[cause] for r in self.ranks if cause in r.losses]
             key = {"sync": "host_sync", "host": "launch_overhead", "other": "unexplained_idle"}.get(cause, cause)
             values[f"perf/{key}_fraction"] = sum(shares) / len(shares) if shares else None
+        values.update(headline_scalars(self.communication, self.copies, self.launch))
         return {k: float(v) for k, v in values.items() if v is not None}

@@ -13,6 +13,7 @@ from dataclasses import MISSING
 from functools import cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from perf_callbacks.analysis.measures_check import measures_valid
 from perf_callbacks.analysis.result import VERDICTS, RankResult
 
 _TOP_OP = {"name": str, "device": str, "self_time_us": float, "count": int, "fraction": float}
@@ -47,7 +48,8 @@ def _valid(data: dict[str, Any]) -> bool:
             and all(_entry(s, _STEP) for s in data["steps"])
             and all(_entry(op, _TOP_OP) for op in data["top_ops"])
             and all(_entry(d, _DEVICE) and all(_entry(k, _KERNEL) for k in d["top_kernels"])
-                    for d in data.get("devices", [])))
+                    for d in data.get("devices", []))
+            and measures_valid(data, _fits))
 
 
 def _entry(value: dict[str, Any], schema: dict[str, Any]) -> bool:

@@ -10,8 +10,9 @@ from typing import Any
 
 from perf_callbacks.analysis.loader import open_trace, rank_from_name
 
-FORMAT = "perf-callbacks-sidecar/2"
-"""Version 2: validation and checkpoint time is set aside; a sidecar of version 1 is ignored (the trace is parsed)."""
+FORMAT = "perf-callbacks-sidecar/3"
+"""Version 2: validation and checkpoint time is set aside; version 3: collective and transfer bandwidth, launch latency,
+memory by operator and the op table. A sidecar of an older version is ignored (the trace is parsed)."""
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)')
 
 

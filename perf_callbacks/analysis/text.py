@@ -5,18 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from perf_callbacks.analysis.measures_text import measure_lines, op_lines
 from perf_callbacks.analysis.mfu import mfu_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
 _CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
 
 
-def format_text(result: AnalysisResult, top_k: int = 5) -> str:
+def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time") -> str:
     """Render the verdict, the headline numbers, recommendations, top ops and, with several ranks, stragglers.
 
     Args:
         result: what ``analyze`` returned.
         top_k: how many top ops to list.
+        sort: what orders them: ``device_time`` (self device time), ``self_cpu``, ``calls`` or ``memory``.
     """
     partial = " (partial window: fewer completed steps than planned)" if result.partial else ""
     lines = [f"perf-callbacks report: {result.path}{partial}", f"verdict: {verdict_line(result)}",
@@ -25,7 +27,8 @@ def format_text(result: AnalysisResult, top_k: int = 5) -> str:
     lines += [f"skipped: {e}" for e in result.errors]
     lines += [""] if result.notes or result.errors else []
     lines += ["recommendations:"] + [f"  {i}. {t}" for i, t in enumerate(result.recommendations, 1)] + [""]
-    lines += _ops(result, top_k)
+    lines += _ops(result, top_k) if sort == "device_time" else op_lines(result, top_k, sort)
+    lines += measure_lines(result)
     lines += _devices(result)
     lines += _ranks(result)
     if len(result.windows) > 1:

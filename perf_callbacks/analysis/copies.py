@@ -1,0 +1,85 @@
+"""Transfers: count, bytes, time and rate per copy kind (HtoD, DtoH, DtoD, PtoP) and host memory kind.
+
+Every memcpy that starts in the window (outside the time set aside) counts, on every device of the rank. The rate is
+total bytes / total copy time, in 1e9 bytes/s. Copies without ``bytes`` (older traces) are counted and timed only.
+Advice comes from the rates, never from the kind alone: a pageable copy is called slow only when it ran at under half
+the rate of the pinned copies of the same direction in the same trace, or, without any, of ``LINK_GBPS``; and only when
+such copies took at least ``ADVICE_SHARE`` of the window.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from perf_callbacks.analysis.events import RankTrace
+from perf_callbacks.analysis.measure_base import InWindow, gbps, number
+from perf_callbacks.analysis.result import RankResult
+from perf_callbacks.analysis.timeline import Timeline, copy_kind
+
+LINK_GBPS = 25.0
+"""What a pinned host-device copy usually reaches on a PCIe 4.0 x16 link (about 25 of its 32 GB/s)."""
+SLOW = 0.5
+"""A pageable copy is slow below this fraction of the reference rate."""
+ADVICE_SHARE = 0.05
+"""The share of the window that slow copies must take before the report advises on them."""
+_FIX = {"HtoD": "pin the host buffers (DataLoader pin_memory=True) and copy with .to(device, non_blocking=True)",
+        "DtoH": "copy into a pinned buffer (torch.empty(..., pin_memory=True)) with non_blocking=True"}
+NO_BYTES = "copies without a byte count in the trace: counted and timed only, no GB/s"
+
+
+def copies(trace: RankTrace, tl: Timeline) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows ``{kind, memory, count, bytes, total_ms, gbps}`` (most time first), and notes.
+
+    ``bytes`` is summed over the copies (None when one has no size).
+    """
+    keep = InWindow.of(tl)
+    acc: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, 0, 0.0])
+    for ts, end, _dev, name, nbytes in trace.extra.copies:
+        if not keep(ts):
+            continue
+        kind, memory = copy_kind("memcpy", name).split("/")
+        row = acc[(kind, memory)]
+        size = number(nbytes)
+        row[0] += 1
+        row[1] = None if size is None or row[1] is None else row[1] + size
+        row[2] += end - ts
+    rows = [_figures(k, m, c, b, us / 1e3) for (k, m), (c, b, us) in acc.items()]
+    rows.sort(key=lambda r: -r["total_ms"])
+    return rows, [NO_BYTES] if any(r["bytes"] is None for r in rows) else []
+
+
+def combine(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Rows of several ranks summed per kind and memory; rates from the sums."""
+    merged: dict[tuple[str, str], list[Any]] = {}
+    for rows in per_rank:
+        for r in rows:
+            m = merged.setdefault((r["kind"], r["memory"]), [0, 0, 0.0])
+            m[0] += r["count"]
+            m[1] = None if r["bytes"] is None or m[1] is None else m[1] + r["bytes"]
+            m[2] += r["total_ms"]
+    return sorted((_figures(k, m, c, b, ms) for (k, m), (c, b, ms) in merged.items()), key=lambda r: -r["total_ms"])
+
+
+def copy_advice(r: RankResult) -> list[str]:
+    """Advice on pageable copies that ran slow, with the rates that show it (empty when none did, or too little)."""
+    rates = {(c["kind"], c["memory"]): c for c in r.copies if c["gbps"] is not None}
+    out = []
+    for (kind, memory), c in sorted(rates.items()):
+        if memory != "pageable" or kind not in ("HtoD", "DtoH"):
+            continue
+        pinned = rates.get((kind, "pinned"))
+        ref, what = (pinned["gbps"], "the pinned copies' rate in this trace") if pinned else \
+            (LINK_GBPS, "what a PCIe 4.0 x16 link carries pinned")
+        share = c["total_ms"] / r.span_ms if r.span_ms else 0.0
+        if c["gbps"] >= SLOW * ref or share < ADVICE_SHARE:
+            continue
+        fix = _FIX[kind]
+        out.append(f"{kind} copies from pageable memory ran at {c['gbps']:.1f} GB/s, {c['gbps'] / ref:.0%} of {what} "
+                   f"({ref:.1f} GB/s), and took {c['total_ms']:.1f} ms ({share:.0%} of the window): {fix}")
+    return out
+
+
+def _figures(kind: str, memory: str, count: int, nbytes: int | None, ms: float) -> dict[str, Any]:
+    return {"kind": kind, "memory": memory, "count": count, "bytes": nbytes, "total_ms": ms,
+            "gbps": gbps(nbytes, ms * 1e3)}

@@ -1,0 +1,85 @@
+"""The raw facts behind the bandwidth, launch and memory figures, kept while a trace streams in.
+
+``events._Collector`` hands each relevant event to an ``ExtraEvents`` held by the ``RankTrace``: memcpy sizes, the
+arguments that NCCL kernels and ``record_param_comms`` carry (``Collective name``, ``In msg nelems``, ``Out msg
+nelems``, ``dtype``, ``Group size``, the process group), the shapes of gloo/nccl host spans (with
+``record_shapes=True``), the kernel launch calls, and the ``[memory]`` events. Only small tuples are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+COMM_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Name",
+             "Process Group Description")
+"""The arguments of a collective that the figures use."""
+_LAUNCH = re.compile(r"Launch\w*Kernel")
+
+Copy = tuple[float, float, int, str, Any]
+"""``(start, end, device, name, bytes)``; bytes as the trace has it (None when absent)."""
+Nccl = tuple[float, float, int, str, "dict[str, Any] | None", Any, Any]
+"""``(start, end, device, kernel name, collective arguments or None, External id, correlation)``."""
+HostComm = tuple[float, float, str, Any, Any]
+"""``(start, end, span name, Input Dims, Input type)`` of a ``gloo:``/``nccl:`` host span."""
+Memory = tuple[float, Any, Any, Any, Any]
+"""``(ts, tid, Bytes, Total Allocated, Device Type)`` of a ``[memory]`` event."""
+
+
+@dataclass
+class ExtraEvents:
+    """What ``events._Collector`` keeps for the communication, transfer, launch and memory figures.
+
+    Args:
+        copies: every memcpy.
+        nccl: every NCCL kernel, with its collective arguments when the kernel carries them.
+        param_comms: ``External id`` -> collective arguments of each ``record_param_comms`` op.
+        host_comms: every ``gloo:``/``nccl:`` host span.
+        launch_calls: correlation id -> ``(start, duration)`` of each kernel launch call (``cudaLaunchKernel``...).
+        memory: every ``[memory]`` event.
+    """
+
+    copies: list[Copy] = field(default_factory=list)
+    nccl: list[Nccl] = field(default_factory=list)
+    param_comms: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    host_comms: list[HostComm] = field(default_factory=list)
+    launch_calls: dict[Any, tuple[float, float]] = field(default_factory=dict)
+    memory: list[Memory] = field(default_factory=list)
+
+    def gpu(self, row: tuple[float, float, str, str, int, Any, Any], args: dict[str, Any]) -> None:
+        """A device event, as ``events`` keeps it: ``(start, end, kind, name, device, correlation, External id)``."""
+        kind = row[2]
+        if kind == "memcpy":
+            self.copies.append((row[0], row[1], row[4], row[3], args.get("bytes")))
+        elif kind == "kernel" and "nccl" in row[3].lower():
+            self.nccl.append((row[0], row[1], row[4], row[3], comm_args(args), row[6], row[5]))
+
+    def cpu_op(self, args: dict[str, Any]) -> None:
+        """A ``record_param_comms`` op."""
+        found = comm_args(args)
+        ext = args.get("External id", args.get("external id"))
+        if found is not None and ext is not None:
+            self.param_comms[ext] = found
+
+    def runtime(self, name: str, ts: float, dur: float, corr: Any) -> None:
+        """A runtime call with a correlation id; kept when it launches a kernel."""
+        if _LAUNCH.search(name):
+            self.launch_calls[corr] = (ts, dur)
+
+    def host_comm(self, ts: float, end: float, name: str, args: dict[str, Any]) -> None:
+        """A ``gloo:``/``nccl:`` annotation span."""
+        self.host_comms.append((ts, end, name, args.get("Input Dims"), args.get("Input type")))
+
+    def memory_event(self, e: dict[str, Any]) -> None:
+        """A ``[memory]`` instant event."""
+        args = e["args"]
+        self.memory.append((e["ts"], e.get("tid"), args.get("Bytes"), args.get("Total Allocated"),
+                            args.get("Device Type")))
+
+
+def comm_args(args: dict[str, Any]) -> dict[str, Any] | None:
+    """The collective arguments of an event (``COMM_KEYS`` present), or None when it names no collective."""
+    if not args.get("Collective name"):
+        return None
+    return {k: args[k] for k in COMM_KEYS if k in args}

@@ -1,0 +1,116 @@
+"""The report's lines for memory by operator, collectives, transfers and launch latency, and the ``--sort`` op table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perf_callbacks.analysis.op_table import sorted_ops
+from perf_callbacks.analysis.result import AnalysisResult
+
+
+def measure_lines(result: AnalysisResult) -> list[str]:
+    """Memory, communication, transfers and launch latency, each only when the trace holds it."""
+    lines = _memory(result) + _communication(result) + _copies(result) + _launch(result)
+    return [""] + lines if lines else []
+
+
+def op_lines(result: AnalysisResult, top_k: int, sort: str) -> list[str]:
+    """The op table sorted by ``sort`` (``self_cpu``, ``calls``, ``memory`` or ``device_time``), ``top_k`` rows."""
+    rows = sorted_ops(result.op_table, sort)[:top_k]
+    if not rows:
+        return []
+    if sort == "memory" and result.memory_peak is None:
+        return ["top ops by self memory: the trace has no [memory] events (profile with profile_memory=True)"]
+    label = {"device_time": "self device time", "self_cpu": "self CPU time", "calls": "calls",
+             "memory": "self memory"}[sort]
+    lines = [f"top ops by {label}:", f"  {'device ms':>10} {'self CPU ms':>12} {'calls':>8} {'self memory':>12}  op"]
+    for r in rows:
+        device = "n/a" if r["device_time_us"] is None else f"{r['device_time_us'] / 1e3:.2f}"
+        name = r["name"] if len(r["name"]) <= 60 else r["name"][:57] + "..."
+        lines.append(f"  {device:>10} {r['self_cpu_us'] / 1e3:12.2f} {r['calls']:8d} "
+                     f"{size(r['self_memory_bytes']):>12}  {name}")
+    return lines
+
+
+def size(nbytes: float | None) -> str:
+    """Bytes in decimal units: ``25.2 MB``, ``-1.5 kB``, ``512 B``.
+
+    Example:
+        >>> size(25_165_824), size(-1536), size(512), size(None)
+        ('25.2 MB', '-1.5 kB', '512 B', 'n/a')
+    """
+    if nbytes is None:
+        return "n/a"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def rate(gbps: float | None) -> str:
+    """GB/s with sense for small rates (``142 GB/s``, ``6.6 GB/s``, ``0.011 GB/s``)."""
+    if gbps is None:
+        return "n/a"
+    return f"{gbps:.0f} GB/s" if gbps >= 100 else f"{gbps:.1f} GB/s" if gbps >= 1 else f"{gbps:.3f} GB/s"
+
+
+def comm_line(c: dict[str, Any]) -> str:
+    """``AllReduce x48, 25.2 MB each (mean): 9.8 ms, 6.1 ms exposed, busbw 142 GB/s (140 GB/s p50 of calls)``."""
+    each = f", {size(c['bytes'] / c['count'])} each (mean)" if c["bytes"] is not None and c["count"] else ""
+    head = f"{c['name']} x{c['count']}{each}: {c['total_ms']:.1f} ms, {c['exposed_ms']:.1f} ms exposed"
+    group = f"group {c['group'] or '?'} of {c['group_size'] if c['group_size'] is not None else '? ranks'}"
+    if c["group_size"] == 1:
+        return f"{head}; {group}: no data moved (busbw 0)"
+    if c["bytes"] is None:
+        return f"{head}; no message size in the trace ({group})"
+    if c["busbw_gbps"] is None:
+        return f"{head}, algbw {rate(c['algbw_gbps'])} ({group}; busbw needs the group size)"
+    p50 = f" ({rate(c['busbw_p50_gbps'])} p50 of calls)" if c.get("busbw_p50_gbps") is not None else ""
+    return f"{head}, busbw {rate(c['busbw_gbps'])}{p50}, algbw {rate(c['algbw_gbps'])} ({group})"
+
+
+def _communication(result: AnalysisResult) -> list[str]:
+    if not result.communication:
+        return []
+    over = "" if result.overlap_fraction is None else f"; {result.overlap_fraction:.0%} of their time overlapped " \
+                                                      "compute"
+    ranks = f", summed over {len(result.ranks)} ranks" if len(result.ranks) > 1 else ""
+    return [f"collectives (total bytes / total time{ranks}{over}):"] + \
+        [f"  {comm_line(c)}" for c in result.communication]
+
+
+def _copies(result: AnalysisResult) -> list[str]:
+    if not result.copies:
+        return []
+    ranks = f", summed over {len(result.ranks)} ranks" if len(result.ranks) > 1 else ""
+    lines = [f"transfers (memcpy{ranks}):"]
+    for c in result.copies:
+        what = f"{c['kind']} {c['memory']}" if c["memory"] != "device" else c["kind"]
+        speed = rate(c["gbps"]) if c["gbps"] is not None else "no byte count in the trace"
+        lines.append(f"  {what} x{c['count']}, {size(c['bytes'])}: {c['total_ms']:.2f} ms, {speed}")
+    return lines
+
+
+def _launch(result: AnalysisResult) -> list[str]:
+    x = result.launch
+    if not x:
+        return []
+    small = f"{x['small_kernels']} kernels under 10 us ({x['small_kernel_fraction']:.0%} of kernel time)"
+    if x["p50_us"] is None:
+        return [f"launch: {small}; launch latency unknown (no launch call traced)"]
+    call = "" if x["launch_call_p50_us"] is None else f"; launch call p50 {x['launch_call_p50_us']:.1f} us"
+    return [f"launch: launch to kernel start p50 {x['p50_us']:.1f} us, p95 {x['p95_us']:.1f} us{call}; {small}"]
+
+
+def _memory(result: AnalysisResult) -> list[str]:
+    peak = result.memory_peak
+    if peak is None:
+        return []
+    kind = "host" if peak.get("memory") == "host" else "device"
+    lines = [f"{kind} memory: peak {size(peak['bytes'])} allocated in {peak['op']}, {peak['ts_ms']:.1f} ms into the "
+             "window"]
+    if result.memory_by_op:
+        tops = ", ".join(f"{m['name']} {size(m['self_bytes'])} (x{m['calls']})" for m in result.memory_by_op[:3])
+        lines.append(f"  most self memory (allocated less freed): {tops}")
+    return lines
+

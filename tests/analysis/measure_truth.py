@@ -1,0 +1,160 @@
+"""Independent counts of the communication, transfer, launch and memory figures, straight from a trace's raw events.
+
+Nothing here imports perf_callbacks: each figure is a json.load and a loop, so that a test compares the package with
+a second, simpler reading of the same events.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+SIZES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Byte": 1, "float": 4}
+NAMES = {"allreduce": "AllReduce", "all_reduce": "AllReduce", "broadcast": "Broadcast", "allgather": "AllGather",
+         "all_gather": "AllGather", "reduce_scatter": "ReduceScatter"}
+FACTOR = {"AllReduce": lambda n: 2 * (n - 1) / n, "AllGather": lambda n: (n - 1) / n, "Broadcast": lambda n: 1.0}
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        found: list[dict[str, Any]] = json.load(f)["traceEvents"]
+    return found
+
+
+def window(ev: list[dict[str, Any]]) -> tuple[float, float]:
+    """First ProfilerStep start to the later of the last step end and the last device op end."""
+    steps = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")]
+    ends = [e["ts"] + e.get("dur", 0) for e in ev if e.get("cat") in DEVICE_CATS]
+    return min(e["ts"] for e in steps), max([e["ts"] + e["dur"] for e in steps] + ends)
+
+
+def inside(e: dict[str, Any], lo: float, hi: float) -> bool:
+    return bool(lo <= e["ts"] < hi)
+
+
+def union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def length(spans: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in spans)
+
+
+def minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Parts of the merged spans ``a`` outside the merged spans ``b`` (quadratic: small inputs only)."""
+    out = []
+    for s, e in a:
+        pieces = [(s, e)]
+        for bs, be in b:
+            pieces = [p for x, y in pieces for p in ((x, min(y, bs)), (max(x, be), y)) if p[1] > p[0]]
+        out += pieces
+    return out
+
+
+def nccl_figures(ev: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per collective: count, bytes, total_ms, exposed_ms, algbw, busbw, p50 busbw, from the NCCL kernels on device 0."""
+    lo, hi = window(ev)
+    kernels = [e for e in ev if e.get("cat") == "kernel" and inside(e, lo, hi) and e["args"].get("device") == 0]
+    compute = union([(e["ts"], e["ts"] + e["dur"]) for e in kernels if "nccl" not in e["name"].lower()])
+    out = {}
+    for name in {NAMES[e["args"]["Collective name"]] for e in kernels if "nccl" in e["name"].lower()}:
+        calls = [e for e in kernels if "nccl" in e["name"].lower() and NAMES[e["args"]["Collective name"]] == name]
+        n = calls[0]["args"]["Group size"]
+        key = "Out msg nelems" if name == "AllGather" else "In msg nelems"
+        sizes = [e["args"][key] * SIZES[e["args"]["dtype"]] for e in calls]
+        us = sum(e["dur"] for e in calls)
+        spans = union([(e["ts"], e["ts"] + e["dur"]) for e in calls])
+        algbw = sum(sizes) / us / 1e3
+        out[name] = {"count": len(calls), "bytes": sum(sizes), "total_ms": us / 1e3,
+                     "exposed_ms": length(minus(spans, compute)) / 1e3, "algbw_gbps": algbw,
+                     "busbw_gbps": algbw * FACTOR[name](n), "group_size": n,
+                     "busbw_p50_gbps": median(s / e["dur"] / 1e3 * FACTOR[name](n)
+                                              for s, e in zip(sizes, calls, strict=True))}
+    every = union([(e["ts"], e["ts"] + e["dur"]) for e in kernels if "nccl" in e["name"].lower()])
+    out["_overlap"] = {"fraction": 1 - length(minus(every, compute)) / length(every)}
+    return out
+
+
+def copy_figures(ev: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (direction, host memory): count, bytes, total_ms, gbps of the memcpys in the window."""
+    lo, hi = window(ev)
+    acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    for e in ev:
+        if e.get("cat") != "gpu_memcpy" or not inside(e, lo, hi):
+            continue
+        kind = re.match(r"Memcpy (\w+)", e["name"]).group(1)  # type: ignore[union-attr]
+        memory = "pageable" if "Pageable" in e["name"] else "pinned" if "Pinned" in e["name"] else "device"
+        row = acc[(kind, memory)]
+        row[0] += 1
+        row[1] += e["args"]["bytes"]
+        row[2] += e["dur"]
+    return {k: {"count": c, "bytes": b, "total_ms": us / 1e3, "gbps": b / us / 1e3} for k, (c, b, us) in acc.items()}
+
+
+def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
+    """Launch-to-start delays (p50, p95 by nearest rank), launch call p50, kernels under 10 us and their time share."""
+    lo, hi = window(ev)
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and re.search(r"Launch\w*Kernel", e["name"]) and "correlation" in e.get("args", {})}
+    kernels = [e for e in ev if e.get("cat") == "kernel" and inside(e, lo, hi)]
+    delays = sorted(e["ts"] - calls[e["args"]["correlation"]]["ts"] for e in kernels
+                    if e["args"].get("correlation") in calls)
+    small = [e["dur"] for e in kernels if e["dur"] < 10]
+    return {"p50_us": median(delays), "p95_us": delays[math.ceil(0.95 * len(delays)) - 1],
+            "launch_call_p50_us": median(e["dur"] for e in calls.values() if inside(e, lo, hi)),
+            "small_kernels": len(small), "small_kernel_fraction": sum(small) / sum(e["dur"] for e in kernels)}
+
+
+def memory_figures(ev: list[dict[str, Any]], device_type: int = 1) -> dict[str, Any]:
+    """Self bytes and calls per op (each memory event charged to the innermost cpu_op around it on its thread), and
+    the peak of Total Allocated with its op and its time from the window start (ms)."""
+    lo, _ = window(ev)
+    ops: dict[Any, list[tuple[float, float, float, str]]] = defaultdict(list)
+    calls: dict[str, int] = defaultdict(int)
+    for e in ev:
+        if e.get("cat") == "cpu_op":
+            ops[e.get("tid")].append((e["ts"], -(e["ts"] + e.get("dur", 0)), e["ts"] + e.get("dur", 0), e["name"]))
+            calls[e["name"]] += 1
+    for lst in ops.values():
+        lst.sort()
+    starts = {tid: [o[0] for o in lst] for tid, lst in ops.items()}
+    reach = {tid: _prefix_max(lst) for tid, lst in ops.items()}
+    mem = sorted((e for e in ev if e.get("name") == "[memory]" and e["args"].get("Device Type") == device_type),
+                 key=lambda e: e["ts"])
+    self_bytes: dict[str, int] = defaultdict(int)
+    owners = []
+    for m in mem:
+        lst, ts = ops.get(m.get("tid"), []), m["ts"]
+        i = bisect_right(starts.get(m.get("tid"), []), ts) - 1
+        while i >= 0 and lst[i][2] <= ts:  # the latest-starting op still open at ts is the innermost
+            i = i - 1 if reach[m.get("tid")][i] > ts else -1  # no op up to i is open at ts: none contains it
+        owner = lst[i][3] if i >= 0 else "(outside any op)"
+        owners.append(owner)
+        self_bytes[owner] += m["args"]["Bytes"]
+    top = max(range(len(mem)), key=lambda j: (mem[j]["args"]["Total Allocated"], -j))
+    return {"self_bytes": dict(self_bytes), "calls": dict(calls),
+            "peak": {"bytes": mem[top]["args"]["Total Allocated"], "op": owners[top],
+                     "ts_ms": (mem[top]["ts"] - lo) / 1e3}}
+
+
+def _prefix_max(lst: list[tuple[float, float, float, str]]) -> list[float]:
+    out, best = [], -math.inf
+    for o in lst:
+        best = max(best, o[2])
+        out.append(best)
+    return out
