@@ -23,6 +23,23 @@ import torch
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
 
 
+def mixed_precision_dtype(precision: object) -> torch.dtype | None:
+    """The autocast dtype a framework's precision setting names, None for full precision or one not known here.
+
+    Lightning's ``trainer.precision`` (``bf16-mixed``, ``16-mixed``, ``bf16-true``...), Accelerate's
+    ``mixed_precision`` (``bf16``, ``fp16``; ``fp8`` has no peak in the table) and ``bf16``/``fp16`` for transformers.
+
+    Example:
+        >>> mixed_precision_dtype("bf16-mixed"), mixed_precision_dtype("fp16"), mixed_precision_dtype("32-true")
+        (torch.bfloat16, torch.float16, None)
+    """
+    return _MIXED.get(str(precision).lower()) if precision is not None else None
+
+
+_MIXED = dict.fromkeys(("bf16", "bf16-mixed", "bf16-true"), torch.bfloat16)
+_MIXED.update(dict.fromkeys(("fp16", "16", "16-mixed", "16-true", "half"), torch.float16))
+
+
 def dtype_name(dtype: torch.dtype | None) -> str:
     """``bf16``, ``fp16``, ``fp32`` (``tf32`` when float32 matmuls may use TF32 on CUDA), else torch's name."""
     if dtype is None:

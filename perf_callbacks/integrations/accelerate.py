@@ -33,6 +33,7 @@ from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.memory import OutOfMemoryError
+from perf_callbacks.core.peak import mixed_precision_dtype
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -120,6 +121,7 @@ class AcceleratePerfHook(StepCounting):
             log_every_n_steps=self.config.log_every_n_steps or 50,
             log_metrics=None,  # set below, once the run folder is known
             distributed_initialized=distributed_initialized(),
+            compute_dtype=mixed_precision_dtype(getattr(acc, "mixed_precision", None)),
         )
         self.engine = PerfEngine(self.config, ctx)
         self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard")

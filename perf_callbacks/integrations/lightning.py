@@ -24,6 +24,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.adapters import batch_size, distributed_initialized
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.peak import mixed_precision_dtype
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
@@ -149,6 +150,7 @@ class GPUPerfCallback(Callback):
             log_metrics=self._log_metrics(trainer) if trainer.is_global_zero else None,
             log_text=self._log_text(trainer) if trainer.is_global_zero else None,
             distributed_initialized=distributed_initialized(),
+            compute_dtype=mixed_precision_dtype(getattr(trainer, "precision", None)),
         )
         self.engine = PerfEngine(self.config, ctx)
         self.engine.attach_model(pl_module)

@@ -37,6 +37,7 @@ from perf_callbacks.core.adapters import catch_sigterm, distributed_initialized,
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.peak import mixed_precision_dtype
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -104,6 +105,7 @@ class TransformersPerfCallback(TrainerCallback):
             data_loader=("train_dataloader", getattr(loader, "num_workers", None)),
             distributed_initialized=distributed_initialized(),
             advice=_in_training_args_words,
+            compute_dtype=mixed_precision_dtype("bf16" if args.bf16 else "fp16" if args.fp16 else None),
         )
         self.engine = PerfEngine(self.config, ctx)
         if state.is_world_process_zero:
