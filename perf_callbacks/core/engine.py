@@ -80,6 +80,7 @@ class PerfEngine:
         self._ended = True  # the open step completed: the next activity begins the next step
         self._recording = False  # the open step is recorded by the profiler
         self._expected: int | None = None  # the number of the next step, once known
+        self._done: int | None = None  # the last step that completed its optimizer step
         self._pending_t: float | None = None  # a fetch started before the next step's number was known
         self._phase: str | None = None
         self._phase_rf: Any = None  # the open phase's trace span (and the checkpoint's, below)
@@ -122,9 +123,9 @@ class PerfEngine:
 
     def batch_start(self, step: int, phase: str | None = "forward") -> None:
         """A micro-batch of optimizer step ``step`` starts, in ``phase`` (None: no phase range until the next)."""
+        if self._done is not None and step <= self._done:  # the adapter's count did not move (e.g. a skipped step),
+            step = self._done + 1  # whether the fetch already began the next step or not: never reuse a number
         if self._ended or step != self.step:
-            if self._ended and self.step is not None and step <= self.step:
-                step = self.step + 1  # the adapter's count did not move (e.g. a skipped step): never reuse a number
             self._begin(step, time.perf_counter())
         if self._flops_on:  # the FLOP-counting step starts at its first micro-batch (see core/flops.py)
             self._flops_on = self.flops.batch_start(self.step or 0, self._micro, self.windows.action.value != 0)
@@ -139,7 +140,7 @@ class PerfEngine:
         if self._flops_on:
             self._flops_on = self.flops.batch_end(stepped, self._micro)
         if stepped and self.step is not None and not self._ended:
-            self._ended, self._expected = True, self.step + 1
+            self._ended, self._expected, self._done = True, self.step + 1, self.step
             self.steps_run += 1
             if self.config.nsys_steps is not None and self.step == self.config.nsys_steps[1]:
                 self.windows.nsys.stop(self.step)

@@ -368,6 +368,25 @@ def test_metrics_logged_every_n_steps(tmp_path: Path) -> None:
     assert metrics["perf/memory/host_rss_mb"] > 1
 
 
+@pytest.mark.parametrize("fetch", [True, False], ids=["fetch-timed", "no-loader-timing"])
+def test_a_step_count_that_did_not_move_never_reuses_a_step_number(tmp_path: Path, fetch: bool) -> None:
+    """The adapter's count stays at 3 after step 3 completed (a skipped optimizer step): the next step is 4, whether
+    the fetch began it already (as step 4, the one expected) or the batch begins it."""
+    engine = make_engine(tmp_path)  # warm-up at 3, window 4-5
+    begun = []
+    for count in (0, 1, 2, 3, 3, 4):
+        if fetch:
+            engine.data_start()
+            engine.data_end()
+        engine.batch_start(count)
+        begun.append(engine.step)
+        engine.batch_end(stepped=True, samples=8)
+    engine.close()
+    assert begun == [0, 1, 2, 3, 4, 5]
+    (path,) = engine.exported
+    assert path.parent.name == "window-000004-000005" and trace_steps(path) == [4, 5]
+
+
 def test_nvtx_stays_balanced(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
     engine.batch_start(0)

@@ -123,9 +123,10 @@ def test_data_wait_check_reports_a_high_share_once() -> None:
 
 def test_data_wait_check_threshold_is_strict_and_tiny_waits_are_not_actionable() -> None:
     at_threshold = DataWaitCheck(steps=2, threshold=0.5)
-    for step in range(3):
-        at_threshold.update(step, step_time=0.2, data_wait=0.1)
-    assert at_threshold.done and at_threshold.count == 2  # exactly 50%: not above, and said nothing
+    shares = [at_threshold.update(step, step_time=0.2, data_wait=0.1) for step in range(3)]
+    assert at_threshold.done and at_threshold.count == 2 and shares == [None] * 3  # exactly 50%: not above, said nothing
+    above = DataWaitCheck(steps=2, threshold=0.5)
+    assert [above.update(step, step_time=0.2, data_wait=0.1001) for step in range(3)][-1] == pytest.approx(0.5005)
 
     tiny = DataWaitCheck(steps=2, threshold=0.1)  # 90% of a 1 ms step is framework work, not the loader
     tiny.update(0, step_time=0.001, data_wait=0.0009)
