@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 
@@ -88,11 +89,21 @@ def test_num_workers_zero_with_a_fast_in_memory_loader_stays_silent(tmp_path: Pa
         trainer(tmp_path, [cb], max_steps=20).fit(TinyModel(), loader(num_workers=0))
 
 
+class SteadyModel(TinyModel):
+    """20 ms of work a step (a sleep): a loader worker keeps ahead of it however loaded the machine is."""
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        time.sleep(0.02)
+        return super().training_step(batch, batch_idx)
+
+
 def test_no_warning_for_a_good_loader(tmp_path: Path) -> None:
-    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 100}, data_wait_steps=1000)
+    cb = GPUPerfCallback(output_dir=str(tmp_path), schedule={"skip_first": 100}, data_wait_steps=5)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataLoaderWarning)
-        trainer(tmp_path, [cb], max_steps=3).fit(TinyModel(), loader(num_workers=1))
+        trainer(tmp_path, [cb], max_steps=8).fit(SteadyModel(), loader(num_workers=1))
+    check = cb.engine.monitor.data_wait_check
+    assert check.done and check.count == 5  # the check ran (steps 1-5, after the warm-up step 0) and said nothing
 
 
 def test_user_exception_propagates_and_partial_trace_is_flushed(tmp_path: Path) -> None:
