@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.small_fs"]  # small_fs: a real full disk (a 64 KiB tmpfs)
 
 
 def in_ci() -> bool:

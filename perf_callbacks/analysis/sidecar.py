@@ -5,7 +5,9 @@ The training process runs this module in a background subprocess at the end of e
     python -m perf_callbacks.analysis.sidecar TRACE [--meta JSON_STRING] [--top-k K]
 
 It analyses the one trace, writes the sidecar atomically (a hidden temporary name, then a rename), and exits 0. When
-the analysis fails it still writes a sidecar, with an ``"error"`` key, and exits 1. It never prints a traceback.
+the analysis fails it still writes a sidecar, with an ``"error"`` key, and exits 1. When the sidecar cannot be written
+(a full disk), it leaves no temporary file, says why on its last stderr line (``No space left on device (ENOSPC):
+<path>``) and exits 3. It never prints a traceback.
 ``perf-callbacks report`` uses a window's sidecars when every trace of it has a matching one (same file name and byte
 size), so a report over hundreds of ranks reads kilobytes.
 """
@@ -20,9 +22,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks._errors import describe_error
 from perf_callbacks.analysis.api import build_result
 from perf_callbacks.analysis.collect import analyze_file
-from perf_callbacks.analysis.sidecar_store import FORMAT, read_sidecar, sidecar_path, write_atomic
+from perf_callbacks.analysis.sidecar_store import (
+    CANNOT_WRITE,
+    FORMAT,
+    STDERR_PREFIX,
+    read_sidecar,
+    sidecar_path,
+    write_atomic,
+)
 from perf_callbacks.analysis.text import format_text
 
 __all__ = ["FORMAT", "main", "read_sidecar", "sidecar_path", "write_sidecar"]
@@ -65,7 +75,10 @@ def write_sidecar(trace: Path, meta: dict[str, Any] | None = None, top_k: int = 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m perf_callbacks.analysis.sidecar TRACE [--meta JSON] [--top-k K]``: 0 written, 1 failed, 2 usage."""
+    """``python -m perf_callbacks.analysis.sidecar TRACE [--meta JSON] [--top-k K]``.
+
+    Exit status: 0 written, 1 the analysis failed, 2 usage, 3 the sidecar could not be written.
+    """
     parser = argparse.ArgumentParser(prog="python -m perf_callbacks.analysis.sidecar",
                                      description="Write rank{R}.summary.json next to one trace.")
     parser.add_argument("trace", type=Path)
@@ -80,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         data = write_sidecar(args.trace, meta if isinstance(meta, dict) else {"value": meta}, args.top_k)
     except OSError as err:
-        print(f"perf-callbacks sidecar: cannot write {sidecar_path(args.trace)}: {err}", file=sys.stderr)
-        return 1
+        print(f"{STDERR_PREFIX}{describe_error(err, sidecar_path(args.trace))}", file=sys.stderr)
+        return CANNOT_WRITE
     except Exception as err:  # noqa: BLE001 - a background summary never ends in a traceback
         data = _write_error(args.trace, meta, f"{args.trace}: analysis failed ({type(err).__name__}: {err})")
     if "error" in data:

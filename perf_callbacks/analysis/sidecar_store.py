@@ -13,6 +13,9 @@ from perf_callbacks.analysis.loader import open_trace, rank_from_name
 FORMAT = "perf-callbacks-sidecar/3"
 """Version 2: validation and checkpoint time is set aside; version 3: collective and transfer bandwidth, launch latency,
 memory by operator and the op table. A sidecar of an older version is ignored (the trace is parsed)."""
+CANNOT_WRITE = 3
+"""The analysis process' exit status when the sidecar itself could not be written (its last stderr line says why)."""
+STDERR_PREFIX = "perf-callbacks sidecar: "
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)')
 
 

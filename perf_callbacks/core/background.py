@@ -11,7 +11,6 @@ them when training ends.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue
@@ -23,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks.analysis.sidecar_store import CANNOT_WRITE, STDERR_PREFIX
+from perf_callbacks.core.outputs import remove_empty
 from perf_callbacks.core.traces import compress_trace, write_text
 
 ANALYSIS_TIMEOUT_S = 600.0
@@ -44,6 +45,10 @@ class WindowJob:
         analyse: write the ``rank{R}.summary.json`` sidecar.
         header: the summary's first lines; given on the reporting rank only, which also writes ``summary.txt``.
         top_k: operators in the summary.
+
+    A failing output never ends the worker thread: the trace's error is kept in ``error`` (the profiler is then
+    disabled), and a sidecar or ``summary.txt`` that could not be written in ``failures``, ``(writer, cause, path)``
+    for :class:`~perf_callbacks.core.outputs.Outputs`, reported by the engine on the training thread.
     """
 
     def __init__(
@@ -53,6 +58,9 @@ class WindowJob:
         self.analyse, self.header, self.top_k = analyse, header, top_k
         self.trace: Path | None = None
         self.error: BaseException | None = None
+        self.failures: list[tuple[str, BaseException | str, Path | None]] = []
+        self.write_summary = True  # False once summary.txt could not be written in this run
+        self.tidy = False  # this process is the only writer of the run folder: a failed trace leaves no empty folder
         self.summary: str | None = None
         self.scalars: dict[str, float] = {}
         self.analysis_s = 0.0
@@ -75,6 +83,8 @@ class WindowJob:
         """Compress, then analyse; errors are kept in ``self.error`` for the engine."""
         try:
             self._run()
+        except Exception as err:  # noqa: BLE001 - never a traceback from the worker thread
+            self.failures.append(("sidecars", err, None))
         finally:
             self.finished.set()
 
@@ -83,6 +93,9 @@ class WindowJob:
             self.trace = compress_trace(self.raw, self.dest)
         except BaseException as err:  # noqa: BLE001 - reported to the engine, which disables the profiler
             self.error = err
+            if self.tidy:
+                self.raw.unlink(missing_ok=True)
+                remove_empty([self.dest.parent, self.dest.parent.parent])  # the window's folder, then the run's
             return
         finally:
             self.raw.unlink(missing_ok=True)
@@ -98,10 +111,15 @@ class WindowJob:
 
         cmd = [sys.executable, "-c", _WORKER, str(trace), "--meta", json.dumps(self.meta), "--top-k", str(self.top_k)]
         try:
-            subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           env=_worker_env(), start_new_session=True, timeout=ANALYSIS_TIMEOUT_S, check=False)
+            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  env=_worker_env(), start_new_session=True, timeout=ANALYSIS_TIMEOUT_S, check=False,
+                                  text=True, errors="replace")
         except (OSError, subprocess.SubprocessError) as err:
             return {"error": f"{type(err).__name__}: {err}"}
+        if proc.returncode == CANNOT_WRITE:  # the sidecar's own write failed: that writer is turned off
+            cause = (proc.stderr.strip().splitlines() or [""])[-1].removeprefix(STDERR_PREFIX)
+            self.failures.append(("sidecars", cause, None))
+            return {"error": cause}
         return read_sidecar(trace) or {"error": "the analysis process wrote no summary"}
 
     def _write_summary(self, trace: Path, sidecar: dict[str, Any] | None) -> None:
@@ -113,8 +131,11 @@ class WindowJob:
             body = self.rephrase(str(sidecar["text"]))
             self.scalars = {k: float(v) for k, v in (sidecar.get("scalars") or {}).items()}
         text = "\n".join([*(self.header or []), body.rstrip(), f"trace: {trace}"]) + "\n"
-        with contextlib.suppress(OSError):  # the summary is still printed
-            write_text(trace.parent / "summary.txt", text)
+        if self.write_summary:
+            try:
+                write_text(trace.parent / "summary.txt", text)
+            except OSError as err:  # the summary is still printed
+                self.failures.append(("summaries", err, trace.parent / "summary.txt"))
         self.summary = text
 
 

@@ -66,11 +66,13 @@ class PerfEngine:
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         self.memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
         self.windows = WindowRecorder(config, ctx, self.nvtx, self._warn)
+        self.outputs = self.windows.outputs  # every file written and metric logged: a failure never reaches training
         self.mem = MemoryWatch(config, ctx.rank, ctx.device, self.windows.layout.run_dir,
-                               lambda msg: self._warn("memory_history", InstrumentUnavailableWarning, msg))
+                               lambda msg: self._warn("memory_history", InstrumentUnavailableWarning, msg),
+                               self.outputs)
         self.windows.mem = self.mem
         self.clock = self.windows.clock = StepClock()
-        self.monitor = StepMonitor(config, ctx, self._warn)
+        self.monitor = StepMonitor(config, ctx, self._warn, self.outputs)
         self.flops = StepFlops(config, ctx, self._warn)  # FLOPs per step (counted on one step if need be), peak
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
         self.monitor.rates = self.flops.add_metrics
@@ -263,9 +265,7 @@ class PerfEngine:
             self._clean = True
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
             self.memory = None
-            rank = f" on rank {self.ctx.rank}" if self.ctx.world_size > 1 else ""
-            self._warn("disabled:metrics", InstrumentUnavailableWarning,
-                       f"metrics disabled{rank}: {type(err).__name__}: {err}; training continues", False)
+            self.outputs.failed("metrics", err)
 
     # ---- end of training ---------------------------------------------------------------------------------------
     def note_failure(self, exc: BaseException, phase: str | None = None) -> None:

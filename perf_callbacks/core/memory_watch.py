@@ -17,6 +17,7 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.memory import OutOfMemoryError
 from perf_callbacks.core.oom import OOMForensics, batch_from_traceback
+from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.phase_peaks import FIRST_STEP, PhasePeaks
 
 log = logging.getLogger(__name__)
@@ -31,12 +32,14 @@ class MemoryWatch:
         device: this rank's device (None or CPU: host-side numbers only, no peaks, no history).
         run_dir: the run folder; OOM evidence goes to ``run_dir/oom-rank{R}``.
         warn: ``warn(message)``, the engine's warn-once for this instrument.
+        outputs: the run's writers (``snapshots`` and ``oom``).
     """
 
     def __init__(self, config: PerfConfig, rank: int, device: torch.device | None, run_dir: Path,
-                 warn: Callable[[str], None]) -> None:
+                 warn: Callable[[str], None], outputs: Outputs | None = None) -> None:
         self.peaks = PhasePeaks.for_device(device) if config.memory else None
-        self.oom = OOMForensics(config.memory_history, rank, run_dir, device, self.peaks, config.memory_history_start)
+        self.oom = OOMForensics(config.memory_history, rank, run_dir, device, self.peaks, config.memory_history_start,
+                                outputs)
         self.armed = False  # a step is being measured: the engine reports its phase boundaries
         self.history_at = config.memory_history_start if self.oom.wants_step_hook else None
         self._failed_at: tuple[BaseException, int | None, str] | None = None

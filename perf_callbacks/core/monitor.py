@@ -13,6 +13,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.dataloader import Finding, data_wait_finding
 from perf_callbacks.core.memory import MemorySampler
+from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.stats import MIN_SLOWDOWN_S, DataWaitCheck, DegradationDetector, StepStats
 from perf_callbacks.exceptions import DataLoaderWarning, PerformanceDegradationWarning, PerfWarning, ShardingWarning
 
@@ -26,10 +27,12 @@ class StepMonitor:
         config: thresholds and ``data_wait_steps``.
         ctx: the loader's name and workers, the logging interval and where metrics go.
         warn: ``warn(key, category, message)``, the engine's warn-once (rank 0).
+        outputs: the run's writers: a logger that raises turns ``metrics`` off (default: a guard of its own).
     """
 
-    def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn) -> None:
+    def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn, outputs: Outputs | None = None) -> None:
         self.ctx, self._warn = ctx, warn
+        self.outputs = outputs or Outputs()
         self.stats = StepStats()
         self.degradation = DegradationDetector(config.degradation_threshold, min_seconds=MIN_SLOWDOWN_S)
         self.data_wait_check = DataWaitCheck(config.data_wait_steps, config.data_wait_threshold)
@@ -85,8 +88,9 @@ class StepMonitor:
         self.overhead = dict.fromkeys(self.overhead, 0.0)
         if per_unit is not None and clean:  # per sample: a batch size or accumulation that grows is no slowdown
             self._check_slowdown(per_unit, step, lasted)
-        if self.ctx.log_metrics is not None and metrics:
-            self.ctx.log_metrics({f"perf/{k}": v for k, v in metrics.items()}, step)
+        log = self.ctx.log_metrics
+        if log is not None and metrics:
+            self.outputs.call("metrics", lambda: log({f"perf/{k}": v for k, v in metrics.items()}, step))
 
     def _check_slowdown(self, median: float, step: int, seconds: float) -> None:
         slow = self.degradation.check(median, step, seconds)

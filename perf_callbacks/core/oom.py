@@ -36,6 +36,7 @@ import torch
 
 from perf_callbacks.core.memory import host_rss_bytes
 from perf_callbacks.core.oom_report import OOMFacts, format_summary
+from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.phase_peaks import PhasePeaks
 from perf_callbacks.core.traces import write_text
 
@@ -53,11 +54,14 @@ class OOMForensics:
         device: this rank's device; None or CPU gives host-side numbers only.
         peaks: the per-phase peak tracker, if any, for its last measurement.
         start: optimizer step at which history recording starts (``memory_history_start``); None: the first window.
+        outputs: the run's writers: a snapshot or an OOM folder that cannot be written turns ``snapshots`` or ``oom``
+            off with one warning (default: a guard of its own).
     """
 
     def __init__(self, memory_history: int, rank: int, run_dir: Path, device: torch.device | None,
-                 peaks: PhasePeaks | None = None, start: int | None = None) -> None:
+                 peaks: PhasePeaks | None = None, start: int | None = None, outputs: Outputs | None = None) -> None:
         self.memory_history, self.rank, self.run_dir, self.peaks = memory_history, rank, run_dir, peaks
+        self.outputs = outputs or Outputs()
         self.device = device if device is not None and device.type == "cuda" else None
         self.start = start
         self.recording = False
@@ -85,10 +89,11 @@ class OOMForensics:
         log.info("perf-callbacks: recording allocator history from step %d (%d entries)", step, self.memory_history)
 
     def window_snapshot(self, window_dir: Path) -> None:
-        """Write ``rank{R}.snapshot.pickle`` next to the window's traces while history is recorded."""
-        if self.recording:
-            window_dir.mkdir(parents=True, exist_ok=True)
-            _dump(torch.cuda.memory._snapshot(self.device), window_dir / f"rank{self.rank}.snapshot.pickle")
+        """Write ``rank{R}.snapshot.pickle`` next to the window's traces while history is recorded. Never raises."""
+        if self.recording and self.outputs.enabled("snapshots"):
+            path = window_dir / f"rank{self.rank}.snapshot.pickle"
+            self.outputs.call("snapshots", lambda: _dump(torch.cuda.memory._snapshot(self.device), path, mkdir=True),
+                              path)
 
     def stop_history(self) -> None:
         """Stop recording (end of training)."""
@@ -103,14 +108,18 @@ class OOMForensics:
 
     def on_oom(self, exc: BaseException, step: int | None, phase: str | None, batch: Any = None,
                echo: bool = True) -> Path | None:
-        """Write ``oom-rank{R}/`` and print the summary; returns the folder, or None if writing failed. Never raises."""
+        """Write ``oom-rank{R}/`` and print the summary; returns the folder, or None if writing failed. Never raises.
+
+        A folder that cannot be written (a full disk) is warned about once, with the cause; the summary is still
+        printed.
+        """
         try:
             return self._write(exc, step, phase, batch, echo)
         except Exception as err:  # noqa: BLE001 - forensics must never mask the original error
             log.warning("perf-callbacks: could not write the out-of-memory evidence (%s: %s)", type(err).__name__, err)
             return None
 
-    def _write(self, exc: BaseException, step: int | None, phase: str | None, batch: Any, echo: bool) -> Path:
+    def _write(self, exc: BaseException, step: int | None, phase: str | None, batch: Any, echo: bool) -> Path | None:
         at_alloc, state = self.captured is not None, self.captured or _cuda_state(self.device, self.recording)
         self.captured = None
         facts = OOMFacts(rank=self.rank, step=step, phase=phase, error=f"{type(exc).__name__}: {exc}".strip(),
@@ -120,7 +129,19 @@ class OOMForensics:
             _fill_device(facts, state, "at the failing allocation" if at_alloc else facts.captured)
         if self.peaks is not None:
             facts.phase_peaks, facts.phase_peaks_step = dict(self.peaks.last), self.peaks.step
-        folder = self.run_dir / f"oom-rank{self.rank}"
+        folder: Path | None = self.run_dir / f"oom-rank{self.rank}"
+        try:
+            self._write_files(self.run_dir / f"oom-rank{self.rank}", state, facts)
+        except OSError as err:
+            self.outputs.failed("oom", err, folder)
+            folder = None
+        text = format_summary(facts)
+        if echo:
+            print("".join(f"perf-callbacks: {line}\n" for line in text.splitlines()), end="", file=sys.stderr,
+                  flush=True)
+        return folder
+
+    def _write_files(self, folder: Path, state: dict[str, Any], facts: OOMFacts) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         if self.device is not None:
             write_text(folder / "memory_summary.txt", state["summary"])
@@ -128,12 +149,7 @@ class OOMForensics:
         if state.get("snapshot") is not None:
             _dump(state["snapshot"], folder / "snapshot.pickle")
             facts.files.append("snapshot.pickle")
-        text = format_summary(facts)
-        write_text(folder / "summary.txt", text)
-        if echo:
-            print("".join(f"perf-callbacks: {line}\n" for line in text.splitlines()), end="", file=sys.stderr,
-                  flush=True)
-        return folder
+        write_text(folder / "summary.txt", format_summary(facts))
 
 
 def describe_batch(batch: Any, limit: int = 8) -> str | None:
@@ -211,11 +227,21 @@ def _fill_device(facts: OOMFacts, state: dict[str, Any], captured: str) -> None:
     facts.captured = captured
 
 
-def _dump(snapshot: Any, path: Path) -> None:
+def _dump(snapshot: Any, path: Path, mkdir: bool = False) -> None:
+    """Pickle ``snapshot`` to ``path`` through a hidden temporary name; on failure nothing is left behind."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with open(partial, "wb") as f:
-        pickle.dump(snapshot, f)
-    os.replace(partial, path)
+    try:
+        if mkdir:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "wb") as f:
+            pickle.dump(snapshot, f)
+        os.replace(partial, path)
+    except OSError as err:
+        if err.filename is None:  # pickle's write names no file
+            err.filename = str(path)
+        raise
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 # torch keeps every observer for the life of the process (there is no detach), so one process-wide observer forwards

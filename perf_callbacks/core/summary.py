@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.outputs import Outputs
 
 
 def window_header(meta: dict[str, Any], rank: int, completed: int) -> list[str]:
@@ -36,12 +37,16 @@ def window_header(meta: dict[str, Any], rank: int, completed: int) -> list[str]:
     return lines
 
 
-def publish_summary(ctx: RunContext, text: str, scalars: dict[str, float], window_last: int) -> None:
-    """Print the summary and log it (scalars and text) at the step after the window."""
+def publish_summary(ctx: RunContext, text: str, scalars: dict[str, float], window_last: int,
+                    outputs: Outputs | None = None) -> None:
+    """Print the summary and log it (scalars and text) at the step after the window.
+
+    A logger that raises turns the ``metrics`` writer off with one warning (``outputs``); it never reaches training.
+    """
     print(text, file=sys.stdout, flush=True)
-    step = window_last + 1
-    log_scalars = ctx.log_summary or ctx.log_metrics
+    step, outputs = window_last + 1, outputs or Outputs()
+    log_scalars, log_text = ctx.log_summary or ctx.log_metrics, ctx.log_text
     if log_scalars is not None and scalars:
-        log_scalars(scalars, step)
-    if ctx.log_text is not None:
-        ctx.log_text("perf/summary", f"```\n{text}```", step)
+        outputs.call("metrics", lambda: log_scalars(scalars, step))
+    if log_text is not None:
+        outputs.call("metrics", lambda: log_text("perf/summary", f"```\n{text}```", step))

@@ -23,8 +23,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from perf_callbacks.core.outputs import make_dirs, remove_empty
+
 TRACE_SUFFIX = ".pt.trace.json.gz"
 _CHUNK = 1 << 20
+_PROBE = 1 << 16  # bytes appended to Kineto's scratch file to learn why its export failed
 
 
 def new_run_name() -> str:
@@ -66,23 +69,52 @@ class TraceTooLargeError(Exception):
         self.size_mb = size_mb
 
 
-def export_raw(export: Callable[[Path], None], window_dir: Path, rank: int, max_trace_mb: float) -> Path:
+def export_raw(export: Callable[[Path], None], window_dir: Path, rank: int, max_trace_mb: float,
+               tidy: bool = False) -> Path:
     """Have the stopped profiler write its uncompressed trace to a hidden scratch file in ``window_dir``.
+
+    On any failure nothing is left behind: the scratch file and Kineto's own ``.tmp`` are removed, and with ``tidy``
+    (this process is the only writer of the run folder) so are the folders this call created.
 
     Raises:
         TraceTooLargeError: the file is above ``max_trace_mb`` (it is removed).
+        OSError: the export could not be written, with the real cause (Kineto only logs ``Failed to write to log
+            file!`` and returns; see :func:`_why_nothing_was_written`).
     """
-    window_dir.mkdir(parents=True, exist_ok=True)
+    created = make_dirs(window_dir)
     raw = TraceLayout.raw_path(window_dir, rank)
+    scratch = raw.with_name(raw.name + ".tmp")  # where Kineto writes before renaming to ``raw``
     try:
         export(raw)
+        if not raw.exists():
+            raise _why_nothing_was_written(raw, scratch)
         size_mb = raw.stat().st_size / 1e6
         if size_mb > max_trace_mb:
             raise TraceTooLargeError(size_mb)
     except BaseException:
         raw.unlink(missing_ok=True)
+        scratch.unlink(missing_ok=True)
+        if tidy:
+            remove_empty(created)
         raise
     return raw
+
+
+def _why_nothing_was_written(raw: Path, scratch: Path) -> Exception:
+    """The profiler's export returned without writing ``raw``: append to its scratch file to get the errno it had.
+
+    Kineto writes to ``<raw>.tmp``, logs ``Failed to write to log file!`` when that fails (a full disk) and returns
+    without raising; its scratch file (up to the whole disk) is still there, so a write of our own meets the same
+    condition and raises the real error (``ENOSPC``, ``EDQUOT``, ``EIO``, ``ENOENT`` for a deleted folder...).
+    """
+    try:
+        with open(scratch, "ab") as probe:
+            probe.write(bytes(_PROBE))
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as err:
+        return OSError(err.errno, err.strerror, str(raw))
+    return RuntimeError(f"the profiler's export wrote no file: {raw} (Kineto: 'Failed to write to log file!')")
 
 
 def drop_step(raw: Path, step: int) -> None:
@@ -117,6 +149,10 @@ def compress_trace(raw: Path, dest: Path, level: int = 4) -> Path:
         with raw.open("rb") as src, gzip.open(partial, "wb", compresslevel=level) as out:
             shutil.copyfileobj(src, out, _CHUNK)
         return publish(partial, dest)
+    except OSError as err:
+        if err.filename is None:  # gzip's write names no file: name the trace being written
+            err.filename = str(dest)
+        raise
     finally:
         partial.unlink(missing_ok=True)
 

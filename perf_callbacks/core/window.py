@@ -26,6 +26,7 @@ from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
 from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.summary import publish_summary, window_header
@@ -48,6 +49,7 @@ class WindowRecorder:
 
     def __init__(self, config: PerfConfig, ctx: RunContext, nvtx: NvtxRanges, warn: WarnFn) -> None:
         self.config, self.ctx, self._warn = config, ctx, warn
+        self.outputs = Outputs(warn, ctx.rank, ctx.world_size)  # the engine's, shared with the adapters
         self.schedule = Schedule(config.schedule)
         self.layout = TraceLayout(ctx.output_dir, ctx.run_name)
         self.enabled = config.ranks is None or ctx.rank in config.ranks
@@ -166,9 +168,9 @@ class WindowRecorder:
 
     def _export(self, session: ProfilerSession, error: BaseException | None) -> None:
         first, last = self.steps[0], self.steps[-1]
-        wdir = self.layout.window_dir(first, last)
+        wdir, tidy = self.layout.window_dir(first, last), self.ctx.world_size == 1  # tidy: the run folder is ours alone
         try:
-            raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb)
+            raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb, tidy)
             if self._retracted is not None:
                 _quiet(lambda: drop_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
         except TraceTooLargeError as err:
@@ -189,8 +191,9 @@ class WindowRecorder:
             meta["phase_peak"] = self.mem.headline()
         meta["stall_ms"] = round((time.perf_counter() - self._t_finish) * 1e3, 2)  # up to handing over to the job
         header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
-        job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, self.config.summary and self.enabled,
-                        header, self.config.top_k)
+        analyse = self.config.summary and self.enabled and self.outputs.enabled("sidecars")
+        job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, analyse, header, self.config.top_k)
+        job.write_summary, job.tidy = self.outputs.enabled("summaries"), tidy
         job.rephrase = self.ctx.rephrase  # "dataloader_num_workers" under transformers
         job.start()
         self.jobs.append(job)
@@ -219,9 +222,7 @@ class WindowRecorder:
         if session is not None:
             _quiet(session.stop)
         self.enabled = False
-        rank = f" on rank {self.ctx.rank}" if self.ctx.world_size > 1 else ""
-        self._warn("disabled:profiler", InstrumentUnavailableWarning,
-                   f"profiler disabled{rank}: {type(err).__name__}: {err}; training continues", False)
+        self.outputs.failed("traces", err)  # "profiler disabled: No space left on device (ENOSPC): <path>; ..."
 
     # ---- background jobs ------------------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -244,6 +245,8 @@ class WindowRecorder:
                   file=sys.stderr, flush=True)
 
     def _report(self, job: WindowJob) -> None:
+        for writer, cause, path in job.failures:  # a sidecar or summary.txt it could not write
+            self.outputs.failed(writer, cause, path)
         if job.error is not None:
             self._fail(job.error)
             return
@@ -253,7 +256,7 @@ class WindowRecorder:
         if job.summary is None:
             return
         self.summaries.append(job.summary)
-        publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]))
+        publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]), self.outputs)
 
     def nothing_recorded(self) -> bool:
         """True when this rank was to profile, stood aside for no one, and recorded no window."""

@@ -68,11 +68,29 @@ def test_describe_batch_and_find_it_in_a_traceback() -> None:
     assert batch_from_traceback(info.value) is batch
 
 
-def test_writing_never_raises(tmp_path: Path) -> None:
+def test_writing_never_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("")
     oom = OOMForensics(0, rank=0, run_dir=blocked, device=None)
-    assert oom.on_oom(OutOfMemoryError(MESSAGE), 3, "forward", echo=False) is None
+    with pytest.warns(InstrumentUnavailableWarning, match=r"^perf-callbacks: out-of-memory evidence not written: Not "
+                      r"a directory \(ENOTDIR\): .*/file/oom-rank0; its summary is printed to stderr$"):
+        assert oom.on_oom(OutOfMemoryError(MESSAGE), 3, "forward") is None
+    assert "perf-callbacks: out of memory on rank 0 at step 3, phase forward" in capsys.readouterr().err
+
+
+def test_a_snapshot_that_does_not_fit_leaves_nothing_behind_and_turns_snapshots_off(
+        small_fs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda device=None: {"segments": [bytes(200_000)]})
+    oom = OOMForensics(0, rank=0, run_dir=small_fs, device=None)
+    oom.recording = True  # as with memory_history on CUDA
+    window = small_fs / "window-000003-000004"
+    with pytest.warns(InstrumentUnavailableWarning, match=r"^perf-callbacks: allocator snapshots disabled: No space "
+                      r"left on device \(ENOSPC\): .*/window-000003-000004/rank0\.snapshot\.pickle; traces are "
+                      r"still written; training continues$") as seen:
+        oom.window_snapshot(window)
+        oom.window_snapshot(window)  # off: not tried again
+    assert len(seen) == 1
+    assert list(window.iterdir()) == []  # no snapshot, no .partial
 
 
 def test_engine_names_the_phase_noted_before_close(tmp_path: Path) -> None:

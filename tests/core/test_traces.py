@@ -56,7 +56,8 @@ def test_export_failure_disables_profiler_and_training_goes_on(tmp_path: Path, f
     engine = PerfEngine(config, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5,
                                            log_metrics=lambda metrics, step: logged.append(step)))
     x = torch.randn(8, 8, requires_grad=True)
-    with pytest.warns(InstrumentUnavailableWarning, match=r"profiler disabled: OSError.*No space left") as seen:
+    with pytest.warns(InstrumentUnavailableWarning, match=r"profiler disabled: No space left on device \(ENOSPC\): "
+                      r".*/window-000003-000003/rank0\.pt\.trace\.json\.gz; training continues") as seen:
         for step in range(20):  # windows at steps 3, 5, 7, ...: the first export fails, the profiler stays off
             engine.batch_start(step)
             (x @ x).sum().backward()
@@ -65,8 +66,8 @@ def test_export_failure_disables_profiler_and_training_goes_on(tmp_path: Path, f
     assert len([w for w in seen if issubclass(w.category, InstrumentUnavailableWarning)]) == 1
     assert logged == [5, 10, 15, 20]  # metrics go on after the failure
     assert not torch.autograd.profiler._is_profiler_enabled
-    leftovers = [p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()]
-    assert leftovers == [], "no trace, no .partial, no raw export"
+    leftovers = [p.relative_to(tmp_path) for p in tmp_path.rglob("*")]
+    assert leftovers == [], "no trace, no .partial, no raw export, no empty window folder"
 
 
 def test_run_names_are_timestamped_and_unique() -> None:
@@ -104,6 +105,37 @@ def test_export_raw_removes_its_file_when_the_export_fails(tmp_path: Path) -> No
     with pytest.raises(KeyboardInterrupt):
         export_raw(half_written, tmp_path, 0, max_trace_mb=10.0)
     assert list(tmp_path.iterdir()) == []
+
+
+def _like_kineto_on_a_full_disk(path: Path) -> None:
+    """What Kineto does when its write fails: logs 'Failed to write to log file!', keeps '<path>.tmp', returns."""
+    path.with_name(path.name + ".tmp").write_bytes(b"x" * 100)
+
+
+def test_an_export_that_wrote_nothing_without_a_full_disk_says_so_and_leaves_nothing(tmp_path: Path) -> None:
+    window = tmp_path / "run" / "window-000003-000004"
+    with pytest.raises(RuntimeError, match=r"^the profiler's export wrote no file: .*/\.rank0\.raw\.partial"):
+        export_raw(_like_kineto_on_a_full_disk, window, 0, max_trace_mb=10.0, tidy=True)
+    assert list(tmp_path.iterdir()) == []  # no .tmp, and the folders it made are gone
+
+
+def test_a_profiler_export_that_fills_the_disk_names_enospc_and_leaves_nothing(small_fs: Path) -> None:
+    """The real Kineto on a 64 KiB disk: it leaves '.rank0.raw.partial.tmp' and raises nothing (was: FileNotFoundError
+    on '.rank0.raw.partial', the whole disk left in the '.tmp')."""
+    config = PerfConfig.from_dict({"schedule": {"skip_first": 1, "wait": 0, "warmup": 0, "active": 6, "repeat": 1},
+                                   "summary": False, "degradation_threshold": 1e6})
+    engine = PerfEngine(config, RunContext(output_dir=small_fs, run_name="run", log_every_n_steps=100))
+    x = torch.randn(8, 8, requires_grad=True)
+    with pytest.warns(InstrumentUnavailableWarning, match=r"^perf-callbacks: profiler disabled: No space left on device "
+                      r"\(ENOSPC\): .*/run/window-000001-000006/\.rank0\.raw\.partial; training continues$") as seen:
+        for step in range(10):
+            engine.batch_start(step)
+            for _ in range(20):
+                (x @ x).sum().backward()
+            engine.batch_end(stepped=True, samples=8)
+        engine.close()
+    assert len(seen) == 1 and engine.steps_run == 10
+    assert list(small_fs.iterdir()) == [], "no .tmp, no .partial, no raw file, no empty folder"
 
 
 def test_compress_trace_writes_through_a_hidden_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
