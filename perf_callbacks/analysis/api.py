@@ -16,7 +16,7 @@ from perf_callbacks.analysis.mfu import window_mfu
 from perf_callbacks.analysis.process_windows import process_windows
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
-from perf_callbacks.analysis.verdict import HOST_UNTRACED, host_untraced, verdict_from, verdict_margin
+from perf_callbacks.analysis.verdict import HOST_UNTRACED, host_untraced, window_verdict
 
 _PARTIAL_SUMMARY = re.compile(r"\bpartial window\b|\(partial\)|\bpartial: (true|yes)\b", re.IGNORECASE)
 
@@ -95,8 +95,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
     slow, reasons = stragglers(ranks)
     ratio, spread = imbalance(ranks)
     losses = _mean_losses(ranks)
-    verdict = verdict_from(losses)
-    margin = verdict_margin(losses)
+    verdict, margin = window_verdict(ranks)
     result = AnalysisResult(
         path=path,
         verdict=verdict,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perf_callbacks.analysis.evidence import evidence_note, judged_losses
 from perf_callbacks.analysis.recommend import (
     ADVICE,
     HOST_UNTRACED,
@@ -15,11 +16,13 @@ from perf_callbacks.analysis.recommend import (
 )
 from perf_callbacks.analysis.result import RankResult
 
-__all__ = ["CLOSE", "HOST_UNTRACED", "THRESHOLD", "VERDICT_OF", "Margin", "host_untraced", "judge_rank", "verdict_from",
-           "verdict_margin"]
+__all__ = ["CLOSE", "HOST_UNTRACED", "MATERIAL", "THRESHOLD", "VERDICT_OF", "Margin", "host_untraced", "judge_rank", "verdict_from",
+           "verdict_margin", "window_verdict"]
 
 THRESHOLD = 0.10
 CLOSE = 0.03
+MATERIAL = 0.05
+"""A loss under the verdict's threshold gets its advice from this share of the window on: half the threshold."""
 VERDICT_OF = {
     "input": "input_bound",
     "host": "host_bound",
@@ -90,10 +93,31 @@ def verdict_from(losses: dict[str, float]) -> str:
     return VERDICT_OF[cause] if worst >= THRESHOLD else "compute_bound"
 
 
+def window_verdict(ranks: list[RankResult]) -> tuple[str, Margin]:
+    """The verdict of a window from the mean over its ranks of the losses their evidence supports, and its margin.
+
+    The margin's note also says when the window's data wait reaches the threshold on too little evidence (one slow
+    fetch, or a median step under 1 ms; see :mod:`perf_callbacks.analysis.evidence`).
+    """
+    judged = [judged_losses(r) for r in ranks]
+    keys = {k for losses in judged for k in losses}
+    losses = {k: sum(j.get(k, 0.0) for j in judged) / len(judged) for k in keys} if judged else {}
+    margin = verdict_margin(losses)
+    note = "; ".join(n for n in (margin.note, evidence_note(ranks, THRESHOLD)) if n)
+    return verdict_from(losses), Margin(margin.margin, margin.runner_up, note)
+
+
 def judge_rank(r: RankResult) -> None:
-    """Set ``r.verdict`` and ``r.recommendations`` (largest loss first, profiler caveats right after)."""
-    r.verdict = verdict_from(r.losses)
-    ranked = sorted(((share, ADVICE[c](r, share)) for c, share in r.losses.items() if share >= 0.02), reverse=True)
+    """Set ``r.verdict`` and ``r.recommendations``: the verdict's cause and every loss of at least ``MATERIAL``,
+    largest first, profiler caveats right after.
+
+    The verdict, and which advice is given, rest on the losses the evidence supports
+    (:func:`perf_callbacks.analysis.evidence.judged_losses`); the advice quotes the window's figures.
+    """
+    judged = judged_losses(r)
+    r.verdict = verdict_from(judged)
+    ranked = sorted(((judged[c], ADVICE[c](r, share)) for c, share in r.losses.items()
+                     if judged[c] >= MATERIAL or VERDICT_OF[c] == r.verdict), reverse=True)
     recs = [text for _, text in ranked]
     if r.backlog_fraction >= 0.02:
         recs.append(backlog_note(r))

@@ -96,7 +96,10 @@ def test_data_wait_and_communication_gaps(tmp_path: Path) -> None:
     assert rank.losses["input"] == pytest.approx(0.3)
     assert rank.losses["communication"] == pytest.approx(0.2)
     assert rank.data_wait_fraction == pytest.approx(0.3)
-    assert result.verdict == "input_bound"
+    # 0.3 ms of data wait in the one step is under the 1 ms floor of the live check: the next loss decides, and a note
+    # says why the 30% is not the verdict (test_verdict.py has the same gaps at a millisecond scale: input_bound)
+    assert result.verdict == "communication_bound"
+    assert "data wait 30.0% of the window, but the median step waited 0.3 ms" in result.verdict_note
 
 
 def test_memcpy_split_by_direction_and_memory(tmp_path: Path) -> None:

@@ -1,0 +1,92 @@
+"""Whether the input loss is evidence enough for a verdict: the bar the live data-wait warning already sets.
+
+The window's input loss is a sum over its steps, and one slow fetch (a 15 ms hiccup on a loaded machine) can make it
+reach the 10% threshold in a window of fast steps. The verdict and the advice therefore use the input share of the
+*median* step (the lower median, so that with two steps the smaller one counts), capped at the window's share. And, as
+the live check does (``core/stats.py``), a median step that waited under ``MIN_WAIT_MS`` counts for nothing: below
+1 ms a step, the "wait" is the loop's own work between batches, which more loader workers do not shorten. A trace
+without ``ProfilerStep`` has no steps to take a median over: its window share stands.
+
+Example:
+    >>> from perf_callbacks.analysis.result import RankResult, StepResult
+    >>> steps = [StepResult(n, 10.0, {"compute": 9.0, "input": 1.0}) for n in (1, 2)]
+    >>> steps.append(StepResult(3, 24.0, {"compute": 9.0, "input": 15.0}))  # one 15 ms hiccup
+    >>> r = RankResult(0, "t", 44.0, None, None, 14.0, 0.39, {"input": 17 / 44}, steps, {}, {}, [], None, None, [],
+    ...                None, [], {}, None)
+    >>> round(input_evidence(r).share, 2), input_evidence(r).median_wait_ms
+    (0.1, 1.0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median, median_low
+
+from perf_callbacks.analysis.result import RankResult
+
+MIN_WAIT_MS = 1.0
+"""The live check's floor (``core.stats.MIN_ACTIONABLE_WAIT_S``) in ms: a median step that waits less is no evidence."""
+
+
+@dataclass(frozen=True)
+class InputEvidence:
+    """The input loss a verdict may rest on.
+
+    Args:
+        share: the share of the window the verdict and the advice use (0 under the floor).
+        window_share: the window's input loss, a sum over its steps.
+        median_wait_ms: the input time of the median step (None without steps).
+        longest_wait_ms: the input time of the step that waited longest (None without steps).
+    """
+
+    share: float
+    window_share: float
+    median_wait_ms: float | None = None
+    longest_wait_ms: float | None = None
+
+
+def input_evidence(r: RankResult) -> InputEvidence:
+    """The input loss of ``r`` that survives one outlier step, and the figures behind it."""
+    window = r.losses.get("input", 0.0)
+    steps = [s for s in r.steps if sum(s.causes_ms.values()) > 0]
+    if not steps:
+        return InputEvidence(window, window)
+    waits = [s.causes_ms.get("input", 0.0) for s in steps]
+    shares = [s.causes_ms.get("input", 0.0) / sum(s.causes_ms.values()) for s in steps]
+    typical = median_low(waits)
+    share = 0.0 if typical < MIN_WAIT_MS else min(window, median_low(shares))
+    return InputEvidence(share, window, typical, max(waits))
+
+
+def judged_losses(r: RankResult) -> dict[str, float]:
+    """``r.losses`` with the input loss replaced by the share its evidence supports."""
+    if "input" not in r.losses:
+        return dict(r.losses)
+    return {**r.losses, "input": input_evidence(r).share}
+
+
+def evidence_note(ranks: list[RankResult], threshold: float) -> str:
+    """Why a window whose data wait reaches ``threshold`` is not judged input-bound; empty when it is, or does not.
+
+    Example:
+        >>> from perf_callbacks.analysis.result import RankResult, StepResult
+        >>> steps = [StepResult(n, 3.0, {"compute": 2.4, "input": 0.6}) for n in (1, 2, 3)]
+        >>> r = RankResult(0, "t", 9.0, None, None, 3.0, 0.2, {"input": 0.2}, steps, {}, {}, [], None, None, [],
+        ...                None, [], {}, None)
+        >>> evidence_note([r], 0.10)  # doctest: +NORMALIZE_WHITESPACE
+        "data wait 20.0% of the window, but the median step waited 0.6 ms: under 1 ms is the loop's own work
+        between batches, not a slow loader"
+    """
+    found = [input_evidence(r) for r in ranks]
+    window = sum(e.window_share for e in found) / len(found) if found else 0.0
+    judged = sum(e.share for e in found) / len(found) if found else 0.0
+    typical = [e.median_wait_ms for e in found if e.median_wait_ms is not None]
+    if window < threshold or judged >= threshold or not typical:
+        return ""
+    lead = f"data wait {window:.1%} of the window, but "
+    if median(typical) < MIN_WAIT_MS:
+        return f"{lead}the median step waited {median(typical):.1f} ms: under {MIN_WAIT_MS:.0f} ms is the loop's own " \
+               "work between batches, not a slow loader"
+    longest = max(e.longest_wait_ms or 0.0 for e in found)
+    return f"{lead}{judged:.1%} in the median step: a few slow fetches (the longest {longest:.1f} ms), not a slow " \
+           "loader"
