@@ -20,7 +20,7 @@ from typing import Any
 
 from perf_callbacks.analysis.events import RankTrace, collective_name, nccl_collective
 from perf_callbacks.analysis.extra_events import Nccl
-from perf_callbacks.analysis.intervals import Span, intersect, total, union
+from perf_callbacks.analysis.intervals import Span, clip, intersect, total, union
 from perf_callbacks.analysis.measure_base import InWindow, element_bytes, gbps, number, tensor_bytes
 from perf_callbacks.analysis.timeline import Timeline
 
@@ -77,7 +77,7 @@ def communication(trace: RankTrace, tl: Timeline) -> tuple[list[dict[str, Any]],
         by_key[call[:3]].append(call)
     rows = [_row(key, group, exposed_spans) for key, group in by_key.items()]
     rows.sort(key=lambda r: -r["total_ms"])
-    every = union((c[3], c[4]) for c in calls)
+    every = clip(union((c[3], c[4]) for c in calls), tl.lo, tl.hi)
     overlap = 1.0 - total(intersect(every, exposed_spans)) / total(every) if total(every) > 0 else None
     if any(r["group_size"] == 1 for r in rows):
         notes.append(GROUP_OF_ONE)
@@ -132,14 +132,17 @@ def _device_calls(trace: RankTrace, device: int | None, keep: InWindow) -> tuple
     for k in extra.nccl:
         if k[2] != device or not keep(k[0]):
             continue
-        args = k[4] if k[4] is not None else extra.param_comms.get(_external_id(trace, k))
+        ext = _external_id(trace, k) if k[4] is None else None
+        args = k[4] if k[4] is not None else extra.param_comms.get(ext) if isinstance(ext, (int, str)) else None
         calls.append(_nccl_call(k, args))
     return calls, [NO_SIZE] if any(c[5] is None for c in calls) else []
 
 
 def _external_id(trace: RankTrace, k: Nccl) -> Any:
-    ext = k[5]
-    return trace.launches.get(k[6], (0.0, -1))[1] if ext in (-1, None) else ext
+    ext, corr = k[5], k[6]
+    if ext not in (-1, None) or not isinstance(corr, int):
+        return ext
+    return trace.launches.get(corr, (0.0, -1))[1]
 
 
 def _nccl_call(k: Nccl, args: dict[str, Any] | None) -> Call:

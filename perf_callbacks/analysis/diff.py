@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from perf_callbacks.analysis.diff_measures import compare_measures
 from perf_callbacks.analysis.mfu_diff import mfu_delta
 from perf_callbacks.analysis.noise import Change, compare_samples
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
@@ -55,6 +56,8 @@ class DiffResult:
         stragglers: ``{base, new, changed}``.
         mfu: ``{base, new, change}`` of the model FLOPs utilization (None where a side has none).
         mfu_gap: gap part (``input`` ... ``other``, ``below_peak``) -> ``{base, new, change}``, fractions of peak.
+        measures: collective busbw and exposed time per step, copy rates, launch latency and the memory peak on
+            each side (``diff_measures.compare_measures``).
     """
 
     base: dict[str, Any]
@@ -75,6 +78,7 @@ class DiffResult:
     stragglers: dict[str, Any] = field(default_factory=dict)
     mfu: dict[str, Any] = field(default_factory=dict)
     mfu_gap: dict[str, dict[str, Any]] = field(default_factory=dict)
+    measures: dict[str, Any] = field(default_factory=dict)
     base_result: AnalysisResult | None = field(default=None, repr=False)
     new_result: AnalysisResult | None = field(default=None, repr=False)
 
@@ -110,6 +114,8 @@ def compare(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
         contributors=contributors, ranks=_ranks(base.ranks, new.ranks),
         stragglers={"base": base.stragglers, "new": new.stragglers, "changed": base.stragglers != new.stragglers},
         base_result=base, new_result=new, mfu=mfu, mfu_gap=gap,
+        measures=compare_measures(vars(base), vars(new), sum(len(x.steps) for x in base.ranks),
+                                  sum(len(x.steps) for x in new.ranks)),
     )
     result.summary = summarize(result)
     return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult
+from perf_callbacks.analysis.diff_measures import measure_diff_lines
 from perf_callbacks.analysis.mfu_diff import gap_lines
 
 
@@ -28,6 +29,8 @@ def format_diff(d: DiffResult, top_k: int = 8) -> str:
     lines += ["", d.summary, "  " + _noise(d), ""]
     lines += _headline(d) + [""] + _causes(d) + [""] + _ops(d, top_k) + _ranks(d)
     lines += [""] + gap_lines(d.mfu_gap) if d.mfu_gap else []
+    measures = measure_diff_lines(d.measures)
+    lines += [""] + measures if measures else []
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -59,12 +59,12 @@ class ExtraEvents:
         """A ``record_param_comms`` op."""
         found = comm_args(args)
         ext = args.get("External id", args.get("external id"))
-        if found is not None and ext is not None:
+        if found is not None and isinstance(ext, (int, str)):
             self.param_comms[ext] = found
 
     def runtime(self, name: str, ts: float, dur: float, corr: Any) -> None:
         """A runtime call with a correlation id; kept when it launches a kernel."""
-        if _LAUNCH.search(name):
+        if isinstance(corr, (int, str)) and _LAUNCH.search(name):
             self.launch_calls[corr] = (ts, dur)
 
     def host_comm(self, ts: float, end: float, name: str, args: dict[str, Any]) -> None:

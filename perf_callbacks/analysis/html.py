@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.text import verdict_line
 from perf_callbacks.analysis.timeline import CAUSES, Timeline
@@ -63,6 +64,7 @@ def _window(result: AnalysisResult) -> list[str]:
     for r in result.ranks:
         parts.append(f"<h3>rank {r.rank}: {escape(r.verdict)}</h3>" + _step_bars(r) + _strip(r.timeline))
     parts.append("<h2>Top ops</h2>" + _ops_table(result))
+    parts += measure_sections(result)
     return parts
 
 

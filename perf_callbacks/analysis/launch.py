@@ -37,7 +37,7 @@ def launch(trace: RankTrace, tl: Timeline) -> dict[str, Any] | None:
         if dur < SMALL_US:
             small += 1
             small_us += dur
-        call = calls.get(corr)
+        call = calls.get(corr) if isinstance(corr, (int, str)) else None
         if call is not None:
             delays.append(ts - call[0])
     if kernel_us == 0.0 and not small:

@@ -27,11 +27,16 @@ def walk(trace: RankTrace, memory: list[MemoryAt]) -> tuple[dict[str, float], di
     """Self CPU microseconds and calls of every op, and the innermost op around each memory event (None: no op)."""
     times: dict[str, float] = defaultdict(float)
     by_thread: dict[Any, list[Op]] = defaultdict(list)
-    for op in trace.cpu_ops:
-        by_thread[op[2]].append(op)
+    try:
+        for op in trace.cpu_ops:
+            by_thread[op[2]].append(op)
+    except TypeError:  # a damaged tid (a list, a dict): threads told apart by its text
+        by_thread.clear()
+        for op in trace.cpu_ops:
+            by_thread[_hashable(op[2])].append(op)
     mem_by_thread: dict[Any, list[tuple[float, int]]] = defaultdict(list)
     for i, (ts, tid) in enumerate(memory):
-        mem_by_thread[tid].append((ts, i))
+        mem_by_thread[_hashable(tid)].append((ts, i))
     owners: list[str | None] = [None] * len(memory)
     for tid, ops in by_thread.items():
         mems = sorted(mem_by_thread.pop(tid, []))
@@ -115,6 +120,10 @@ def _walk(ops: list[Op], mems: list[tuple[float, int]], times: dict[str, float],
     for idx, owner in found:
         owners[idx] = owner
     return True
+
+
+def _hashable(tid: Any) -> Any:
+    return tid if isinstance(tid, (int, str, float, type(None))) else repr(tid)
 
 
 def _close(stack: list[list[Any]], t: float, local: dict[str, float]) -> None:

@@ -90,6 +90,34 @@ def nccl_figures(ev: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def gloo_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per collective: count, bytes (None without Input Dims), total_ms, exposed_ms (outside the DataLoader's next()),
+    algbw, busbw and p50 busbw of the ``gloo:`` spans of a CPU trace (a group of 2), and the overlap share."""
+    steps = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")]
+    lo, hi = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    spans = [e for e in ev if str(e.get("name", "")).startswith("gloo:") and inside(e, lo, hi)]
+    loader = union([(e["ts"], e["ts"] + e["dur"]) for e in ev if str(e.get("name", "")).startswith(
+        "enumerate(DataLoader)") and e["name"].endswith("__next__")])
+    out: dict[str, Any] = {}
+    for name in {NAMES[e["name"][5:]] for e in spans}:
+        calls = [e for e in spans if NAMES[e["name"][5:]] == name]
+        shaped = all("Input Dims" in e["args"] for e in calls)
+        sizes = [math.prod(e["args"]["Input Dims"][0]) * SIZES[e["args"]["Input type"][0]] if shaped else 0
+                 for e in calls]
+        us = sum(e["dur"] for e in calls)
+        own = union([(e["ts"], min(e["ts"] + e["dur"], hi)) for e in calls])
+        algbw = sum(sizes) / us / 1e3 if shaped else None
+        factor = FACTOR[name](2)
+        out[name] = {"count": len(calls), "bytes": sum(sizes) if shaped else None, "total_ms": us / 1e3,
+                     "exposed_ms": length(minus(own, loader)) / 1e3, "algbw_gbps": algbw,
+                     "busbw_gbps": None if algbw is None else algbw * factor,
+                     "busbw_p50_gbps": median(s / e["dur"] / 1e3 * factor for s, e in zip(sizes, calls, strict=True))
+                     if shaped else None}
+    every = union([(e["ts"], min(e["ts"] + e["dur"], hi)) for e in spans])
+    out["_overlap"] = {"fraction": 1 - length(minus(every, loader)) / length(every)}
+    return out
+
+
 def copy_figures(ev: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (direction, host memory): count, bytes, total_ms, gbps of the memcpys in the window."""
     lo, hi = window(ev)

@@ -21,7 +21,7 @@ def test_page_is_self_contained() -> None:
     assert "<script" not in page
     assert "http" not in page
     assert "<link" not in page
-    assert page.count("<svg") == 2  # step bars and the timeline strip of the one rank
+    assert page.count("<svg") == 3  # step bars, the timeline strip and the memory curve of the one rank
     assert "aten::mm" in page
     assert "sync_bound" in page
 

@@ -1,0 +1,91 @@
+"""The HTML report's sections for collectives, transfers, launch latency, memory (by op and over time) and balance."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from perf_callbacks.analysis.measures_text import comm_line, rate, size
+from perf_callbacks.analysis.result import AnalysisResult, RankResult
+
+_WIDTH, _HEIGHT = 1000, 160
+_LINES = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#5d4037", "#455a64")
+
+
+def measure_sections(result: AnalysisResult) -> list[str]:
+    """Each section whose figures the window has; the per-rank balance only with several ranks."""
+    parts = []
+    if result.communication:
+        over = "" if result.overlap_fraction is None else f" &middot; {result.overlap_fraction:.0%} of collective " \
+                                                          "time overlapped compute"
+        rows = "".join(f"<li>{escape(comm_line(c))}</li>" for c in result.communication)
+        parts.append(f"<h2>Collectives</h2><p>total bytes / total time{over}</p><ul>{rows}</ul>")
+    if result.copies:
+        parts.append("<h2>Transfers</h2>" + _table(
+            ("kind", "memory", "count", "bytes", "ms", "GB/s"),
+            [(c["kind"], c["memory"], c["count"], size(c["bytes"]), f"{c['total_ms']:.2f}", rate(c["gbps"]))
+             for c in result.copies]))
+    launch = result.launch
+    if launch and launch["p50_us"] is not None:
+        parts.append(f"<h2>Kernel launch</h2><p>launch to start p50 {launch['p50_us']:.1f} us, p95 "
+                     f"{launch['p95_us']:.1f} us; {launch['small_kernels']} kernels under 10 us "
+                     f"({launch['small_kernel_fraction']:.0%} of kernel time)</p>")
+    parts += _memory(result)
+    if len(result.ranks) > 1:
+        parts.append("<h2>Balance across ranks</h2>" + _balance(result.ranks))
+    return parts
+
+
+def memory_curve_svg(ranks: list[RankResult]) -> str:
+    """Allocated memory over the window, one line per rank, with its peak written on the axis."""
+    curves = [(r.rank, r.memory_curve) for r in ranks if r.memory_curve]
+    if not curves:
+        return ""
+    top = max(b for _, c in curves for _, b in c) or 1.0
+    span = max(t for _, c in curves for t, _ in c) or 1.0
+    lines = []
+    for i, (rank, points) in enumerate(curves):
+        xy = " ".join(f"{40 + t / span * (_WIDTH - 50):.1f},{_HEIGHT - 20 - b / top * (_HEIGHT - 30):.1f}"
+                      for t, b in points)
+        lines.append(f'<polyline fill="none" stroke="{_LINES[i % len(_LINES)]}" stroke-width="1.5" points="{xy}">'
+                     f"<title>rank {rank}</title></polyline>")
+    axis = f'<text x="0" y="14">{size(top)}</text><text x="0" y="{_HEIGHT - 22}">0</text>' \
+           f'<text x="{_WIDTH - 90}" y="{_HEIGHT - 4}">{span:.1f} ms</text>'
+    return f'<svg class="memory" width="{_WIDTH}" height="{_HEIGHT}">{axis}{"".join(lines)}</svg>'
+
+
+def _memory(result: AnalysisResult) -> list[str]:
+    peak = result.memory_peak
+    if peak is None:
+        return []
+    kind = "Host" if peak.get("memory") == "host" else "Device"
+    parts = [f"<h2>{kind} memory</h2><p>peak {size(peak['bytes'])} allocated in {escape(str(peak['op']))}, "
+             f"{peak['ts_ms']:.1f} ms into the window</p>", memory_curve_svg(result.ranks)]
+    if result.memory_by_op:
+        parts.append(_table(("op", "self memory (allocated less freed)", "calls"),
+                            [(m["name"], size(m["self_bytes"]), m["calls"]) for m in result.memory_by_op]))
+    return parts
+
+
+def _balance(ranks: list[RankResult]) -> str:
+    """Per rank: utilization, median step time, exposed collective time and data wait, side by side."""
+    rows = []
+    for r in ranks:
+        exposed = sum(c["exposed_ms"] for c in r.communication)
+        util = "n/a" if r.gpu_utilization is None else f"{r.gpu_utilization:.1%}"
+        step = "n/a" if r.step_time_ms is None else f"{r.step_time_ms:.1f}"
+        rows.append((r.rank, util, step, f"{exposed:.1f}", f"{r.data_wait_fraction:.1%}", r.verdict))
+    longest = max((float(x[3]) for x in rows), default=0.0) or 1.0
+    body = "".join(
+        f"<tr><td>{rk}</td><td>{u}</td><td>{s}</td><td>{e} <svg width=\"120\" height=\"10\"><rect width=\""
+        f"{float(e) / longest * 120:.0f}\" height=\"10\" fill=\"#6a1b9a\"/></svg></td><td>{w}</td>"
+        f"<td>{escape(v)}</td></tr>" for rk, u, s, e, w, v in rows)
+    head = "<tr><th>rank</th><th>utilization</th><th>step ms (median)</th><th>exposed collectives ms</th>" \
+           "<th>data wait</th><th>verdict</th></tr>"
+    return f'<table class="balance">{head}{body}</table>'
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+    th = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><tr>{th}</tr>{body}</table>"
