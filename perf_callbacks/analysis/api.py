@@ -104,7 +104,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         step_time_ms=median(s.time_ms for r in ranks for s in r.steps) if any(r.steps for r in ranks) else None,
         top_ops=_merge_top_ops(ranks, top_k),
         peak_memory_bytes=max((r.peak_memory_bytes for r in ranks if r.peak_memory_bytes is not None), default=None),
-        recommendations=_overall_recommendations(ranks, verdict, slow, reasons) + window_advice(ranks),
+        recommendations=window_advice(ranks, _overall_recommendations(ranks, verdict, slow, reasons)),
         ranks=ranks,
         stragglers=slow,
         imbalance_ratio=ratio,

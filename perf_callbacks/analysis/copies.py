@@ -4,7 +4,7 @@ Every memcpy that starts in the window (outside the time set aside) counts, on e
 total bytes / total copy time, in 1e9 bytes/s. Copies without ``bytes`` (older traces) are counted and timed only.
 Advice comes from the rates, never from the kind alone: a pageable copy is called slow only when it ran at under half
 the rate of the pinned copies of the same direction in the same trace, or, without any, of ``LINK_GBPS``; and only when
-such copies took at least ``ADVICE_SHARE`` of the window.
+such copies, where they did not overlap compute, took at least ``ADVICE_SHARE`` of the window.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ LINK_GBPS = 25.0
 SLOW = 0.5
 """A pageable copy is slow below this fraction of the reference rate."""
 ADVICE_SHARE = 0.05
-"""The share of the window that slow copies must take before the report advises on them."""
+"""The share of the window that slow copies must leave exposed (not overlapped) before the report advises on them."""
 _FIX = {"HtoD": "pin the host buffers (DataLoader pin_memory=True) and copy with .to(device, non_blocking=True)",
         "DtoH": "copy into a pinned buffer (torch.empty(..., pin_memory=True)) with non_blocking=True"}
 NO_BYTES = "copies without a byte count in the trace: counted and timed only, no GB/s"
@@ -61,8 +61,12 @@ def combine(per_rank: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return sorted((_figures(k, m, c, b, ms) for (k, m), (c, b, ms) in merged.items()), key=lambda r: -r["total_ms"])
 
 
-def copy_advice(r: RankResult) -> list[str]:
-    """Advice on pageable copies that ran slow, with the rates that show it (empty when none did, or too little)."""
+def copy_advice(r: RankResult) -> list[tuple[str, str, str]]:
+    """Pageable copies that ran slow: ``(kind, the rates that show it, advice)``; empty when none did, or too little.
+
+    ``kind`` is the timeline's name of the copies (``HtoD/pageable``), so that a recommendation about them can carry the
+    rates instead of repeating the advice.
+    """
     rates = {(c["kind"], c["memory"]): c for c in r.copies if c["gbps"] is not None}
     out = []
     for (kind, memory), c in sorted(rates.items()):
@@ -71,12 +75,14 @@ def copy_advice(r: RankResult) -> list[str]:
         pinned = rates.get((kind, "pinned"))
         ref, what = (pinned["gbps"], "the pinned copies' rate in this trace") if pinned else \
             (LINK_GBPS, "what a PCIe 4.0 x16 link carries pinned")
-        share = c["total_ms"] / r.span_ms if r.span_ms else 0.0
+        exposed = r.copy_exposed_ms.get(f"{kind}/pageable", 0.0)
+        share = exposed / r.span_ms if r.span_ms else 0.0
         if c["gbps"] >= SLOW * ref or share < ADVICE_SHARE:
             continue
-        fix = _FIX[kind]
-        out.append(f"{kind} copies from pageable memory ran at {c['gbps']:.1f} GB/s, {c['gbps'] / ref:.0%} of {what} "
-                   f"({ref:.1f} GB/s), and took {c['total_ms']:.1f} ms ({share:.0%} of the window): {fix}")
+        rates_text = f"{kind} copies from pageable memory ran at {c['gbps']:.1f} GB/s, {c['gbps'] / ref:.0%} of " \
+                     f"{what} ({ref:.1f} GB/s)"
+        out.append((f"{kind}/pageable", rates_text, f"{rates_text}; {exposed:.1f} ms of them ({share:.0%} of the "
+                                                    f"window) did not overlap compute: {_FIX[kind]}"))
     return out
 
 

@@ -62,7 +62,18 @@ def window_notes(ranks: list[RankResult]) -> list[str]:
     return list(dict.fromkeys(n for r in ranks for n in r.measure_notes))
 
 
-def window_advice(ranks: list[RankResult]) -> list[str]:
-    """Advice from the transfer rates of each rank (prefixed with the rank when there are several)."""
-    prefix = len(ranks) > 1
-    return [f"rank {r.rank}: {a}" if prefix else a for r in ranks for a in copies.copy_advice(r)]
+def window_advice(ranks: list[RankResult], recommendations: list[str]) -> list[str]:
+    """The recommendations with the transfer rates that back them.
+
+    A recommendation that names slow pageable copies (``HtoD/pageable``) gets the measured rates; without one, the
+    advice is added (prefixed with the rank when there are several).
+    """
+    out = list(recommendations)
+    for r in ranks:
+        for kind, rates, advice in copies.copy_advice(r):
+            i = next((i for i, rec in enumerate(out) if kind in rec), None)
+            if i is None:
+                out.append(f"rank {r.rank}: {advice}" if len(ranks) > 1 else advice)
+            elif rates not in out[i]:
+                out[i] += f" (measured: {rates})"
+    return out

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import AnalysisResult, analyze, format_text
+from perf_callbacks.analysis.measures import window_advice
 from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
 from tests.analysis import measure_truth as truth
@@ -184,9 +185,13 @@ def test_copy_advice_from_rates_when_pageable_is_slow_and_costly(tmp_path: Path)
     advice = [r for r in result.recommendations if "pageable memory ran at" in r]
     rows = {(c["kind"], c["memory"]): c for c in result.copies}
     assert len(advice) == 1
+    assert len([r for r in result.recommendations if "pageable" in r.lower()]) == 1  # the rates back one advice
     assert f"{rows[('HtoD', 'pageable')]['gbps']:.1f} GB/s" in advice[0]
     assert "the pinned copies' rate in this trace (25.0 GB/s)" in advice[0]
     assert "pin_memory=True" in advice[0]
+    alone = window_advice(result.ranks, [])  # no recommendation about copies to carry the rates: the advice itself
+    assert len(alone) == 1 and "did not overlap compute: pin the host buffers" in alone[0]
+    assert window_advice(result.ranks * 2, [])[0].startswith(f"rank {result.ranks[0].rank}: HtoD copies")
     assert result.scalars()["perf/htod_gbps"] == approx(
         sum(c["bytes"] for c in rows.values() if c["kind"] == "HtoD")
         / sum(c["total_ms"] for c in rows.values() if c["kind"] == "HtoD") / 1e6)
