@@ -138,7 +138,7 @@ class AnalysisResult:
         mfu: ``achieved_tflops / peak_tflops`` (model FLOPs utilization), None without both.
         mfu_gap: ``1 - mfu`` by cause: ``{input, host, sync, copy, communication, other, below_peak}`` as fractions
             (0.12 = 12 points); see ``analysis.mfu``.
-        flops_source: where ``flops_per_step`` comes from (``counted with FlopCounterMode on step 1``...).
+        flops_source: where ``flops_per_step`` comes from (``counted with FlopCounterMode on step 0``...).
         peak_source: where ``peak_tflops`` comes from.
         communication: per collective and process group, summed over ranks: ``{name, group, count, bytes, total_ms,
             exposed_ms, algbw_gbps, busbw_gbps, group_size, busbw_p50_gbps}`` (see ``analysis.comms``).

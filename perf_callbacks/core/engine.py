@@ -236,7 +236,10 @@ class PerfEngine:
             self.nvtx.pop()
         if not self._ended or step is None:  # abandoned: no optimizer step completed (a `break`, a resumed count)
             return
-        if self.windows.action.value or step == self.flops.counted_step:  # profiled or FLOP-counted: not comparable
+        if step == self.flops.counted_step:  # its ops ran through the FLOP counter: its time is not its own
+            self._clean = False
+            self.monitor.set_aside()
+        elif self.windows.action.value:  # a profiled step: its times are not comparable
             self._clean = False
         else:
             self.monitor.measured(step, self.clock.elapsed(t), self.clock.wait, self._samples or None,

@@ -7,9 +7,10 @@ Where the FLOPs of a step come from, the first that applies:
    LightningModule), times the micro-batches of the first completed step;
 3. counted once with :class:`~perf_callbacks.core.flop_count.StepCounter` (``FlopCounterMode``) over one real
    training step: from the ``batch_start`` of its first micro-batch to the ``batch_end`` that completes its optimizer
-   step, so every micro-batch's forward and backward is in it. The step is the first one from step 1 on that no
-   profiling window (warm-up included) or Nsight capture touches; it is left out of step time and of the slowdown
-   check, like a profiled step. It is skipped, with a note that says why, when ``flops: false``, when no op with a
+   step, so every micro-batch's forward and backward is in it. The step is the first one that no profiling window
+   (warm-up included) or Nsight capture touches, step 0 with the default schedule (whose time holds one-time costs
+   anyway); it is left out of step time and of the slowdown check, like a profiled step, and stands for the
+   data-wait check's warm-up step. It is skipped, with a note that says why, when ``flops: false``, when no op with a
    FLOP formula ran, or when ops that look like matrix math ran without one (an LSTM, a custom attention kernel):
    the count would miss their work.
 
@@ -123,8 +124,8 @@ class StepFlops:
         """What travels in the trace's metadata (``META_KEY``): the FLOPs, their source, the peak and its source."""
         note = self.note
         if self.per_step is None and not note:
-            note = "not known yet when this window started: they are counted on the first step from 1 outside " \
-                   "every window; set flops_per_step, or start the windows later (schedule.skip_first)"
+            note = "not known yet when this window started: they are counted on the first step outside every " \
+                   "window; set flops_per_step, or start the windows later (schedule.skip_first)"
         try:
             peak, peak_source = self.peak()
             dtype = dtype_name(self.compute_dtype())
@@ -147,7 +148,7 @@ class StepFlops:
             return True  # known at the end of the first step: flops_per_batch times its micro-batches
         if not self._can_count():
             return self._stale is not None
-        if micro == 0 and step >= 1 and not profiled and not self._in_nsys(step):
+        if micro == 0 and not profiled and not self._in_nsys(step):
             self.counted_step, self._counter = step, StepCounter()
             self._counter.start()
         return True

@@ -57,6 +57,14 @@ class StepMonitor:
                 message = data_wait_finding(name, share, first, step, workers).message
                 self._warn("data_wait", DataLoaderWarning, self.ctx.rephrase(message))
 
+    def set_aside(self) -> None:
+        """A step left out of every figure (the FLOP-counting step): if it is the first, it is the data-wait warm-up.
+
+        The data-wait check skips the first step it sees, whose fetch holds one-time costs; a first step set aside
+        already had those, so the next step is measured.
+        """
+        self.data_wait_check.warmed_up = True
+
     def findings(self, findings: list[Finding]) -> None:
         """Warn once for each DataLoader finding.
 

@@ -62,7 +62,7 @@ def test_flops_not_measured_say_why_and_a_foreign_trace_says_nothing() -> None:
 
 
 def run_windows(tmp_path: Path, summary: bool, **options: object) -> PerfEngine:
-    """A real MLP on CPU through the engine: the FLOPs counted on step 1, then one 3-step window (4-6)."""
+    """A real MLP on CPU through the engine: the FLOPs counted on step 0, then one 3-step window (4-6)."""
     cfg = PerfConfig.from_dict({"schedule": {"skip_first": 2, "wait": 1, "warmup": 1, "active": 3},
                                 "summary": summary, **options})
     engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=50))
@@ -98,7 +98,7 @@ def test_report_on_a_window_folder_gives_mfu_from_the_same_runs_numbers(tmp_path
     assert result.scalars()["perf/mfu"] == result.mfu
     text = format_text(result)
     assert "\nMFU 0.0" in text and "; busy but below peak " in text
-    assert "FLOPs per step: " in text and "(counted with FlopCounterMode on step 1); achieved " in text
+    assert "FLOPs per step: " in text and "(counted with FlopCounterMode on step 0); achieved " in text
 
 
 def test_the_window_summary_and_sidecars_carry_the_mfu(tmp_path: Path) -> None:

@@ -89,10 +89,10 @@ def test_counted_flops_equal_flop_counter_mode_on_the_same_step(tmp_path: Path, 
     engine = make_engine(tmp_path)
     train(engine, model, x, steps=3, accumulate=accumulate, step_fn=step_fn)
     engine.close()
-    assert engine.flops.counted_step == 1
+    assert engine.flops.counted_step == 0
     assert engine.flops.per_step == pytest.approx(expected, rel=0.01)
     assert engine.flops.per_step == pytest.approx(accumulate * counted_by_test(model, x, step_fn), rel=0.01)
-    assert "FlopCounterMode on step 1" in engine.flops.source
+    assert "FlopCounterMode on step 0" in engine.flops.source
     assert _get_current_dispatch_mode_stack() == []
 
 
@@ -150,16 +150,37 @@ def test_the_counted_step_is_set_aside_and_metrics_use_the_median_step_time(tmp_
             engine.data_end()
             engine.batch_start(step)
             once(model, x)
-            clock.t += 10.0 if step == 1 else 0.1 + 0.01 * step  # the counted step is slow: left out
+            clock.t += 10.0 if step == 0 else 0.1 + 0.01 * step  # the counted step is slow: left out
             engine.batch_end(True, samples=8)
     (_, metrics), = logged
-    measured = [0.1 + 0.01 * s for s in (0, 2, 3, 4)]  # logged at step 5's end: step 5's time is not known yet
+    measured = [0.1 + 0.01 * s for s in (1, 2, 3, 4)]  # logged at step 5's end: step 5's time is not known yet
     assert metrics["perf/train/samples_per_sec"] == pytest.approx(8 * 4 / sum(measured))
     median_s = metrics["perf/train/step_time_ms"] / 1e3
     assert median_s == pytest.approx(0.125)
     flops = engine.flops.per_step
     assert metrics["perf/train/tflops"] == pytest.approx(flops / median_s / 1e12, rel=1e-9)
     assert metrics["perf/train/mfu"] == pytest.approx(flops / median_s / 1e12, rel=1e-9)  # peak 1 TFLOP/s
+
+
+def test_a_counted_first_step_is_the_data_wait_warm_up(tmp_path: Path) -> None:
+    """The data-wait check skips the first step it sees (one-time costs); a counted step 0 already was that step."""
+    from perf_callbacks.exceptions import DataLoaderWarning
+
+    engine = make_engine(tmp_path, data_wait_steps=3)
+    engine.ctx.data_loader = ("train_dataloader", 0)
+    model, x, clock = mlp(), torch.randn(8, 32), FakeClock()
+    engine.attach_model(model)
+    with mock.patch("time.perf_counter", clock), pytest.warns(
+            DataLoaderWarning, match=r"data loading took 30% of step time over steps 1-3"):
+        for step in range(5):  # step 3's time is known when step 4 begins
+            engine.data_start()
+            clock.t += 0.03
+            engine.data_end()
+            engine.batch_start(step)
+            once(model, x)
+            clock.t += 0.07
+            engine.batch_end(True, samples=8)
+    assert engine.flops.counted_step == 0
 
 
 def test_given_flops_per_step_wins_and_nothing_is_counted(tmp_path: Path) -> None:
@@ -205,43 +226,46 @@ def test_ops_without_a_flop_formula_skip_the_count_with_a_note(tmp_path: Path) -
     engine = make_engine(tmp_path)
     train(engine, Recurrent(), torch.randn(4, 5, 16), steps=3)
     assert engine.flops.per_step is None and not engine._flops_on
-    assert engine.flops.note.startswith("not measured: ops without a FLOP formula ran in step 1 (aten.mkldnn_rnn_layer")
-    assert engine.flops.counted_step == 1  # it ran through the counter all the same: left out of step time
+    assert engine.flops.note.startswith("not measured: ops without a FLOP formula ran in step 0 (aten.mkldnn_rnn_layer")
+    assert engine.flops.counted_step == 0  # it ran through the counter all the same: left out of step time
 
 
 def test_the_counting_step_is_outside_every_window_and_its_trace_carries_the_flops(tmp_path: Path) -> None:
-    engine = make_engine(tmp_path, schedule={"skip_first": 0, "wait": 1, "warmup": 0, "active": 2, "repeat": 2},
+    engine = make_engine(tmp_path / "a", schedule={"skip_first": 2, "wait": 1, "warmup": 1, "active": 2},
                          peak_tflops=1.0)
     train(engine, mlp(), torch.randn(8, 32), steps=8)
     engine.close()
-    assert engine.flops.counted_step == 3  # windows 1-2 and 4-5: step 3 is the first from 1 outside them
-    first, second = (json.load(gzip.open(p))[META_KEY] for p in engine.exported)
-    assert first["flops_per_step"] is None and first["note"].startswith("not known yet when this window started")
-    assert second == {"flops_per_step": engine.flops.per_step, "source": "counted with FlopCounterMode on step 3",
-                      "note": "", "dtype": "fp32", "peak_tflops": 1.0, "peak_source": "peak_tflops: 1"}
+    assert engine.flops.counted_step == 0
+    (trace,) = engine.exported
+    assert json.load(gzip.open(trace))[META_KEY] == {
+        "flops_per_step": engine.flops.per_step, "source": "counted with FlopCounterMode on step 0", "note": "",
+        "dtype": "fp32", "peak_tflops": 1.0, "peak_source": "peak_tflops: 1"}
+    early = make_engine(tmp_path / "b", schedule={"skip_first": 0, "wait": 0, "warmup": 1, "active": 2})
+    train(early, mlp(), torch.randn(8, 32), steps=5)
+    early.close()
+    assert early.flops.counted_step == 3  # warm-up step 0, window 1-2: step 3 is the first outside it
+    meta = json.load(gzip.open(early.exported[0]))[META_KEY]
+    assert meta["flops_per_step"] is None and meta["note"].startswith("not known yet when this window started")
 
 
 def test_an_abandoned_counting_step_is_dropped_and_counted_again(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
     model, x = mlp(), torch.randn(8, 32)
     engine.attach_model(model)
-    for step in range(2):
-        engine.batch_start(step)
-        once(model, x)
-        engine.batch_end(step == 0)  # step 1 never completes its optimizer step (a skipped step, say)
-    engine.batch_start(2)  # the adapter moves on to step 2: the count of step 1 is dropped
+    engine.batch_start(0)
+    once(model, x)
+    engine.batch_end(False)  # step 0 never completes its optimizer step (a skipped step, say)
+    engine.batch_start(1)  # the adapter moves on to step 1: the count of step 0 is dropped, step 1 is counted
     assert len(_get_current_dispatch_mode_stack()) == 1
     once(model, x)
     engine.batch_end(True)
     assert _get_current_dispatch_mode_stack() == []
-    assert engine.flops.counted_step == 2 and engine.flops.per_step == counted_by_test(model, x)
+    assert engine.flops.counted_step == 1 and engine.flops.per_step == counted_by_test(model, x)
 
 
 def test_an_exception_in_the_counting_step_leaves_the_mode(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
     engine.batch_start(0)
-    engine.batch_end(True)
-    engine.batch_start(1)
     assert len(_get_current_dispatch_mode_stack()) == 1
     engine.close(RuntimeError("boom"))
     assert _get_current_dispatch_mode_stack() == []
@@ -254,8 +278,6 @@ def test_another_mode_left_open_in_the_step_is_never_popped_by_ours(tmp_path: Pa
 
     engine = make_engine(tmp_path)
     engine.batch_start(0)
-    engine.batch_end(True)
-    engine.batch_start(1)
     theirs = Theirs(display=False)
     theirs.__enter__()  # entered inside our counting step, still open when the step ends
     torch.randn(2, 2) @ torch.randn(2, 2)
@@ -263,7 +285,7 @@ def test_another_mode_left_open_in_the_step_is_never_popped_by_ours(tmp_path: Pa
     stack = _get_current_dispatch_mode_stack()
     assert len(stack) == 2 and stack[-1] is theirs.mode  # theirs is still on top, ours waits under it
     theirs.__exit__(None, None, None)
-    engine.batch_start(2)  # ours is on top again: left at the next hook
+    engine.batch_start(1)  # ours is on top again: left at the next hook
     assert _get_current_dispatch_mode_stack() == []
     assert engine.flops.per_step is None and "another TorchDispatchMode" in engine.flops.note
     engine.batch_end(True)

@@ -24,7 +24,7 @@ from perf_callbacks.core.peak import peak_flops
 pytestmark = pytest.mark.gpu
 
 SIZE, GEMMS, STEPS, LOG_EVERY = 8192, 8, 40, 10
-SCHEDULE = {"skip_first": 24, "wait": 1, "warmup": 1, "active": 6}  # counted on step 1; window 26-31
+SCHEDULE = {"skip_first": 24, "wait": 1, "warmup": 1, "active": 6}  # counted on step 0; window 26-31
 FALLBACK_PEAK_TFLOPS = 989.0  # only when Lightning's table has no entry for this device (the test uses it too)
 
 
@@ -52,20 +52,20 @@ def test_bf16_gemm_loop_mfu_matches_the_tests_own_figure(tmp_path: Path) -> None
     engine.close()
 
     flops = 2 * SIZE**3 * GEMMS
-    assert engine.flops.counted_step == 1 and engine.flops.dtype is torch.bfloat16
+    assert engine.flops.counted_step == 0 and engine.flops.dtype is torch.bfloat16
     assert engine.flops.per_step == pytest.approx(flops, rel=1e-6)
     peak, source = engine.flops.peak()
     assert peak == (table or FALLBACK_PEAK_TFLOPS * 1e12), source
 
     # live: each interval's MFU against the test's own median over the same steps (the counted step left out)
-    profiled = set(range(25, 32))  # warm-up step 25 and the window: left out of the intervals, as step 1 is
+    profiled = set(range(25, 32))  # warm-up step 25 and the window: left out of the intervals, as step 0 is
     checked = 0
     for step, metrics in logged:
         if "perf/train/mfu" not in metrics:
             continue
         # logged at the end of step `step - 1`: its interval holds steps step-11 .. step-2 (a step's time is known
         # when the next one begins), less the counted and the profiled ones
-        steps = [s for s in range(max(step - LOG_EVERY - 1, 0), step - 1) if s != 1 and s not in profiled]
+        steps = [s for s in range(max(step - LOG_EVERY - 1, 0), step - 1) if s != 0 and s not in profiled]
         expected = flops / statistics.median(own[s] for s in steps) / peak
         assert metrics["perf/train/mfu"] == pytest.approx(expected, rel=0.05), (step, metrics)
         checked += 1
