@@ -138,6 +138,7 @@ def test_collectives_named_by_operation(tmp_path: Path) -> None:
                for r in result.recommendations)
 
 
+@pytest.mark.slow  # a large trace: about 5 s
 @needs_foreign
 def test_foreign_cuda_graph_trace_names_the_unexplained_idle() -> None:
     result = analyze(FOREIGN / "negative_queue_length_values_check" / "rank0.json.gz")
@@ -147,6 +148,7 @@ def test_foreign_cuda_graph_trace_names_the_unexplained_idle() -> None:
     assert result.ranks[0].graph_idle_fraction > 0.05
 
 
+@pytest.mark.slow  # large traces: about 9 s
 @needs_foreign
 def test_foreign_device_to_device_copies_and_old_pytorch() -> None:
     diff = analyze(FOREIGN / "trace_diff" / "test" / "test.json.gz")

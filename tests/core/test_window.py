@@ -49,6 +49,7 @@ print("EXPORTED", len(engine.exported), "PROFILER_ON", torch.autograd.profiler._
 """
 
 
+@pytest.mark.slow  # a process each (torch's import): about 10 s
 @pytest.mark.parametrize("theirs", [4, 5], ids=["mid-window", "last-step"])
 def test_a_user_profiler_in_any_step_of_our_window_is_survived(tmp_path: Path, theirs: int) -> None:
     """In the window's last step, ours is stopped at that step's end (``finish``), not at the next step's begin."""
