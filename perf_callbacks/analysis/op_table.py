@@ -8,6 +8,7 @@ allocated or freed), as ``torch.profiler``'s ``key_averages()`` attributes ``sel
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from operator import itemgetter
 from typing import Any
 
 from perf_callbacks.analysis.events import RankTrace
@@ -44,7 +45,7 @@ def walk(trace: RankTrace, memory: list[MemoryAt]) -> tuple[dict[str, float], di
         if not _walk(ops, mems, times, owners, check=True):  # a parent sorted after its child: sort strictly
             ops.sort(key=lambda o: (o[0], -o[1]))
             _walk(ops, mems, times, owners, check=False)
-    return dict(times), dict(Counter(op[3] for op in trace.cpu_ops)), owners
+    return dict(times), dict(Counter(map(itemgetter(3), trace.cpu_ops))), owners
 
 
 def op_table(trace: RankTrace, self_cpu: dict[str, float], calls: dict[str, int], memory: dict[str, int],
@@ -109,7 +110,7 @@ def _walk(ops: list[Op], mems: list[tuple[float, int]], times: dict[str, float],
             top = stack[-1]
             if check and end > top[0]:
                 return False
-            top[2] -= min(end, top[0]) - ts
+            top[2] -= (end if end < top[0] else top[0]) - ts
         stack.append([end, name, end - ts])
     for mts, idx in mems[mi:]:
         _close(stack, mts, local)
