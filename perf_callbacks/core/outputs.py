@@ -47,8 +47,8 @@ WRITERS: dict[str, tuple[str, str]] = {  # writer: (what is disabled, what goes 
     "sidecars": ("window summaries disabled", "traces are still written; training continues"),
     "snapshots": ("allocator snapshots disabled", "traces are still written; training continues"),
     "oom": ("out-of-memory evidence not written", "its summary is printed to stderr"),
-    "state": ("the step count is no longer saved with checkpoints",
-              "a resumed run reads it from the optimizer state; training continues"),
+    "state": ("the step count is no longer saved next to checkpoints",
+              "it still travels in the optimizer state; training continues"),
 }
 
 

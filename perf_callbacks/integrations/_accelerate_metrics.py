@@ -10,6 +10,10 @@ An interval that no step boundary flushed (the loop ``break``s right after a log
 :meth:`CrossRankLogger.flush_at_close`: with several processes through the process group's key-value store, never a
 collective, and rank 0 waits for the others at most ``CLOSE_WAIT_S``, so a rank that failed holds nobody.
 
+Rank 0's writes go through the run's :class:`~perf_callbacks.core.outputs.Outputs`: a tracker that raises turns the
+``metrics`` writer off, our own event file the ``events`` writer, each with one warning; every rank still joins the
+gather, so a rank whose writer is off holds nobody either.
+
 Example:
     >>> reduce_across_ranks([{"perf/a": 1.0}, {"perf/a": 3.0, "perf/b": 2.0}], world_size=2)
     {'perf/a/max': 3.0, 'perf/a/mean': 2.0, 'perf/b/max': 2.0, 'perf/b/mean': 2.0}
@@ -23,22 +27,25 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.integrations._events import OwnEvents
+from perf_callbacks.core.outputs import Outputs
+from perf_callbacks.integrations._events import EventFile
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 10.0  # how long rank 0 waits at close for the other ranks' last interval
 
 
-class CrossRankLogger(OwnEvents):
+class CrossRankLogger:
     """Collects one rank's metrics and logs the cross-rank reduction on the main process.
 
     Args:
         accelerator: the ``accelerate.Accelerator`` of the run.
         log_dir: where to write TensorBoard events when the accelerator has no tracker.
+        outputs: the run's writers (the engine's).
     """
 
-    def __init__(self, accelerator: Any, log_dir: Path) -> None:
-        self.accelerator, self.log_dir = accelerator, log_dir
+    def __init__(self, accelerator: Any, log_dir: Path, outputs: Outputs | None = None) -> None:
+        self.accelerator, self.outputs = accelerator, outputs or Outputs()
+        self.events = EventFile(log_dir, self.outputs)
         self.pending: dict[str, float] = {}
 
     def stash(self, metrics: dict[str, float], step: int) -> None:
@@ -86,19 +93,23 @@ class CrossRankLogger(OwnEvents):
         if not acc.is_main_process or not values:
             return
         if acc.trackers:
-            acc.log(values, step=step)
-            return
-        writer = self._summary_writer()
-        for key, value in values.items():
-            writer.add_scalar(key, value, step)
+            self.outputs.call("metrics", lambda: acc.log(values, step=step))
+        else:
+            self.events.scalars(values, step)
 
     def log_text(self, tag: str, text: str, step: int) -> None:
         """Log the window summary to the TensorBoard tracker, or to our own events when there is no tracker."""
         trackers = self.accelerator.trackers
+        if not trackers:
+            self.events.text(tag, text, step)
+            return
         tb = next((t for t in trackers if t.name == "tensorboard"), None)
-        writer = tb.writer if tb is not None else (None if trackers else self._summary_writer())
-        if writer is not None:
-            writer.add_text(tag, text, global_step=step)
+        if tb is not None:
+            self.outputs.call("metrics", lambda: tb.writer.add_text(tag, text, global_step=step))
+
+    def close(self) -> None:
+        """Close our own event file (nothing is buffered; kept for symmetry with the trackers)."""
+        self.events.close()
 
 
 def reduce_across_ranks(gathered: list[dict[str, float]], world_size: int) -> dict[str, float]:

@@ -23,11 +23,15 @@ COUNT_KEY = "perf_callbacks_optimizer_steps"
 
 
 def write_state(output_dir: str, steps: int) -> None:
-    """Write the count next to the checkpoint, atomically."""
+    """Write the count next to the checkpoint, atomically; on failure no temporary file is left."""
     path = Path(output_dir) / STATE_FILE
     tmp = path.with_name(f".{STATE_FILE}.{os.getpid()}.partial")
-    tmp.write_text(json.dumps({"optimizer_steps": steps}))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps({"optimizer_steps": steps}))
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from err  # the file meant, not our temporary name
 
 
 def read_state(input_dir: str, current: int) -> int | None:

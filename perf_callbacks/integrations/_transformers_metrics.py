@@ -7,6 +7,8 @@ without the console printers and without adding them to ``state.log_history``. T
 naming (``TensorBoardCallback`` shows ``perf/train/step_time_ms`` as ``train/perf/train/step_time_ms``). With no
 integration configured (``report_to="none"``, the 5.x default) the metrics are written as TensorBoard events of our
 own, under ``args.logging_dir`` where the Trainer still has one (4.x), else ``<output_dir>/<run>/tensorboard``.
+An integration that raises turns the ``metrics`` writer off, and our own event file the ``events`` writer, each with
+one warning (:class:`~perf_callbacks.core.outputs.Outputs`); training goes on.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.integrations._events import OwnEvents
+from perf_callbacks.core.outputs import Outputs
+from perf_callbacks.integrations._events import EventFile
 
 
-class MetricsRouter(OwnEvents):
+class MetricsRouter:
     """Sends metrics and text to the Trainer's reporting callbacks, or to our own TensorBoard events.
 
     Args:
@@ -26,12 +29,15 @@ class MetricsRouter(OwnEvents):
         state: its ``TrainerState`` (``global_step`` is read by the integrations).
         control: its ``TrainerControl``.
         log_dir: where our own events go when ``args`` has no ``logging_dir``.
+        outputs: the run's writers (the engine's).
     """
 
-    def __init__(self, trainer: Any, args: Any, state: Any, control: Any, log_dir: Path) -> None:
+    def __init__(self, trainer: Any, args: Any, state: Any, control: Any, log_dir: Path,
+                 outputs: Outputs | None = None) -> None:
         self.args, self.state, self.control = args, state, control
         self.reporters = reporting_callbacks(trainer) if trainer is not None else []
-        self.log_dir = Path(getattr(args, "logging_dir", None) or log_dir)
+        self.outputs = outputs or Outputs()
+        self.events = EventFile(Path(getattr(args, "logging_dir", None) or log_dir), self.outputs)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Log on rank 0 (the adapter passes this only there) at ``step``.
@@ -41,11 +47,11 @@ class MetricsRouter(OwnEvents):
         whatever step training has reached by then.
         """
         if not self.reporters:
-            writer = self._summary_writer()
-            for key, value in metrics.items():
-                writer.add_scalar(key, value, step)
-            writer.flush()
+            self.events.scalars(metrics, step)
             return
+        self.outputs.call("metrics", lambda: self._report(metrics, step))
+
+    def _report(self, metrics: dict[str, float], step: int) -> None:
         now, self.state.global_step = self.state.global_step, step
         try:
             for callback in self.reporters:
@@ -56,12 +62,14 @@ class MetricsRouter(OwnEvents):
     def log_text(self, tag: str, text: str, step: int) -> None:
         """The window summary: to the TensorBoard integration's writer, or to ours when nothing is configured."""
         if not self.reporters:
-            self._summary_writer().add_text(tag, text, global_step=step)
+            self.events.text(tag, text, step)
             return
-        for callback in self.reporters:
-            writer = getattr(callback, "tb_writer", None)
-            if writer is not None:
-                writer.add_text(tag, text, global_step=step)
+        writers = [w for w in (getattr(cb, "tb_writer", None) for cb in self.reporters) if w is not None]
+        self.outputs.call("metrics", lambda: [w.add_text(tag, text, global_step=step) for w in writers])
+
+    def close(self) -> None:
+        """Close our own event file (nothing is buffered)."""
+        self.events.close()
 
 
 def reporting_callbacks(trainer: Any) -> list[Any]:

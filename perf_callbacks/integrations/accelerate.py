@@ -124,7 +124,7 @@ class AcceleratePerfHook(StepCounting):
             compute_dtype=mixed_precision_dtype(getattr(acc, "mixed_precision", None)),
         )
         self.engine = PerfEngine(self.config, ctx)
-        self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard")
+        self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard", self.engine.outputs)
         ctx.log_metrics = self.metrics.stash  # every rank; sent by the flush at the step boundary
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None
         ctx.log_summary = self.metrics.log_local  # the window summary logs from one rank: no cross-rank gather
@@ -260,7 +260,8 @@ class AcceleratePerfHook(StepCounting):
         acc = self.accelerator
         if acc is not None and (acc.is_local_main_process if acc.project_configuration.save_on_each_node
                                 else acc.is_main_process):
-            write_state(output_dir, self.optimizer_steps)
+            steps, engine = self.optimizer_steps, self._require()[0]  # our file never fails the user's save
+            engine.outputs.call("state", lambda: write_state(output_dir, steps), Path(output_dir) / STATE_FILE)
 
     def _on_load(self, models: list[Any], input_dir: str) -> None:
         steps = read_state(input_dir, self.optimizer_steps)

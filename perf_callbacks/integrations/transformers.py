@@ -109,7 +109,8 @@ class TransformersPerfCallback(TrainerCallback):
         )
         self.engine = PerfEngine(self.config, ctx)
         if state.is_world_process_zero:
-            self.metrics = MetricsRouter(trainer, args, state, control, self.engine.layout.run_dir / "tensorboard")
+            self.metrics = MetricsRouter(trainer, args, state, control, self.engine.layout.run_dir / "tensorboard",
+                                         self.engine.outputs)
             ctx.log_metrics, ctx.log_text = self.metrics.log_metrics, self.metrics.log_text
         if kw.get("model") is not None:
             self.engine.attach_model(kw["model"])
