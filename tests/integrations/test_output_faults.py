@@ -74,6 +74,34 @@ def event_count(path: Path) -> int | None:
     return sum(len(Event.FromString(r).summary.value) for r in records)
 
 
+# ---- our event file ----------------------------------------------------------------------------------------------
+def test_an_event_file_that_cannot_start_leaves_no_file_and_no_folder(small_fs: Path) -> None:
+    from perf_callbacks.core.outputs import Outputs
+    from perf_callbacks.integrations._events import EventFile
+
+    fill(small_fs)
+    events = EventFile(small_fs / "run" / "tensorboard", Outputs())
+    with pytest.warns(InstrumentUnavailableWarning, match=r"^perf-callbacks: TensorBoard events disabled: No space left "
+                      r"on device \(ENOSPC\): .*/run/tensorboard/events\.out\.tfevents\.[^;]*; training continues$"):
+        events.scalars({"perf/a": 1.0}, 2)
+        events.text("perf/summary", "text", 3)  # off: not tried again
+    assert sorted(p.name for p in small_fs.iterdir()) == ["filler"]  # was: a 0-byte event file
+
+
+def test_an_event_file_cut_by_a_full_disk_keeps_its_whole_records(small_fs: Path) -> None:
+    from perf_callbacks.core.outputs import Outputs
+    from perf_callbacks.integrations._events import EventFile
+
+    events = EventFile(small_fs / "tensorboard", Outputs())
+    events.scalars({"perf/a": 1.0}, 1)
+    fill(small_fs)
+    with pytest.warns(InstrumentUnavailableWarning, match="No space left on device"):
+        for step in range(2, 200):  # the page the file already has takes some; the first write past it fails
+            events.scalars({f"perf/metric_{i}": float(i) for i in range(10)}, step)
+    assert events.path is not None and (event_count(events.path) or 0) >= 11  # perf/a, then whole 10-scalar writes
+    assert (event_count(events.path) or 0) % 10 == 1 and leftovers(small_fs) == []
+
+
 # ---- Accelerate --------------------------------------------------------------------------------------------------
 def accelerate_run(out: Path, at_step3: Any = None, **options: Any) -> tuple[AcceleratePerfHook, bool]:
     acc = Accelerator(cpu=True)
