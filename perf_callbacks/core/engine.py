@@ -286,8 +286,8 @@ class PerfEngine:
         self._closed = True
         if exc is not None:
             self.mem.on_exception(exc, self.step, self._phase, batch)
-        elif self._recording and not self._ended and not self._micro:  # begun by a fetch that found no batch
-            self.windows.retract(self.step)
+        elif self._recording and not self._ended:  # training ended before the open step's optimizer step: a fetch
+            self.windows.retract(self.step)  # that found no batch, an epoch that ended mid-accumulation, a `break`
         atexit.unregister(self._at_exit)
         for fn in (self.flops.close, self.end_phase,
                    lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,

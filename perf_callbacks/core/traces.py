@@ -15,7 +15,6 @@ renamed, so a crash or a full disk never leaves a truncated ``.json.gz`` for HTA
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
 import time
@@ -115,27 +114,6 @@ def _why_nothing_was_written(raw: Path, scratch: Path) -> Exception:
     except OSError as err:
         return OSError(err.errno, err.strerror, str(raw))
     return RuntimeError(f"the profiler's export wrote no file: {raw} (Kineto: 'Failed to write to log file!')")
-
-
-def drop_step(raw: Path, step: int) -> None:
-    """Remove ``ProfilerStep#{step}`` and our phase spans from its start on from the uncompressed trace ``raw``.
-
-    For a step that was opened by the fetch of its first batch but never ran (the loader was exhausted, or the
-    batch was skipped, and training ended): the trace then holds only the steps that ran.
-    """
-    data = json.loads(raw.read_bytes())
-    events = data.get("traceEvents") if isinstance(data, dict) else None
-    name = f"ProfilerStep#{step}"
-    span = next((e for e in events or [] if isinstance(e, dict) and e.get("name") == name), None)
-    if span is None or not isinstance(span.get("ts"), int | float):
-        return
-    data["traceEvents"] = [e for e in events or [] if e is not span and not _ours_after(e, span["ts"])]
-    raw.write_text(json.dumps(data))
-
-
-def _ours_after(event: object, ts: float) -> bool:
-    return (isinstance(event, dict) and str(event.get("name", "")).startswith("perf_callbacks.")
-            and isinstance(event.get("ts"), int | float) and event["ts"] >= ts)
 
 
 def compress_trace(raw: Path, dest: Path, level: int = 4) -> Path:

@@ -3,7 +3,9 @@
 A window's session is created at the first activity of its first step (never for a step that does not run), so a
 run that ends just before or inside a window leaves no phantom ``ProfilerStep#N``. A window is exported under the
 steps it really holds (``window-AAAAAA-BBBBBB`` names the first and last step recorded), marked partial in its
-summary when it holds fewer steps than scheduled, and not exported at all without a completed step.
+summary when it holds fewer steps than scheduled, and not exported at all without a completed step. When training
+ends cleanly, a last step that did not complete its optimizer step is left out of the name, the count and the trace;
+a step interrupted by an exception stays, and the summary says what interrupted it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.summary import publish_summary, window_header
-from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, drop_step, export_raw
+from perf_callbacks.core.trace_cut import cut_at_step
+from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, export_raw
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning, TraceSizeWarning
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,7 @@ class WindowRecorder:
         self.action = Action.NONE
         self.steps: list[int] = []  # steps begun while recording, in this window
         self.completed = 0  # of those, steps that finished their optimizer step
-        self._retracted: int | None = None  # a step begun in this window that never ran
+        self._retracted: int | None = None  # a step begun in this window that never completed (training ended)
         self.exported: list[Path] = []
         self.summaries: list[str] = []
         self.jobs: list[WindowJob] = []
@@ -129,7 +132,10 @@ class WindowRecorder:
         return True
 
     def retract(self, step: int | None) -> None:
-        """The open step never ran (training ended at its first fetch): leave it out of the window and its trace."""
+        """Training ended before the open step completed its optimizer step: leave it out of the window and its trace.
+
+        The window is then named, counted and traced by its completed steps (``core/trace_cut.py``).
+        """
         if self.steps and self.steps[-1] == step:
             self._retracted = self.steps.pop()
 
@@ -172,7 +178,7 @@ class WindowRecorder:
         try:
             raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb, tidy)
             if self._retracted is not None:
-                _quiet(lambda: drop_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
+                _quiet(lambda: cut_at_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
         except TraceTooLargeError as err:
             self._warn("max_trace_mb", TraceSizeWarning, (
                 f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {err.size_mb:.0f} MB, above "
