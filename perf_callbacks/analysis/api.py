@@ -114,6 +114,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         runner_up=margin.runner_up,
         verdict_note=margin.note,
         devices=[{"rank": r.rank, **d} for r in ranks for d in r.devices],
+        device=next((r.device_kind or "cuda" for r in ranks if r.gpu_utilization is not None), "none"),
         notes=_aside_note(ranks) + window_notes(ranks),
         **window_measures(ranks, top_k),
     )

@@ -10,6 +10,7 @@ from typing import Any
 from perf_callbacks.analysis.aside import within
 from perf_callbacks.analysis.events import RankTrace, nccl_collective
 from perf_callbacks.analysis.intervals import Span, clip, intersect, subtract, total, union
+from perf_callbacks.analysis.machine import cuda_on_host, machine_of
 from perf_callbacks.analysis.measures import rank_measures
 from perf_callbacks.analysis.ops import copy_times, top_kernels, top_ops
 from perf_callbacks.analysis.result import RankResult, StepResult
@@ -83,7 +84,14 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "runtime_calls": trace.runtime_calls,
         "host_traced": bool(trace.runtime_calls) or not trace.has_gpu,
         "set_aside_ms": _set_aside_ms(trace, tl),
+        **_machine(trace),
     }
+
+
+def _machine(trace: RankTrace) -> dict[str, Any]:
+    """The machine and loader the trace was recorded with (our metadata), and whether that machine had CUDA."""
+    machine = machine_of(trace.meta)
+    return {"machine": machine, "cuda_on_host": cuda_on_host(trace.meta, machine, trace.runtime_calls)}
 
 
 def _set_aside_ms(trace: RankTrace, tl: Timeline) -> dict[str, float]:
@@ -189,8 +197,11 @@ def _collectives(trace: RankTrace, tl: Timeline) -> list[tuple[float, int]]:
 
     out = [((b - a) / 1e3, step_at(a)) for a, b, _ in trace.comm_spans if not within(tl.aside, a)]
     for g in trace.gpu:
-        launched = trace.launches.get(g[5], (g[0], -1))[0]
-        if _is_nccl(g) and g[4] == tl.device and not within(tl.aside, launched) and not within(tl.aside, g[0]):
+        if not _is_nccl(g) or g[4] != tl.device:
+            continue
+        launch = trace.launches.get(g[5]) if isinstance(g[5], int) else None  # a damaged trace's id may be anything
+        launched = launch[0] if launch else g[0]
+        if not within(tl.aside, launched) and not within(tl.aside, g[0]):
             out.append(((g[1] - g[0]) / 1e3, step_at(launched)))
     return out
 

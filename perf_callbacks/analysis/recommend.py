@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from perf_callbacks.analysis.advice import WORKERS_RULE, suggest_num_workers
+from perf_callbacks.analysis.advice import loader_fix
+from perf_callbacks.analysis.machine import cores_per_rank
 from perf_callbacks.analysis.result import RankResult
 
 HOST_UNTRACED = "the host side was not traced (device activity, but no runtime call such as cudaLaunchKernel)"
@@ -21,12 +22,15 @@ def _input_advice(r: RankResult, share: float) -> str:
     loader = r.data_loader or "data loading"
     where = f"{loader} took {_pct(r.data_wait_fraction)} of step time"
     idle = f"device idle {_pct(share)}" if r.gpu_utilization is not None else f"{_pct(share)} of the window"
-    if loader.startswith("enumerate(DataLoader)#_SingleProcess"):
+    workers = r.machine.get("num_workers") if r.machine else None
+    if workers is None and loader.startswith("enumerate(DataLoader)#_SingleProcess"):
+        workers = 0
+    fix = loader_fix(workers, cores_per_rank(r.machine))
+    if workers == 0:
         pin = "pin_memory=True, " if r.gpu_utilization is not None and r.device_kind in (None, "cuda") else ""
-        return f"{where} with num_workers=0 ({idle}): try num_workers={suggest_num_workers()} " \
-               f"({WORKERS_RULE}) and set {pin}persistent_workers=True"
-    return f"{where} ({idle} waiting for batches): raise num_workers or prefetch_factor, or make " \
-           "__getitem__ cheaper (decode/augment on the GPU, cache preprocessed samples)"
+        return f"{where} with num_workers=0 ({idle}): {fix} and set {pin}persistent_workers=True"
+    on_gpu = "decode/augment on the GPU, " if r.gpu_utilization is not None or r.cuda_on_host else ""
+    return f"{where} ({idle} waiting for batches): {fix} ({on_gpu}cache preprocessed samples)"
 
 
 def _sync_advice(r: RankResult, share: float) -> str:
@@ -114,12 +118,17 @@ ADVICE: dict[str, Callable[[RankResult, float], str]] = {
 
 
 def compute_advice(r: RankResult) -> str:
-    """The first recommendation of a ``compute_bound`` rank: what leads, and how to make the math itself faster."""
+    """The first recommendation of a ``compute_bound`` rank: what leads, and how to make the math itself faster.
+
+    Without device activity in the trace the time is host compute: CUDA profiling is suggested only where the machine
+    had CUDA (``RankResult.cuda_on_host``).
+    """
     top = r.top_ops[0] if r.top_ops else None
     lead = f"{top['name']} has {_pct(top['fraction'])} of self {top['device']} time" if top else "no single op leads"
     if r.gpu_utilization is None:
-        return f"no device activity recorded and no removable host-side loss found ({lead}): speed up the host " \
-               "code, or profile with activities=[CPU, CUDA] to see the device"
+        see = ", or profile with activities=[CPU, CUDA] to see the device" if r.cuda_on_host else ""
+        return f"host compute: no device in the trace, and no removable host-side loss found ({lead}): speed up the " \
+               f"host code{see}"
     if r.device_kind not in (None, "cuda"):
         return f"compute-bound (device busy {_pct(r.gpu_utilization)}; {lead}): speed up the device kernels themselves"
     busy = f"GPU busy {_pct(r.gpu_utilization)}"
@@ -128,12 +137,18 @@ def compute_advice(r: RankResult) -> str:
 
 
 def profiler_caveat(r: RankResult) -> str | None:
-    """A caveat when ``with_stack``/``record_shapes`` inflated the host-side figures, else None."""
+    """A caveat when ``with_stack``/``record_shapes`` inflated the host-side figures, else None.
+
+    None for a ``compute_bound`` verdict on the device: host overhead can only hide such a verdict, not make it.
+    """
     flags = [f for f in r.profiler_flags if f in ("with_stack", "record_shapes")]
-    if not flags:
+    if not flags or (r.verdict == "compute_bound" and r.gpu_utilization is not None):
         return None
     opts = " and ".join(f"{f}=True" for f in flags)
     verb = "were" if len(flags) > 1 else "was"
+    if r.verdict == "compute_bound":
+        return f"{opts} {verb} on in this window: it adds host time to every op, so the host op times are inflated; " \
+               "profile again without it to time the host code"
     return f"{opts} {verb} on in this window: it adds host time to every op, so host-side figures are inflated; " \
            "profile again without it to confirm a host-bound verdict"
 

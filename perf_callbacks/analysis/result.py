@@ -38,6 +38,9 @@ class RankResult:
     ``perf_callbacks.validation``/``perf_callbacks.checkpoint`` spans), which no other figure counts.
     ``collectives_ms`` holds the duration of each collective outside that time (our own logging's gather is not the
     user's), and ``collective_steps`` the ``ProfilerStep`` number each one started in (-1 before the first step).
+    ``machine`` is what our callbacks recorded of the machine and the loader (``cpu_cores``, ``local_world_size``,
+    ``loader``, ``num_workers``, ``cuda``; empty for traces of other tools), and ``cuda_on_host`` whether that machine
+    had CUDA (said by ``machine``, else by the trace's GPU list or runtime calls).
     """
 
     rank: int
@@ -88,6 +91,8 @@ class RankResult:
     set_aside_ms: dict[str, float] = field(default_factory=dict)
     flops: dict[str, Any] = field(default_factory=dict)
     collective_steps: list[int] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+    cuda_on_host: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
@@ -132,6 +137,8 @@ class AnalysisResult:
         notes: what the discovery found worth saying (duplicate ranks, separate runs, partial windows).
         errors: one line per file that could not be read (file name and reason).
         partial: whether the window has fewer completed steps than it was meant to hold.
+        device: the kind of device activity in the window (``cuda``, ``rocm``, ``mtia``...), ``none`` when no rank
+            has any: every figure is then host time, and ``compute_bound`` means host compute.
         flops_per_step: model FLOPs of one optimizer step (from the traces' metadata), None when not known.
         achieved_tflops: ``flops_per_step`` over the median step time, in TFLOP/s per device.
         peak_tflops: the device's peak TFLOP/s for the run's compute dtype, None when not known.
@@ -173,6 +180,7 @@ class AnalysisResult:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     partial: bool = False
+    device: str = ""
     flops_per_step: float | None = None
     achieved_tflops: float | None = None
     peak_tflops: float | None = None

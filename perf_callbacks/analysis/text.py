@@ -34,7 +34,7 @@ def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time
     if len(result.windows) > 1:
         lines += ["", "other windows and trace sets (most recent first):"]
         lines += [f"  {w['path']}{' (partial)' if w.get('partial') else ''}: {w['verdict']}, "
-                  f"GPU {_pct(w['gpu_utilization'])}, ranks {w['ranks']}{_files(w)}" for w in result.windows[1:]]
+                  f"{_device(w['gpu_utilization'])}, ranks {w['ranks']}{_files(w)}" for w in result.windows[1:]]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -44,12 +44,23 @@ def _files(window: dict[str, Any]) -> str:
 
 
 def verdict_line(result: AnalysisResult) -> str:
-    """``compute_bound``, or ``compute_bound (input 10.4%, close to the 10% threshold)`` for a close call."""
-    return f"{result.verdict} ({result.verdict_note})" if result.verdict_note else result.verdict
+    """``compute_bound``, or ``compute_bound (input 10.4%, close to the 10% threshold)`` for a close call.
+
+    Without any device in the trace, ``compute_bound`` says what it means: ``compute_bound (host compute, no device
+    in the trace)``.
+    """
+    host = "host compute, no device in the trace" if result.verdict == "compute_bound" and result.device == "none" \
+        else ""
+    notes = "; ".join(n for n in (host, result.verdict_note) if n)
+    return f"{result.verdict} ({notes})" if notes else result.verdict
 
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
+
+
+def _device(utilization: float | None) -> str:
+    return "no device" if utilization is None else f"GPU {utilization:.1%}"
 
 
 def _ms(x: float | None) -> str:
@@ -77,7 +88,7 @@ def _utilization(result: AnalysisResult) -> str:
     if result.gpu_utilization is None:
         calls = sum(r.runtime_calls for r in result.ranks)
         why = f" ({calls} runtime calls but no kernel records)" if calls else ""
-        return f"GPU utilization: n/a (no device activity recorded{why})"
+        return f"device: none in the trace (no device activity recorded{why}): every figure below is host time"
     kind = {"cuda": "GPU", None: "GPU"}.get(first.device_kind if first else None, "device")
     text = f"{kind} utilization: {_pct(result.gpu_utilization)} (union of kernel/memcpy/memset time{window})"
     backlog = _mean_of(r.backlog_fraction for r in result.ranks)
@@ -131,7 +142,7 @@ def _ranks(result: AnalysisResult) -> list[str]:
         return []
     lines = ["", "ranks:"]
     for r in result.ranks:
-        lines.append(f"  rank {r.rank}: {r.verdict}, step {_ms(r.step_time_ms)}, GPU {_pct(r.gpu_utilization)}, "
+        lines.append(f"  rank {r.rank}: {r.verdict}, step {_ms(r.step_time_ms)}, {_device(r.gpu_utilization)}, "
                      f"data wait {_pct(r.data_wait_fraction)}; {_causes(r)}")
     ratio = "n/a" if result.imbalance_ratio is None else f"{result.imbalance_ratio:.2f}"
     lines.append(f"step time spread: {_ms(result.step_time_spread_ms)}   imbalance ratio: {ratio}")

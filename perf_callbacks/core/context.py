@@ -28,6 +28,8 @@ class RunContext:
         log_summary: receives the window summary's scalars on the reporting rank alone; default ``log_metrics``
             (an adapter whose ``log_metrics`` is a cross-rank collective must give a local one here).
         data_loader: name and num_workers of the training loader, quoted by the data-wait warning.
+        local_world_size: ranks on this machine, when the framework knows it (Lightning's devices); else
+            ``$LOCAL_WORLD_SIZE`` is used, then 1. Written with the CPU count into each window's trace.
         distributed_initialized: ``torch.distributed`` is initialised (else the trace gets ``distributedInfo``).
         advice: rewrites a warning's advice in the framework's own terms (e.g. ``dataloader_num_workers`` for
             ``transformers.TrainingArguments``); default unchanged.
@@ -45,6 +47,7 @@ class RunContext:
     log_text: TextFn | None = None
     log_summary: MetricsFn | None = None
     data_loader: tuple[str, int | None] = ("train_dataloader", None)
+    local_world_size: int | None = None
     distributed_initialized: bool = False
     advice: Callable[[str], str] | None = None
     compute_dtype: torch.dtype | None = None

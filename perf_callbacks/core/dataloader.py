@@ -23,7 +23,7 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset, SubsetRandomSampler, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from perf_callbacks.analysis.advice import WORKERS_RULE, suggest_num_workers
+from perf_callbacks.analysis.advice import available_cpus, loader_fix, ranks_on_machine, suggest_num_workers
 
 #: attributes that show an IterableDataset splits its stream by rank (ours, HF datasets, webdataset, torchdata...)
 _SHARD_MARKERS = ("rank", "world_size", "num_shards", "shard_id", "process_index", "num_processes", "_distributed")
@@ -245,11 +245,14 @@ def _is_hf_iterable(dataset: Any) -> bool:
     return cls.__name__ == "IterableDataset" and cls.__module__.startswith("datasets.")
 
 
-def data_wait_finding(name: str, share: float, first: int, last: int, num_workers: int | None) -> Finding:
-    """Build the measured finding: data wait took ``share`` of step time over steps ``first``..``last``."""
+def data_wait_finding(name: str, share: float, first: int, last: int, num_workers: int | None,
+                      local_world_size: int | None = None) -> Finding:
+    """Build the measured finding: data wait took ``share`` of step time over steps ``first``..``last``.
+
+    The fix fits the machine: no more workers when ``num_workers`` already uses every CPU core of this rank.
+    """
     workers = f" has num_workers={num_workers};" if num_workers is not None else ":"
-    hint = (f"try num_workers={suggest_num_workers()} ({WORKERS_RULE})" if num_workers == 0
-            else "add workers or make __getitem__ cheaper")
+    hint = loader_fix(num_workers, max(1, available_cpus() // (local_world_size or ranks_on_machine())))
     return Finding(
         "data_wait",
         name,

@@ -54,7 +54,7 @@ class StepMonitor:
             if share is not None:
                 name, workers = self.ctx.data_loader
                 first = self.data_wait_check.first_step or 0
-                message = data_wait_finding(name, share, first, step, workers).message
+                message = data_wait_finding(name, share, first, step, workers, self.ctx.local_world_size).message
                 self._warn("data_wait", DataLoaderWarning, self.ctx.rephrase(message))
 
     def set_aside(self) -> None:

@@ -24,6 +24,8 @@ from perf_callbacks.core.background import WindowJob, start_worker
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.flops import META_KEY as FLOPS_META_KEY
+from perf_callbacks.core.machine import META_KEY as MACHINE_META_KEY
+from perf_callbacks.core.machine import machine_meta
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
 from perf_callbacks.core.nsys import NsysCapture
@@ -109,6 +111,7 @@ class WindowRecorder:
             self.session = ProfilerSession(self.config, self.cuda, self.ctx.distributed_info)
             if self.trace_meta is not None:
                 self.session.preset_meta(FLOPS_META_KEY, self.trace_meta())
+            self.session.preset_meta(MACHINE_META_KEY, machine_meta(self.ctx, self.cuda))
             self.steps, self.completed, self._retracted = [], 0, None
             if self.mem is not None:
                 self.mem.oom.window_started(step)

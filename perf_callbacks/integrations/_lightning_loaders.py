@@ -14,6 +14,7 @@ from perf_callbacks.core.engine import PerfEngine
 def check_train_loaders(trainer: pl.Trainer, engine: PerfEngine, check: bool) -> None:
     """Name the first training loader for the data-wait message; with ``check``, report the loaders' findings."""
     loaders = train_loaders(trainer.train_dataloader)
+    engine.ctx.local_world_size = trainer.num_devices
     if loaders:
         name, first = loaders[0]
         engine.ctx.data_loader = (name, getattr(first, "num_workers", None))

@@ -18,7 +18,7 @@ from perf_callbacks.analysis.verdict import (
     verdict_margin,
     window_verdict,
 )
-from tests.analysis.conftest import load_doc, save_doc
+from tests.analysis.conftest import load_doc, save_doc, write_trace, x
 
 
 def rank(**fields: Any) -> RankResult:
@@ -108,9 +108,13 @@ def test_compute_bound_leads_with_the_compute_advice() -> None:
 
 
 def test_compute_advice_without_a_device_or_on_another_device() -> None:
+    """No device in the trace: the time is host compute; CUDA profiling is suggested only where the machine had CUDA."""
     assert rank(gpu_utilization=None).recommendations == [
-        "no device activity recorded and no removable host-side loss found (no single op leads): speed up the host "
-        "code, or profile with activities=[CPU, CUDA] to see the device"]
+        "host compute: no device in the trace, and no removable host-side loss found (no single op leads): speed up "
+        "the host code"]
+    assert rank(gpu_utilization=None, cuda_on_host=True).recommendations == [
+        "host compute: no device in the trace, and no removable host-side loss found (no single op leads): speed up "
+        "the host code, or profile with activities=[CPU, CUDA] to see the device"]
     assert rank(gpu_utilization=0.5, device_kind="xpu").recommendations == [
         "compute-bound (device busy 50%; no single op leads): speed up the device kernels themselves"]
     assert rank(gpu_utilization=0.5, device_kind="cuda").recommendations[0].startswith("compute-bound (GPU busy 50%;")
@@ -137,9 +141,19 @@ def test_profiler_caveat_follows_a_host_side_verdict_else_comes_last(verdict_cau
 
 
 def test_profiler_caveat_names_each_flag() -> None:
-    r = rank(profiler_flags=["profile_memory", "record_shapes", "with_stack"])
+    r = rank(losses={"host": 0.4}, profiler_flags=["profile_memory", "record_shapes", "with_stack"])
     assert r.recommendations[1].startswith("record_shapes=True and with_stack=True were on in this window: ")
-    assert rank(profiler_flags=["profile_memory", "with_flops"]).recommendations == rank().recommendations
+    assert rank(losses={"host": 0.4}, profiler_flags=["profile_memory", "with_flops"]).recommendations == \
+        rank(losses={"host": 0.4}).recommendations
+
+
+def test_profiler_caveat_of_a_compute_bound_verdict() -> None:
+    """On the device, host overhead can only hide a compute-bound verdict: no "confirm a host-bound verdict"; on a
+    trace without a device the host op times themselves are inflated."""
+    assert rank(profiler_flags=["record_shapes"]).recommendations == rank().recommendations
+    host = rank(gpu_utilization=None, profiler_flags=["record_shapes"])
+    assert host.recommendations[1] == "record_shapes=True was on in this window: it adds host time to every op, so " \
+                                      "the host op times are inflated; profile again without it to time the host code"
 
 
 @pytest.mark.parametrize(("peak", "total", "verdict_cause", "note"), [
@@ -333,3 +347,50 @@ def test_a_window_at_the_threshold_says_so() -> None:
 
 def test_without_steps_the_window_share_decides() -> None:
     assert rank(losses={"input": 0.104}).verdict == "input_bound"  # a trace without ProfilerStep: no median to take
+
+
+MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def machine(cores: int, local: int, workers: int | None, cuda: bool = False) -> dict[str, Any]:
+    return {"cpu_cores": cores, "local_world_size": local, "num_workers": workers, "loader": "train_dataloader",
+            "cuda": cuda}
+
+
+@pytest.mark.parametrize(("cores", "local", "workers"), [(2, 1, 2), (16, 8, 2), (16, 8, 4)])
+def test_no_more_workers_when_they_already_use_every_core(cores: int, local: int, workers: int) -> None:
+    """The README's diff example: num_workers=2 on 2 cores got "raise num_workers"; more workers cannot help."""
+    r = rank(losses={"input": 0.21}, data_wait_fraction=0.21, gpu_utilization=None, data_loader=MULTI,
+             machine=machine(cores, local, workers))
+    assert r.recommendations == [
+        f"{MULTI} took 21% of step time (21% of the window waiting for batches): num_workers={workers} already uses "
+        f"the {cores // local} CPU cores per local rank, so more workers cannot help: cut what each batch costs to "
+        "hand over between processes: larger batches, fewer and larger tensors per batch, or in-memory data read in "
+        "the main process (num_workers=0); or keep the data on the device; or make __getitem__ cheaper (cache "
+        "preprocessed samples)"]
+
+
+def test_more_workers_up_to_the_cores_of_the_machine_that_ran_it() -> None:
+    fewer = rank(losses={"input": 0.3}, data_wait_fraction=0.3, data_loader=MULTI, machine=machine(16, 2, 3, True))
+    assert "raise num_workers (up to 8, the CPU cores per local rank) or prefetch_factor" in fewer.recommendations[0]
+    none = rank(losses={"input": 0.3}, data_wait_fraction=0.3, data_loader=SINGLE, machine=machine(64, 8, 0, True))
+    assert "with num_workers=0 (device idle 30%): try num_workers=8 (the CPU cores per local rank, up to 8)" in \
+        none.recommendations[0]  # the recording machine's 8 cores per rank, whatever this machine has
+    ours = rank(losses={"input": 0.3}, data_wait_fraction=0.3, data_loader="perf_callbacks.data_wait",
+                machine=machine(2, 1, 0))  # our data_wait spans alone: num_workers comes from the metadata
+    assert "with num_workers=0" in ours.recommendations[0] and "try num_workers=2" in ours.recommendations[0]
+
+
+def test_a_trace_without_a_device_says_host_compute(tmp_path: Path) -> None:
+    """Our own CPU runs and HTA's CPU-only traces read "compute_bound" with "GPU utilization: n/a", like a GPU verdict."""
+    events = [x("user_annotation", f"ProfilerStep#{n}", n * 1000, 1000) for n in range(3)]
+    events += [x("cpu_op", "aten::mm", n * 1000 + 10, 900) for n in range(3)]
+    result = analyze(write_trace(tmp_path / "cpu.json", events))
+    assert result.verdict == "compute_bound" and result.device == "none" and result.to_dict()["device"] == "none"
+    text = format_text(result)
+    assert "verdict: compute_bound (host compute, no device in the trace)\n" in text
+    assert "device: none in the trace (no device activity recorded): every figure below is host time" in text
+    assert "GPU" not in text and "activities=[CPU, CUDA]" not in text
+    gpu = analyze(save_doc(tmp_path / "gpu.json", load_doc("compute_bound")))
+    assert gpu.device == "cuda" and "verdict: compute_bound\n" in format_text(gpu)

@@ -11,6 +11,7 @@ from accelerate.data_loader import prepare_data_loader  # a test dependency; the
 from torch.utils.data import DataLoader, IterableDataset, Sampler, TensorDataset, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
+from perf_callbacks.analysis.advice import available_cpus
 from perf_callbacks.core.dataloader import (
     accelerate_sharding,
     data_wait_finding,
@@ -79,6 +80,19 @@ def test_iterable_dataset_shard_markers_must_be_set() -> None:
 def test_data_wait_finding_quotes_the_numbers() -> None:
     f = data_wait_finding("train_dataloader", 0.41, 10, 60, 0)
     assert "41% of step time over steps 10-60" in f.message and "num_workers=0" in f.message
+
+
+def test_data_wait_finding_never_asks_for_more_workers_than_cores() -> None:
+    """The live warning's fix fits this machine: with every core of the rank already a worker, more cannot help."""
+    cores = available_cpus()
+    per_rank = max(1, cores // 2)
+    full = data_wait_finding("train_dataloader", 0.3, 10, 60, per_rank, local_world_size=2)
+    assert f"num_workers={per_rank} already uses the {per_rank} CPU core" in full.message
+    assert "add workers" not in full.message and "raise num_workers" not in full.message
+    assert "larger batches" in full.message and "keep the data on the device" in full.message
+    if cores > 1:
+        fewer = data_wait_finding("train_dataloader", 0.3, 10, 60, 1, local_world_size=1)
+        assert f"raise num_workers (up to {cores}, the CPU cores per local rank)" in fewer.message
 
 
 # ---- Accelerate: recognised by class name, never imported -----------------------------------------------------------
