@@ -1,10 +1,9 @@
-"""``compare`` and ``diff_paths`` on the real H200 fixture traces and real gloo traces; the noise statistics."""
+"""``compare`` and ``diff_paths`` on the real H200 fixture traces and real gloo traces (the noise statistics: test_noise.py)."""
 
 from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -16,7 +15,6 @@ from perf_callbacks.analysis.diff import compare
 from perf_callbacks.analysis.diff_html import render_diff_html
 from perf_callbacks.analysis.diff_text import format_diff
 from perf_callbacks.analysis.diff_windows import diff_paths, load_side
-from perf_callbacks.analysis.noise import compare_samples, rank_test, spread
 from perf_callbacks.analysis.result import StepResult
 from perf_callbacks.cli import main
 from tests.analysis.conftest import fixture_trace
@@ -143,30 +141,6 @@ def test_cli_diff_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert html.read_text().startswith("<!DOCTYPE html>")
     assert main(["diff", sync, compute, "--fail-on-regression", "10000"]) == 0
     assert main(["diff", compute, sync, "--fail-on-regression", "5"]) == 0  # an improvement never fails
-
-
-def test_rank_test_exact_and_normal_approximation() -> None:
-    assert rank_test([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]) == pytest.approx(2 / 70)  # 2 of C(8,4) orderings
-    assert rank_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.1)
-    assert rank_test([1.0, 3.0, 5.0, 7.0], [2.0, 4.0, 6.0, 8.0]) == pytest.approx(0.6857, abs=1e-4)
-    # ties (three pairs): U1 = 6.5 - 6 = 0.5, var = 9/12 * (7 - 3*6/30) = 4.8, z = (4.5 - 0.5 - 0.5) / sqrt(4.8)
-    assert rank_test([1.0, 1.0, 2.0], [2.0, 3.0, 3.0]) == pytest.approx(math.erfc(3.5 / math.sqrt(4.8) / math.sqrt(2)))
-    assert rank_test([1.0, 1.0, 2.0], [2.0, 3.0, 3.0]) == pytest.approx(0.1101, abs=1e-4)
-
-
-def test_significance_needs_the_spread_and_the_rank_test() -> None:
-    base = [10.0, 10.1, 9.9, 10.2, 10.0, 9.8, 10.1, 10.0]
-    assert compare_samples(base, [x + 1.0 for x in base]).significant
-    assert spread(base) == pytest.approx(0.125)
-    wide = [i * 0.25 for i in range(40)]  # a shift of 3 the rank test sees (p < 1e-4) inside a 4.9 spread
-    inside = compare_samples(wide, [x + 3.0 for x in wide])
-    assert inside.p_value is not None and inside.p_value < 1e-4 and not inside.significant
-    noisy = [10.0, 12.0, 8.0, 11.0, 9.0, 13.0, 7.0, 10.0]
-    shifted = compare_samples(noisy, [x + 1.0 for x in noisy])
-    assert not shifted.significant and "per-step spread" in shifted.reason
-    assert not compare_samples([10.0], [20.0]).significant
-    few = compare_samples([10.0, 10.5, 10.2], [14.0, 14.2, 14.1])
-    assert few.significant and few.p_value is None and "too few steps for a rank test" in few.reason
 
 
 def test_parallel_analysis_in_a_child_process_gives_the_same_result(tmp_path: Path) -> None:
