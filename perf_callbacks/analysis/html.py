@@ -52,11 +52,12 @@ def render_html(result: AnalysisResult) -> str:
 
 
 def _window(result: AnalysisResult) -> list[str]:
-    gpu = "n/a" if result.gpu_utilization is None else f"{result.gpu_utilization:.1%}"
+    gpu = "no device in the trace" if result.gpu_utilization is None else \
+        f"GPU utilization {result.gpu_utilization:.1%}"
     css = "verdict close" if result.verdict_note else "verdict ok" if result.verdict == "compute_bound" else "verdict"
     parts = [
         f'<p class="{css}">{escape(verdict_line(result))}</p>',
-        f"<p>GPU utilization {gpu} &middot; data wait {result.data_wait_fraction:.1%} &middot; "
+        f"<p>{gpu} &middot; data wait {result.data_wait_fraction:.1%} &middot; "
         f"stragglers {escape(str(result.stragglers or 'none'))}</p>",
         "<h2>Recommendations</h2><ol>" + "".join(f"<li>{escape(t)}</li>" for t in result.recommendations) + "</ol>",
         "<h2>Time by cause</h2>" + _legend(),

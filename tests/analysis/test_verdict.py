@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from perf_callbacks.analysis import analyze, format_text
+from perf_callbacks.analysis import analyze, format_text, render_html
 from perf_callbacks.analysis.advice import suggest_num_workers
 from perf_callbacks.analysis.result import RankResult, StepResult
 from perf_callbacks.analysis.verdict import (
@@ -394,3 +394,10 @@ def test_a_trace_without_a_device_says_host_compute(tmp_path: Path) -> None:
     assert "GPU" not in text and "activities=[CPU, CUDA]" not in text
     gpu = analyze(save_doc(tmp_path / "gpu.json", load_doc("compute_bound")))
     assert gpu.device == "cuda" and "verdict: compute_bound\n" in format_text(gpu)
+
+
+def test_the_html_page_of_a_trace_without_a_device(tmp_path: Path) -> None:
+    events = [x("user_annotation", f"ProfilerStep#{n}", n * 1000, 1000) for n in range(3)]
+    events += [x("cpu_op", "aten::mm", n * 1000 + 10, 900) for n in range(3)]
+    page = render_html(analyze(write_trace(tmp_path / "cpu.json", events)))
+    assert "compute_bound (host compute, no device in the trace)" in page and "GPU utilization" not in page
