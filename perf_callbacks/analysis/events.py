@@ -68,6 +68,8 @@ class RankTrace:
     syncs: list[tuple[float, float, str]] = field(default_factory=list)
     cpu_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
     ext_names: dict[int, str] = field(default_factory=dict)
+    ext_spans: dict[int, tuple[float, float, Any]] = field(default_factory=dict)
+    launch_tids: dict[int, Any] = field(default_factory=dict)
     data_spans: list[Span] = field(default_factory=list)
     data_names: set[str] = field(default_factory=set)
     own_data_spans: list[Span] = field(default_factory=list)
@@ -135,8 +137,8 @@ class _Collector:
 
     def _cpu_op(self, e: dict[str, Any]) -> None:
         t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
-        if name.startswith(OWN_SPAN_PREFIX):  # our phase spans (fast record function): annotations, not operators
-            self._annotation(e)
+        if name.startswith(OWN_SPAN_PREFIX) or _STEP.fullmatch(name) or is_loader_next(name):
+            self._annotation(e)  # our phase spans (fast record function), and PyTorch 1.8/1.9's `Operator` ranges
             return
         end = ts + _dur(e)
         args = _args(e)
@@ -147,6 +149,7 @@ class _Collector:
         ext = args.get("External id", args.get("external id"))
         if ext is not None:
             t.ext_names[ext] = name
+            t.ext_spans[ext] = (ts, end, e.get("tid"))
         if name in SYNC_CALLS:
             t.syncs.append((ts, end, name))
 
@@ -172,6 +175,8 @@ class _Collector:
         if corr is not None:
             t.launches[corr] = (ts, args.get("External id", args.get("external id", -1)))
             t.extra.runtime(name, ts, _dur(e), corr)
+            tid = e.get("tid")
+            t.launch_tids[corr] = tid if isinstance(tid, (int, str)) else None
             if name in GRAPH_LAUNCHES:
                 t.graph_launches[corr] = ts + _dur(e)
         if name in SYNC_CALLS:
@@ -244,7 +249,7 @@ def load_rank(path: Path) -> RankTrace:
         trace.rank, trace.rank_source = rank, "distributedInfo"
     elif named is not None:
         trace.rank, trace.rank_source = named, "file name"
-    trace.steps.sort()
+    trace.steps = sorted({s[0]: s for s in sorted(trace.steps, reverse=True)}.values())  # one span per step number
     trace.gpu.sort()
     trace.syncs.sort(key=lambda s: s[1])
     trace.comm_spans.sort()

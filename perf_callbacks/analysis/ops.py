@@ -2,10 +2,17 @@
 
 Annotation spans (``ProfilerStep#N``, ``record_function`` names, ``gpu_user_annotation``) are never counted: they are
 not ops, and torch's ``key_averages()`` shows ``train_step`` at thousands of percent of self CUDA time because of them.
+
+The ``External id`` is checked against the launch: the kernel's correlation id leads to the runtime call that launched
+it, and the op named by the ``External id`` must enclose that call on its thread. Where it does not (a rewritten trace,
+such as an execution-trace replay, whose ids were renumbered), the innermost op enclosing the launch is the one
+charged. Kernels launched straight from a ``torch.compile`` region (Triton kernels, whose launcher is no operator) are
+listed by their own name: the region itself is a wrapper, not an op to speed up.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
@@ -53,16 +60,57 @@ def top_kernels(trace: RankTrace, device: int, k: int = 5) -> list[dict[str, Any
     return [{"name": n, "time_us": round(t, 3), "fraction": t / grand} for n, t in ranked]
 
 
+COMPILED_WRAPPERS = ("Torch-Compiled Region", "CompiledFunction", "## Call CompiledFxGraph", "## Call Compiled")
+"""Names of the ``torch.compile`` spans that wrap the kernels they launch (not operators themselves)."""
+_SLACK_US = 1.0
+_MAX_WALK = 4096
+Threads = dict[Any, tuple[list[float], list[tuple[float, float, Any, str]]]]
+"""Each thread's cpu ops sorted by start (and their starts), built when first needed."""
+
+
 def _device_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]:
     times: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    threads: Threads = {}
     for ts, end, _kind, name, _dev, corr, ext in trace.gpu:
-        if ext == -1:
-            ext = trace.launches.get(corr, (0.0, -1))[1]
-        op = trace.ext_names.get(ext) or name
+        op = launching_op(trace, corr, ext, threads) or name
+        if op.startswith(COMPILED_WRAPPERS):
+            op = name
         times[op] += end - ts
         counts[op] += 1
     return times, counts
+
+
+def launching_op(trace: RankTrace, corr: Any, ext: Any, threads: Threads | None = None) -> str | None:
+    """The CPU op that launched a device op (None when none is known).
+
+    That is the op of its ``External id`` when it encloses the launch (found by the correlation id) on the launching
+    thread, else the innermost op enclosing the launch there, else the op of its ``External id``.
+    """
+    launch = trace.launches.get(corr)
+    if ext == -1 and launch is not None:
+        ext = launch[1]
+    named = trace.ext_names.get(ext)
+    if launch is None:
+        return named
+    tid = trace.launch_tids.get(corr)
+    span = trace.ext_spans.get(ext)
+    if span is not None and span[2] == tid and span[0] - _SLACK_US <= launch[0] <= span[1] + _SLACK_US:
+        return named
+    return _enclosing(trace, tid, launch[0], {} if threads is None else threads) or named
+
+
+def _enclosing(trace: RankTrace, tid: Any, t: float, threads: Threads) -> str | None:
+    """The innermost cpu op on thread ``tid`` whose span holds ``t`` (ops nest, so the latest-starting one)."""
+    if tid not in threads:
+        ops = sorted((o for o in trace.cpu_ops if o[2] == tid), key=lambda o: (o[0], -o[1]))
+        threads[tid] = ([o[0] for o in ops], ops)
+    starts, ops = threads[tid]
+    i = bisect_right(starts, t + _SLACK_US)
+    for _ts, end, _tid, name in reversed(ops[max(i - _MAX_WALK, 0) : i]):
+        if end + _SLACK_US >= t:
+            return str(name)
+    return None
 
 
 def _cpu_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]:

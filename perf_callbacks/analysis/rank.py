@@ -14,13 +14,7 @@ from perf_callbacks.analysis.machine import cuda_on_host, machine_of
 from perf_callbacks.analysis.measures import rank_measures
 from perf_callbacks.analysis.ops import copy_times, top_kernels, top_ops
 from perf_callbacks.analysis.result import RankResult, StepResult
-from perf_callbacks.analysis.timeline import (
-    WINDOW_DEFINITION,
-    WINDOW_NO_STEPS,
-    Timeline,
-    build_timeline,
-    devices,
-)
+from perf_callbacks.analysis.timeline import Timeline, build_timeline, devices
 
 GPU_LOSSES = ("input", "sync", "host", "copy", "communication", "other")
 CPU_LOSSES = ("input", "communication")
@@ -74,7 +68,9 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "start_us": tl.lo + offset,
         "end_us": tl.hi + offset,
         "device_kind": trace.device_kind if trace.has_gpu else None,
-        "window_definition": WINDOW_DEFINITION if trace.steps else WINDOW_NO_STEPS,
+        "window_definition": tl.definition,
+        "prologue_ms": tl.prologue_us / 1e3,
+        "epilogue_ms": tl.epilogue_us / 1e3,
         "backlog_fraction": totals["backlog"] / span,
         "graph_idle_fraction": tl.graph_idle_us / span,
         "copy_exposed_ms": {k: v / 1e3 for k, v in tl.copy_exposed_us.items()},

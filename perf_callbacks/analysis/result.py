@@ -41,6 +41,8 @@ class RankResult:
     ``machine`` is what our callbacks recorded of the machine and the loader (``cpu_cores``, ``local_world_size``,
     ``loader``, ``num_workers``, ``cuda``; empty for traces of other tools), and ``cuda_on_host`` whether that machine
     had CUDA (said by ``machine``, else by the trace's GPU list or runtime calls).
+    ``prologue_ms``/``epilogue_ms``: on a trace without ProfilerStep, the traced host-only time before the first and
+    after the last device op, outside the window (start-up such as CUDA or cuBLAS initialisation).
     """
 
     rank: int
@@ -93,6 +95,8 @@ class RankResult:
     collective_steps: list[int] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
     cuda_on_host: bool = False
+    prologue_ms: float = 0.0
+    epilogue_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""

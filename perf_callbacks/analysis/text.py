@@ -95,6 +95,10 @@ def _utilization(result: AnalysisResult) -> str:
     if backlog >= 0.001:
         text += f"\nbacklog: {backlog:.1%} of the window the device was still running work queued before it " \
                 "(not counted as busy, not host idle)"
+    before, after = _mean_of(r.prologue_ms for r in result.ranks), _mean_of(r.epilogue_ms for r in result.ranks)
+    if max(before, after) >= 0.1:
+        text += f"\nhost only, outside the window: {before:.1f} ms before the first device op (start-up such as " \
+                f"CUDA initialisation), {after:.1f} ms after the last"
     return text
 
 
@@ -117,13 +121,16 @@ def _devices(result: AnalysisResult) -> list[str]:
 
 
 def _causes(r: RankResult) -> str:
-    span = sum(sum(s.causes_ms.values()) for s in r.steps) or 1.0
-    parts = []
-    for c in _CAUSES:
-        ms = sum(s.causes_ms.get(c, 0.0) for s in r.steps)
-        if ms / span >= 0.001:
-            parts.append(f"{c} {ms / span:.1%}")
-    return ", ".join(parts)
+    """Each cause's share of the steps; of the whole window for a trace without ProfilerStep."""
+    if r.steps:
+        by_cause = {c: sum(s.causes_ms.get(c, 0.0) for s in r.steps) for c in _CAUSES}
+    elif r.timeline is not None:
+        by_cause = r.timeline.totals()
+    else:  # read back without its timeline: the losses, already fractions of the window (on a GPU, the rest busy)
+        by_cause = {c: r.losses.get(c, r.backlog_fraction if c == "backlog" else 0.0) for c in _CAUSES}
+        by_cause["compute"] = 1.0 - sum(by_cause.values()) if r.gpu_utilization is not None else 0.0
+    span = (sum(by_cause.values()) or 1.0) if r.steps or r.timeline is not None else 1.0
+    return ", ".join(f"{c} {by_cause[c] / span:.1%}" for c in _CAUSES if by_cause.get(c, 0.0) / span >= 0.001)
 
 
 def _ops(result: AnalysisResult, top_k: int) -> list[str]:

@@ -4,8 +4,10 @@ Busy time is the union of kernel, memcpy and memset intervals (never a sum of du
 ``input`` while the training loader's ``next()`` runs (``RankTrace.data_spans``), ``communication`` while a
 gloo/nccl collective runs on the host, ``sync`` when the gap begins as a blocking call returns, ``host`` when the next
 operation was launched only after the device had gone idle, and ``other`` when it had been launched in time.
-The gap at the window's start is ``backlog`` when the first op started long after its launch (more than
-``BACKLOG_US``): the device was still running work queued before the window, which is not host idle. The kernels of a
+The gap at the window's start is ``backlog`` from the first op's launch to its start when it started long after
+its launch (more than ``BACKLOG_US``): the device was still running work queued before, which is not host idle. Before
+that launch the device had nothing to run: ``host`` (a trace whose first launch comes 20 s into the window, after
+CUDA initialisation, has 20 s of host time there, not backlog). The kernels of a
 CUDA graph replay take the launch time of their ``cudaGraphLaunch``; idle between two kernels of one replay is
 ``other``, and counted in ``graph_idle_us``.
 On CPU-only traces the main thread is labelled instead: ``compute`` inside traced CPU ops, ``other`` outside them.
@@ -29,7 +31,8 @@ SYNC_WINDOW_US = 300.0
 SLACK_US = 5.0
 BACKLOG_US = 100.0
 WINDOW_DEFINITION = "first ProfilerStep start to the later of the last step end and the last device op end"
-WINDOW_NO_STEPS = "first to last traced op (the trace has no ProfilerStep)"
+WINDOW_NO_STEPS = "first to last device op (the trace has no ProfilerStep)"
+WINDOW_HOST_ONLY = "first to last traced op (the trace has no ProfilerStep)"
 
 Segment = tuple[float, float, str]
 GpuOp = tuple[float, float, str, str, int, int, int]
@@ -49,6 +52,10 @@ class Timeline:
         busy_us: length of the union of the device's kernel, memcpy and memset intervals inside the window, outside
             ``aside``.
         aside: the merged validation and checkpoint spans inside the window, set aside (no segment covers them).
+        definition: how the window was chosen (``WINDOW_DEFINITION``, ``WINDOW_NO_STEPS`` or ``WINDOW_HOST_ONLY``).
+        prologue_us: traced host time before the window of a trace without ProfilerStep that has device activity (its
+            window is the span the device was in use, as HTA measures it): start-up such as CUDA initialisation.
+        epilogue_us: likewise, traced host time after the last device op.
     """
 
     lo: float
@@ -60,6 +67,9 @@ class Timeline:
     graph_idle_us: float = 0.0
     copy_exposed_us: dict[str, float] = field(default_factory=dict)
     aside: list[Span] = field(default_factory=list)
+    definition: str = WINDOW_DEFINITION
+    prologue_us: float = 0.0
+    epilogue_us: float = 0.0
 
     @property
     def measured_us(self) -> float:
@@ -78,16 +88,33 @@ class Timeline:
 
 
 def window_bounds(trace: RankTrace) -> Span | None:
-    """``(lo, hi)`` as the fixtures' busy.py defines it, or the extent of all ops when there is no ProfilerStep."""
-    gpu_end = max((g[1] for g in trace.gpu), default=None)
+    """``(lo, hi)`` of the window (see ``window``)."""
+    found = window(trace)
+    return None if found is None else (found[0], found[1])
+
+
+def window(trace: RankTrace) -> tuple[float, float, str, float, float] | None:
+    """``(lo, hi, definition, prologue_us, epilogue_us)``; None for a trace without any op.
+
+    With ProfilerStep: the first step start to the later of the last step end and the last device op end (the fixtures'
+    busy.py). Without: the span the device was in use, first to last device op (HTA's window), and the traced host
+    time before and after it is the prologue and epilogue; on a trace without device activity, every traced op.
+    """
+    gpu_lo = min((g[0] for g in trace.gpu), default=None)
+    gpu_hi = max((g[1] for g in trace.gpu), default=None)
     if trace.steps:
         lo, hi = trace.steps[0][1], max(s[2] for s in trace.steps)
-    elif trace.cpu_ops or trace.gpu:
-        spans = [(o[0], o[1]) for o in trace.cpu_ops] + [(g[0], g[1]) for g in trace.gpu]
-        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
-    else:
+        return lo, hi if gpu_hi is None else max(hi, gpu_hi), WINDOW_DEFINITION, 0.0, 0.0
+    ops = [(o[0], o[1]) for o in trace.cpu_ops]
+    if gpu_lo is not None and gpu_hi is not None and gpu_hi > gpu_lo:
+        host = ops + [(ts, ts) for ts, _ in trace.launches.values()]
+        before = gpu_lo - min((a for a, _ in host), default=gpu_lo)
+        after = max((b for _, b in host), default=gpu_hi) - gpu_hi
+        return gpu_lo, gpu_hi, WINDOW_NO_STEPS, max(before, 0.0), max(after, 0.0)
+    spans = ops + [(g[0], g[1]) for g in trace.gpu]
+    if not spans:
         return None
-    return lo, max(hi, gpu_end) if gpu_end is not None else hi
+    return min(a for a, _ in spans), max(b for _, b in spans), WINDOW_HOST_ONLY, 0.0, 0.0
 
 
 def devices(trace: RankTrace) -> list[int]:
@@ -103,14 +130,15 @@ def primary_device(trace: RankTrace) -> int | None:
 
 def build_timeline(trace: RankTrace, device: int | None = None) -> Timeline | None:
     """Labels every moment of the rank's window on ``device`` (the primary one by default); None without any op."""
-    bounds = window_bounds(trace)
+    bounds = window(trace)
     if bounds is None:
         return None
-    lo, hi = bounds
+    lo, hi, definition, before, after = bounds
     data = union(trace.data_spans)
     comm = union((a, b) for a, b, _ in trace.comm_spans)
     device = primary_device(trace) if device is None else device
-    tl = Timeline(lo, hi, device=device, aside=clip(union((a, b) for a, b, _ in trace.aside_spans), lo, hi))
+    tl = Timeline(lo, hi, device=device, aside=clip(union((a, b) for a, b, _ in trace.aside_spans), lo, hi),
+                  definition=definition, prologue_us=before, epilogue_us=after)
     keep = subtract([(lo, hi)], tl.aside)
     if device is None:
         tl.segments = _label(intersect(keep, data), "input") + _label(
@@ -200,6 +228,10 @@ def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], tl: Timeli
             continue
         i = bisect_left(starts, p1 - SLACK_US)
         cause = _gap_cause(trace, ops, i, p0, tl)
+        launched = trace.launches.get(ops[i][5]) if cause == "backlog" else None
+        if launched is not None and p0 + SLACK_US < launched[0] < p1:  # backlog starts at the delayed work's launch
+            out.append((p0, launched[0], "host"))
+            p0 = launched[0]
         if cause == "graph":
             tl.graph_idle_us += _kept(tl, p0, p1)
             cause = "other"

@@ -58,8 +58,8 @@ def test_launch_to_start_delay_tells_backlog_from_host(tmp_path: Path) -> None:
               launch(2600, 2), kernel(2620, 380, 2)]
     tl = build_timeline(load_rank(write_trace(tmp_path / "late.json", events)))
     assert tl is not None
-    assert tl.totals()["backlog"] == pytest.approx(2000)  # launched at 10, started 1990 us later: queue was full
-    assert tl.totals()["host"] == pytest.approx(120)  # 2500..2620: launched after the device went idle
+    assert tl.totals()["backlog"] == pytest.approx(1990)  # launched at 10, started 1990 us later: queue was full
+    assert tl.totals()["host"] == pytest.approx(10 + 120)  # before the launch; 2500..2620: launched after idle
     events[2] = kernel(40, 500, 1)
     tl = build_timeline(load_rank(write_trace(tmp_path / "quick.json", events)))
     assert tl is not None
