@@ -44,7 +44,7 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
     errors = [loaded[f].error or "" for f in files if loaded[f].error]
     entries = [r for w in found.windows for r in _window_results(w, [loaded[f] for f in w.files], top_k)]
     if not entries:
-        raise ValueError(f"no profiled events in {path}: " + "; ".join(errors))
+        raise ValueError(_unreadable(path, len(files), errors))
     head = _headline(entries)
     ordered = [head] + [e for e in entries if e is not head]
     head.windows = [_summary(r) for r in ordered]
@@ -55,6 +55,15 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
         more = f" and {len(found.skipped) - 3} more" if len(found.skipped) > 3 else ""
         head.notes.append(f"not traces, left out: {shown}{more}")
     return head
+
+
+def _unreadable(path: str | Path, files: int, errors: list[str]) -> str:
+    """Why nothing could be reported: each file's own line (it names the file and the reason)."""
+    if files == 1 and len(errors) == 1:
+        return errors[0]
+    if not errors:
+        return f"no profiled events in {path}"
+    return f"none of the {files} trace files under {path} could be read: " + "; ".join(errors)
 
 
 def analyze_window(window: Window, top_k: int = 10) -> AnalysisResult:

@@ -12,9 +12,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perf_callbacks.analysis.loader import is_candidate, sniff
+from perf_callbacks.analysis.loader import is_candidate, is_tensorboard_events, sniff
 
 _WINDOW = re.compile(r"window-(\d+)-(\d+)")
+WHERE_TRACES_ARE = ("perf-callbacks writes its traces to output_dir, by default <log_dir>/perf (Accelerate: "
+                    "<project_dir>/perf or ./perf; transformers: <output_dir>/perf), one window-AAAAAA-BBBBBB folder "
+                    "per profiling window: pass that folder, a run or window folder in it, or one .pt.trace.json.gz "
+                    "file")
+"""The hint given whenever a path holds no trace."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ def discover(path: str | Path) -> Discovery:
     """
     root = Path(path)
     if root.is_file():
+        if is_tensorboard_events(root):
+            raise FileNotFoundError(f"{root} is a TensorBoard event file, not a trace; {WHERE_TRACES_ARE}")
         return Discovery([Window(root, [root])])
     if not root.is_dir():
         raise FileNotFoundError(f"no trace file or folder at {root}")
@@ -88,8 +95,12 @@ def _hidden(path: Path, root: Path) -> bool:
 
 
 def _nothing_found(root: Path, skipped: list[tuple[Path, str]]) -> str:
+    events = sum(1 for p in root.rglob("events.out.tfevents*") if p.is_file() and not _hidden(p, root))
+    held = f" (it holds {events} TensorBoard event file{'s' if events > 1 else ''}: metrics, not traces)" if events \
+        else ""
     if not skipped:
-        return f"no .json or .json.gz file under {root}"
+        return f"no .json or .json.gz file under {root}{held}; {WHERE_TRACES_ARE}"
     shown = "; ".join(f"{p.relative_to(root)} ({why})" for p, why in skipped[:5])
     more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-    return f"no Kineto trace under {root}: {len(skipped)} .json/.json.gz file(s) found, none is a trace: {shown}{more}"
+    return f"no Kineto trace under {root}{held}: {len(skipped)} .json/.json.gz file(s) found, none is a trace: " \
+           f"{shown}{more}; {WHERE_TRACES_ARE}"

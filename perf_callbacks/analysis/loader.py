@@ -77,6 +77,18 @@ def sniff(path: Path) -> str | None:
     return "not a JSON trace" if stripped else "empty file"
 
 
+def is_tensorboard_events(path: Path) -> bool:
+    """Whether ``path`` is a TensorBoard event file (``events.out.tfevents.*``, or a TFRecord of ``brain.Event``)."""
+    if path.name.startswith("events.out.tfevents"):
+        return True
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return b"brain.Event" in head
+
+
 def is_trace_file(path: Path) -> bool:
     """Whether ``path`` is a Kineto trace: a ``.json``/``.json.gz`` file whose content starts like one."""
     return is_candidate(path) and sniff(path) is None
@@ -142,6 +154,8 @@ def _reason(err: BaseException) -> str:
         return f"not a valid gzip file ({err})"
     if isinstance(err, zlib.error):
         return f"corrupt gzip data ({err})"
+    if isinstance(err, UnicodeDecodeError):
+        return "binary content, not JSON text"
     if isinstance(err, ValueError):
         return f"invalid JSON ({str(err).splitlines()[0][:120]})"
     return f"{type(err).__name__}: {err}"
