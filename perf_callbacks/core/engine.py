@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.adapters import ExitCause
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.dataloader import Finding
@@ -89,6 +90,7 @@ class PerfEngine:
         self._ckpt_rf: Any = None
         self._t_aside, self._closed, self._clean = 0.0, False, True  # _clean: no window/validation/ckpt this interval
         self._samples = self._micro = 0  # samples and micro-batches of the open step that ended (0 micro: never ran)
+        self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
@@ -301,9 +303,12 @@ class PerfEngine:
 
 
 def _close_at_exit(ref: weakref.ReferenceType[PerfEngine]) -> None:
-    """An engine its owner never closed: stop the profiler and flush the window before the interpreter goes away."""
+    """An engine its owner never closed: stop the profiler and flush the window before the interpreter goes away.
+
+    As its owner would close it: with the exception that ends the process, if known (see :class:`ExitCause`).
+    """
     if (engine := ref()) is not None:
-        engine.close()
+        engine.close(engine.exit_cause())
 
 
 def _quiet(fn: Callable[[], Any]) -> None:

@@ -11,11 +11,13 @@ Accelerate has no callbacks, so the hook drives the engine from a few places:
 - The step count travels with ``save_state``/``load_state`` in either order (``_accelerate_state.py``), without
   ``register_for_checkpointing``, so checkpoints load with or without the hook.
 - Preemption: while registered, and only if SIGTERM still has its default action, SIGTERM raises ``SystemExit(143)``
-  so that the ``with`` block flushes the window before the process exits. A hook never closed is closed at exit.
+  so that the ``with`` block flushes the window before the process exits. A hook never closed is closed at exit as
+  the ``with`` block would close it (with the uncaught exception or that ``SystemExit``, if any).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -129,6 +131,7 @@ class AcceleratePerfHook(StepCounting):
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None
         ctx.log_summary = self.metrics.log_local  # the window summary logs from one rank: no cross-rank gather
         self._sigterm = catch_sigterm()
+        atexit.register(self._close_at_exit)  # after the engine's own: runs first, and closes it
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
@@ -149,7 +152,11 @@ class AcceleratePerfHook(StepCounting):
         if exc is None:  # a clean close (e.g. after a `break`): the last interval is still logged, with no collective
             self._end_batch(flush=False)
             self._flush_interval(at_close=True)
+        elif self._stepped:  # raised after the micro-batch's optimizer step (in validation, a save): the step completed
+            self.engine.note_failure(exc)  # (its phase, for an out-of-memory summary)
+            self._end_batch(flush=False)
         self._closed = True
+        atexit.unregister(self._close_at_exit)
         if self.accelerator is not None and vars(self.accelerator).get(OWNER_ATTR) is self:
             del vars(self.accelerator)[OWNER_ATTR]
         self.engine.close(exc, batch=self._current_batch())  # the failing batch, for an out-of-memory summary
@@ -161,6 +168,10 @@ class AcceleratePerfHook(StepCounting):
             release_sigterm()
         if self.metrics is not None:
             self.metrics.close()
+
+    def _close_at_exit(self) -> None:
+        if self.engine is not None:
+            self.close(self.engine.exit_cause())
 
     def __enter__(self) -> AcceleratePerfHook:
         return self
