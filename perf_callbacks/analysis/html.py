@@ -6,8 +6,9 @@ from html import escape
 
 from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.strip import WIDTH, decode
 from perf_callbacks.analysis.text import verdict_line
-from perf_callbacks.analysis.timeline import CAUSES, Timeline
+from perf_callbacks.analysis.timeline import CAUSES
 
 COLORS = {
     "compute": "#2e7d32",
@@ -19,7 +20,7 @@ COLORS = {
     "other": "#9e9e9e",
     "backlog": "#90a4ae",
 }
-_WIDTH = 1000
+_WIDTH = WIDTH
 _CSS = """body{font:14px sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
 .verdict{font-size:22px;font-weight:bold;color:#c62828}.verdict.close{color:#8d6e00}
@@ -63,7 +64,7 @@ def _window(result: AnalysisResult) -> list[str]:
         "<h2>Time by cause</h2>" + _legend(),
     ]
     for r in result.ranks:
-        parts.append(f"<h3>rank {r.rank}: {escape(r.verdict)}</h3>" + _step_bars(r) + _strip(r.timeline))
+        parts.append(f"<h3>rank {r.rank}: {escape(r.verdict)}</h3>" + _step_bars(r) + _strip(r))
     parts.append("<h2>Top ops</h2>" + _ops_table(result))
     parts += measure_sections(result)
     return parts
@@ -93,25 +94,15 @@ def _step_bars(r: RankResult) -> str:
     return f'<svg width="{_WIDTH}" height="{height}">{"".join(rows)}</svg>'
 
 
-def _strip(tl: Timeline | None) -> str:
-    """Return the window as a strip of pixels, each coloured by the cause that fills most of it."""
-    if tl is None or tl.hi <= tl.lo:
+def _strip(r: RankResult) -> str:
+    """Return the window as a strip of pixels, each coloured by the cause that fills most of it (``r.strip``)."""
+    pixels = decode(r.strip)
+    if not pixels:
         return ""
-    scale = _WIDTH / (tl.hi - tl.lo)
-    buckets: list[dict[str, float]] = [{} for _ in range(_WIDTH)]
-    for a, b, cause in tl.segments:
-        for px in range(int((a - tl.lo) * scale), min(int((b - tl.lo) * scale), _WIDTH - 1) + 1):
-            lo, hi = max(a, tl.lo + px / scale), min(b, tl.lo + (px + 1) / scale)
-            if hi > lo:
-                buckets[px][cause] = buckets[px].get(cause, 0.0) + hi - lo
-    rects = []
-    for px, bucket in enumerate(buckets):
-        if bucket:
-            cause = max(bucket.items(), key=lambda kv: kv[1])[0]
-            rects.append(f'<rect x="{px}" y="0" width="1" height="24" fill="{COLORS[cause]}"/>')
-    ms = (tl.hi - tl.lo) / 1e3
-    return f'<p>timeline ({ms:.1f} ms)</p><svg width="{_WIDTH}" height="24">' \
-           f'{"".join(rects)}</svg>'
+    rects = "".join(f'<rect x="{px}" y="0" width="1" height="24" fill="{COLORS[cause]}"/>'
+                    for px, cause in enumerate(pixels) if cause is not None)
+    ms = (r.end_us - r.start_us) / 1e3
+    return f'<p>timeline ({ms:.1f} ms)</p><svg width="{_WIDTH}" height="24">{rects}</svg>'
 
 
 def _ops_table(result: AnalysisResult) -> str:

@@ -14,6 +14,7 @@ from perf_callbacks.analysis.machine import cuda_on_host, machine_of
 from perf_callbacks.analysis.measures import rank_measures
 from perf_callbacks.analysis.ops import copy_times, top_kernels, top_ops
 from perf_callbacks.analysis.result import RankResult, StepResult
+from perf_callbacks.analysis.strip import encode
 from perf_callbacks.analysis.timeline import Timeline, build_timeline, devices
 
 GPU_LOSSES = ("input", "sync", "host", "copy", "communication", "other")
@@ -71,6 +72,7 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "window_definition": tl.definition,
         "prologue_ms": tl.prologue_us / 1e3,
         "epilogue_ms": tl.epilogue_us / 1e3,
+        "strip": encode(tl),
         "backlog_fraction": totals["backlog"] / span,
         "graph_idle_fraction": tl.graph_idle_us / span,
         "copy_exposed_ms": {k: v / 1e3 for k, v in tl.copy_exposed_us.items()},

@@ -43,6 +43,7 @@ class RankResult:
     had CUDA (said by ``machine``, else by the trace's GPU list or runtime calls).
     ``prologue_ms``/``epilogue_ms``: on a trace without ProfilerStep, the traced host-only time before the first and
     after the last device op, outside the window (start-up such as CUDA or cuBLAS initialisation).
+    ``strip`` is the HTML report's timeline strip, run-length encoded (see :mod:`perf_callbacks.analysis.strip`).
     """
 
     rank: int
@@ -97,6 +98,7 @@ class RankResult:
     cuda_on_host: bool = False
     prologue_ms: float = 0.0
     epilogue_ms: float = 0.0
+    strip: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""

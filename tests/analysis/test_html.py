@@ -73,3 +73,21 @@ def test_screenshot_is_not_blank(tmp_path: Path) -> None:
     colours = _png_colours(shot)
     assert len(colours) > 5
     assert bytes.fromhex("2e7d32") in colours  # the compute green of the bars
+
+
+def test_the_page_is_the_same_from_sidecars_and_from_traces(tmp_path: Path) -> None:
+    """``report RUN --html`` reads the sidecars: its page has the timeline strip that parsing the trace draws."""
+    from perf_callbacks.analysis.sidecar import write_sidecar
+
+    window = tmp_path / "run" / "window-000004-000006"
+    window.mkdir(parents=True)
+    trace = window / "rank0.pt.trace.json.gz"
+    trace.write_bytes(fixture_trace("sync_bound").read_bytes())
+    write_sidecar(trace)
+    pages = {}
+    for how in ("sidecars", "traces"):
+        page = tmp_path / f"{how}.html"
+        assert main(["report", str(tmp_path / "run"), "--html", str(page)] + (["--no-sidecars"] * (how == "traces"))) == 0
+        pages[how] = page.read_text()
+    assert "<p>timeline (" in pages["sidecars"]
+    assert pages["sidecars"] == pages["traces"]
