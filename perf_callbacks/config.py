@@ -122,6 +122,7 @@ class PerfConfig:
     memory_history_start: int | None = None
 
     def __post_init__(self) -> None:
+        _normalize(self)
         _check_types(self)
         _check_activities(self.activities)
         check_ranks(self.ranks)
@@ -150,21 +151,7 @@ class PerfConfig:
         if not isinstance(options, Mapping):
             raise PerfConfigError(f"perf-callbacks config must be a mapping of options, got {type(options).__name__}")
         _check_keys(options, _field_names(cls), where="")
-        values = dict(options)
-        schedule = values.get("schedule")
-        if schedule is None:
-            values.pop("schedule", None)
-        elif isinstance(schedule, Mapping):
-            _check_keys(schedule, _field_names(ScheduleConfig), where="schedule.")
-            values["schedule"] = ScheduleConfig(**schedule)
-        elif not isinstance(schedule, ScheduleConfig):
-            raise PerfConfigError(
-                f"schedule must be a mapping with keys {_field_names(ScheduleConfig)}, got {type(schedule).__name__}"
-            )
-        for name in ("activities", "ranks", "nsys_steps"):
-            if isinstance(values.get(name), list):
-                values[name] = tuple(values[name])
-        return cls(**values)
+        return cls(**options)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str]) -> PerfConfig:
@@ -186,6 +173,27 @@ class PerfConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain data, the inverse of :meth:`from_dict`."""
         return dataclasses.asdict(self)
+
+
+def _normalize(cfg: PerfConfig) -> None:
+    """Take what the callbacks take, as ``PerfConfig(...)`` keywords too.
+
+    That is a mapping (or None) for ``schedule``, its keys checked, and lists for ``activities``, ``ranks`` and
+    ``nsys_steps``.
+    """
+    schedule = cfg.schedule
+    if schedule is None:
+        object.__setattr__(cfg, "schedule", ScheduleConfig())
+    elif isinstance(schedule, Mapping):
+        _check_keys(schedule, _field_names(ScheduleConfig), where="schedule.")
+        object.__setattr__(cfg, "schedule", ScheduleConfig(**schedule))
+    elif not isinstance(schedule, ScheduleConfig):
+        raise PerfConfigError(
+            f"schedule must be a mapping with keys {_field_names(ScheduleConfig)}, got {type(schedule).__name__}"
+        )
+    for name in ("activities", "ranks", "nsys_steps"):
+        if isinstance(getattr(cfg, name), list):
+            object.__setattr__(cfg, name, tuple(getattr(cfg, name)))
 
 
 def _field_names(cls: type) -> list[str]:
@@ -297,5 +305,3 @@ def _check_types(cfg: PerfConfig) -> None:
             isinstance(v, bool) or not isinstance(v, item_type) for v in value
         ):
             raise PerfConfigError(f"{name} must be a list of {item_type.__name__}, got {value!r}")
-    if not isinstance(cfg.schedule, ScheduleConfig):
-        raise PerfConfigError(f"schedule must be a mapping, got {type(cfg.schedule).__name__}")

@@ -173,3 +173,31 @@ def test_constructors_reject_unknown_keywords_with_the_yaml_message(tmp_path) ->
                                          "memory_history_start")
     with pytest.raises(PerfConfigError, match=r"unknown key 'schedule.actve' \(did you mean 'schedule.active'\?\)"):
         GPUPerfCallback(schedule={"actve": 2})
+
+
+def test_the_constructor_takes_what_the_callbacks_take() -> None:
+    """``PerfConfig(...)`` with the README's values: a schedule mapping and lists (it said "schedule must be a
+    mapping, got dict"), the same config as the callbacks build from those keys."""
+    from perf_callbacks import GPUPerfCallback
+
+    options = {"schedule": {"skip_first": 5, "active": 2}, "ranks": [0], "activities": ["cpu"],
+               "nsys_steps": [6, 7], "nsys_capture": True}
+    cfg = PerfConfig(**options)  # type: ignore[arg-type]
+    assert cfg == PerfConfig.from_dict(options) == GPUPerfCallback(**options).config
+    assert (cfg.schedule.skip_first, cfg.schedule.active, cfg.ranks, cfg.activities) == (5, 2, (0,), ("cpu",))
+    assert PerfConfig(schedule=None) == PerfConfig()  # type: ignore[arg-type]
+    assert PerfConfig(**cfg.to_dict()) == cfg
+    with pytest.raises(PerfConfigError, match=r"unknown key 'schedule.actve' \(did you mean 'schedule.active'\?\)"):
+        PerfConfig(schedule={"actve": 2})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"schedule": 3}, r"schedule must be a mapping with keys"),
+    ({"schedule": {"active": 0}}, r"schedule.active must be >= 1, got 0"),
+    ({"ranks": [0, 0]}, r"ranks must list each global rank once, got \[0, 0\]"),
+    ({"activities": ["gpu"]}, r"got \['gpu'\]: .*\(did you mean 'cuda'\?\)"),
+    ({"nsys_steps": [5, 2]}, r"nsys_steps must be \[first, last\]"),
+])
+def test_the_constructor_rejects_what_the_callbacks_reject(options: dict[str, object], match: str) -> None:
+    with pytest.raises(PerfConfigError, match=match):
+        PerfConfig(**options)  # type: ignore[arg-type]
