@@ -39,12 +39,14 @@ class StepMonitor:
         self.overhead = {"window": 0.0, "log": 0.0}  # seconds of our own work in this interval
         self._units: tuple[str, int] | None = None  # ("sample" or "micro-batch", how many) in the first step measured
         self._varied = False  # the batch size or the accumulation changed: the slowdown is told per sample
+        self._steps: tuple[int, int] | None = None  # the first and last step measured in this interval
         self.rates: Callable[[dict[str, float]], None] | None = None  # adds rates from step time (TFLOP/s, MFU)
 
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
                  micro_batches: int = 1) -> None:
         """One optimizer step of ``micro_batches`` micro-batches outside profiling windows (seconds)."""
         self.stats.update(step_time, wait, samples, micro_batches)
+        self._steps = (self._steps[0] if self._steps else step, step)
         units = ("sample", samples) if samples else ("micro-batch", max(1, micro_batches))
         if self._units is None:
             self._units = units
@@ -83,6 +85,7 @@ class StepMonitor:
         metrics, lasted = self.stats.compute(), sum(self.stats.step_times)
         per_unit = statistics.median(self.stats.unit_times) * 1e3 if self.stats.unit_times else None
         self.stats.reset()
+        measured, self._steps = self._steps or (step, step), None
         if not loader_timed:
             metrics.pop("train/data_wait_fraction", None)
         if self.rates is not None:
@@ -95,22 +98,24 @@ class StepMonitor:
             metrics[f"overhead/{kind}_ms"] = seconds * 1e3
         self.overhead = dict.fromkeys(self.overhead, 0.0)
         if per_unit is not None and clean:  # per sample: a batch size or accumulation that grows is no slowdown
-            self._check_slowdown(per_unit, step, lasted)
+            self._check_slowdown(per_unit, measured, lasted)
         log = self.ctx.log_metrics
         if log is not None and metrics:
             self.outputs.call("metrics", lambda: log({f"perf/{k}": v for k, v in metrics.items()}, step))
 
-    def _check_slowdown(self, median: float, step: int, seconds: float) -> None:
-        slow = self.degradation.check(median, step, seconds)
+    def _check_slowdown(self, median: float, steps: tuple[int, int], seconds: float) -> None:
+        """``steps``: the first and last step measured in the interval."""
+        slow = self.degradation.check(median, steps[1], seconds, first_step=steps[0])
         if slow is None:
             return
-        n, (unit, count) = self.ctx.log_every_n_steps, self._units or ("micro-batch", 1)
+        unit, count = self._units or ("micro-batch", 1)
         what, scale = (f"time per {unit}", 1) if self._varied else ("step time", count)  # per step when units fixed
+        base = self.degradation.baseline_intervals
         self._warn("degradation", PerformanceDegradationWarning, (
             f"median {what} has been {slow.ratio - 1:.0%} above this run's baseline for {slow.intervals} logging "
-            f"intervals ({slow.seconds:.1f} s, steps {slow.since_step - n}-{slow.until_step}): "
-            f"{slow.median * scale:.2f} ms against {slow.baseline * scale:.2f} ms over steps "
-            f"{slow.baseline_steps[0] - n}-{slow.baseline_steps[1]}, beyond the baseline's own spread "
-            f"({self.degradation.noise:.0%}); intervals with profiling windows, validation or checkpoints are left "
-            "out. Look for memory fragmentation (reserved >> allocated), a growing Python-side cache, other jobs on "
-            "the machine, or thermal throttling"))
+            f"intervals ({slow.seconds:.1f} s, steps {slow.since_step}-{slow.until_step}): "
+            f"{slow.median * scale:.2f} ms against a baseline of {slow.baseline * scale:.2f} ms, the median of "
+            f"{base} logging intervals over steps {slow.baseline_steps[0]}-{slow.baseline_steps[1]}, beyond the "
+            f"baseline's own spread ({self.degradation.noise:.0%}); intervals with profiling windows, validation or "
+            "checkpoints are left out. Look for memory fragmentation (reserved >> allocated), a growing Python-side "
+            "cache, other jobs on the machine, or thermal throttling"))

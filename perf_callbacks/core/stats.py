@@ -105,24 +105,26 @@ class DegradationDetector:
             return 0.0
         return 1.4826 * statistics.median(abs(m - base) for m in self._early) / base
 
-    def check(self, median: float, step: int, seconds: float = 0.0) -> Slowdown | None:
+    def check(self, median: float, step: int, seconds: float = 0.0, first_step: int | None = None) -> Slowdown | None:
         """Feed one clean interval's median (any unit) ending at ``step``, and how long it lasted (``seconds``).
 
+        ``first_step`` is the interval's first step (default: ``step``); the slowdown names its steps and the
+        baseline's from the first step of their first interval to the last step of their last.
         Returns the slowdown once it lasts: ``persist`` slow intervals in a row, ``min_seconds`` long in all.
         """
         self._seen += 1
         if self._seen <= self.warmup or self.fired:
             return None
+        first = step if first_step is None else first_step
         base = self.baseline
         if base is None:
             self._early.append(median)
-            first = self._base_steps[0] if self._base_steps else step
-            self._base_steps = (first, step)
+            self._base_steps = (self._base_steps[0] if self._base_steps else first, step)
             return None
         if not base or median / base - 1.0 <= max(self.threshold, 3.0 * self.noise):
             self._slow = []
             return None
-        self._slow.append((step, median, seconds))
+        self._slow.append((first, median, seconds))
         lasted = sum(s for _, _, s in self._slow)
         if len(self._slow) < self.persist or lasted < self.min_seconds:
             return None

@@ -118,7 +118,7 @@ def test_a_step_that_holds_more_work_by_design_is_not_a_slowdown(growth: str, sa
 
 def test_with_a_fixed_batch_the_slowdown_is_told_in_step_time() -> None:
     (message,) = feed_monitor([(0.1, 32, 1)] * 100 + [(0.15, 32, 1)] * 100)
-    assert message.startswith("median step time has been 50% above") and "150.00 ms against 100.00 ms" in message
+    assert message.startswith("median step time has been 50% above") and "150.00 ms against a baseline of 100.00 ms" in message
 
 
 def test_a_short_hiccup_is_not_a_slowdown_however_many_intervals_it_spans() -> None:
@@ -128,3 +128,13 @@ def test_a_short_hiccup_is_not_a_slowdown_however_many_intervals_it_spans() -> N
     lasting = [(0.004, None, 1)] * 100 + [(0.008, None, 1)] * 400  # 3.2 s of 2x slower steps
     (message,) = feed_monitor(lasting)
     assert "(3.0 s, steps" in message or "(3.1 s, steps" in message or "(3.2 s, steps" in message, message
+
+
+def test_the_warning_names_the_whole_baseline_span() -> None:
+    """Intervals of 10 steps: one warm-up interval (steps 0-9), a baseline of five (steps 10-59), slow from step 100.
+    The message names the steps each side was measured over, and how many intervals the baseline holds."""
+    (message,) = feed_monitor([(0.1, 32, 1)] * 100 + [(0.15, 32, 1)] * 100)
+    assert "for 3 logging intervals (4.5 s, steps 100-129): 150.00 ms against a baseline of 100.00 ms, the median " \
+           "of 5 logging intervals over steps 10-59, beyond" in message, message
+    (single,) = feed_monitor([(0.1, 32, 1)] * 10 + [(0.15, 32, 1)] * 30, every=1)
+    assert "the median of 5 logging intervals over steps 1-5," in single, single
