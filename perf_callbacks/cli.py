@@ -1,4 +1,4 @@
-"""Command line: ``perf-callbacks report PATH`` and ``perf-callbacks nsys -- python train.py ...``."""
+"""Command line: ``perf-callbacks report PATH``, ``diff BASE NEW`` and ``nsys -- python train.py ...``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ DESCRIPTION = """\
 Why is my GPU training slow, and what should I change.
 
   perf-callbacks report PATH           verdict, utilization and advice from Kineto traces
+  perf-callbacks diff BASE NEW         what changed between two runs, whether it is beyond the noise, and why
   perf-callbacks nsys -- python ...    the Nsight Systems command for the profiling window
 """
 REPORT_EPILOG = """\

@@ -157,6 +157,15 @@ def test_version_and_plain_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "exit codes:" in text and "partial" in text
 
 
+def test_help_names_every_subcommand_with_its_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    """``perf-callbacks --help`` opens with one usage line per subcommand (it listed report and nsys, not diff)."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    usage = [line.split()[1] for line in text.splitlines() if line.startswith("  perf-callbacks ")]
+    assert usage == ["report", "diff", "nsys"]
+
+
 def test_console_script_never_shows_a_traceback(tmp_path: Path) -> None:
     """The real entry point, in a subprocess, on a gzip file that is not gzip."""
     bad = tmp_path / "rank0.pt.trace.json.gz"
