@@ -401,3 +401,23 @@ def test_the_html_page_of_a_trace_without_a_device(tmp_path: Path) -> None:
     events += [x("cpu_op", "aten::mm", n * 1000 + 10, 900) for n in range(3)]
     page = render_html(analyze(write_trace(tmp_path / "cpu.json", events)))
     assert "compute_bound (host compute, no device in the trace)" in page and "GPU utilization" not in page
+
+
+FOREIGN = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "foreign_traces" / "hta"
+
+
+@pytest.mark.skipif(not FOREIGN.is_dir(), reason=f"foreign traces not present at {FOREIGN}")
+@pytest.mark.parametrize(("folder", "verdict", "cuda"), [
+    ("rank_non_gpu", "compute_bound", False),  # no GPU anywhere in the trace: no CUDA profiling advice
+    ("rank_unavailable", "compute_bound", False),
+    ("distributed_info_unavailable", "compute_bound", True),  # 8 GPUs in deviceProperties, none traced
+    ("cupti_profiler", "compute_bound", True),  # runtime calls but no kernel records
+    ("cpu_only", "communication_bound", False),
+])
+def test_hta_traces_without_a_device_read_as_host_time(folder: str, verdict: str, cuda: bool) -> None:
+    result = analyze(FOREIGN / folder)
+    assert result.verdict == verdict and result.device == "none" and result.gpu_utilization is None
+    text = format_text(result)
+    assert "GPU utilization" not in text and "device: none in the trace (no device activity recorded" in text
+    assert ("(host compute, no device in the trace)" in text.splitlines()[1]) is (verdict == "compute_bound")
+    assert ("activities=[CPU, CUDA]" in text) is cuda
