@@ -16,8 +16,8 @@ from perf_callbacks.analysis.recommend import (
 )
 from perf_callbacks.analysis.result import RankResult
 
-__all__ = ["CLOSE", "HOST_UNTRACED", "MATERIAL", "THRESHOLD", "VERDICT_OF", "Margin", "host_untraced", "judge_rank", "verdict_from",
-           "verdict_margin", "window_verdict"]
+__all__ = ["CLOSE", "HOST_UNTRACED", "MATERIAL", "THRESHOLD", "VERDICT_OF", "Margin", "host_untraced", "judge_rank",
+           "verdict_from", "verdict_margin", "window_verdict"]
 
 THRESHOLD = 0.10
 CLOSE = 0.03
@@ -108,11 +108,11 @@ def window_verdict(ranks: list[RankResult]) -> tuple[str, Margin]:
 
 
 def judge_rank(r: RankResult) -> None:
-    """Set ``r.verdict`` and ``r.recommendations``: the verdict's cause and every loss of at least ``MATERIAL``,
-    largest first, profiler caveats right after.
+    """Set ``r.verdict`` and ``r.recommendations`` (largest loss first, profiler caveats right after).
 
-    The verdict, and which advice is given, rest on the losses the evidence supports
-    (:func:`perf_callbacks.analysis.evidence.judged_losses`); the advice quotes the window's figures.
+    Advice is given for the verdict's cause and for every other loss of at least ``MATERIAL``. The verdict, and which
+    advice is given, rest on the losses the evidence supports (:func:`perf_callbacks.analysis.evidence.judged_losses`);
+    the advice quotes the window's figures.
     """
     judged = judged_losses(r)
     r.verdict = verdict_from(judged)
