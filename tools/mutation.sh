@@ -7,7 +7,7 @@
 # Runs mutmut 3.x (pip install "mutmut>=3.8,<4") in a scratch copy of the repository ($MUTATION_DIR, default
 # /tmp/perf-callbacks-mutation), so the worktree gets no mutants/ folder and no mutmut config. For each mutant
 # mutmut runs only the tests that call the mutated function. Prints per-file "killed/total" and every survivor
-# (`mutmut show <name>` inside $MUTATION_DIR shows its diff). Survivors are triaged in README.md, "Development".
+# (`mutmut show <name>` inside $MUTATION_DIR shows its diff). Survivors are triaged in docs/contributing.md, "Mutation testing".
 # Env: PYTHON (default: python on PATH), MUTATION_DIR, MUTATION_JOBS (default 2), MUTATION_TESTS.
 set -euo pipefail
 
