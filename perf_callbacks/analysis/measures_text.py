@@ -98,8 +98,18 @@ def _launch(result: AnalysisResult) -> list[str]:
     small = f"{x['small_kernels']} kernels under 10 us ({x['small_kernel_fraction']:.0%} of kernel time)"
     if x["p50_us"] is None:
         return [f"launch: {small}; launch latency unknown (no launch call traced)"]
-    call = "" if x["launch_call_p50_us"] is None else f"; launch call p50 {x['launch_call_p50_us']:.1f} us"
-    return [f"launch: launch to kernel start p50 {x['p50_us']:.1f} us, p95 {x['p95_us']:.1f} us{call}; {small}"]
+    call = "" if x["launch_call_p50_us"] is None else f"; launch call p50 {duration(x['launch_call_p50_us'])}"
+    return [f"launch: launch to kernel start p50 {duration(x['p50_us'])}, p95 {duration(x['p95_us'])}{call}; {small}"]
+
+
+def duration(us: float) -> str:
+    """Microseconds as ``12.8 us``, from 1 ms on as ``262.6 ms``.
+
+    Example:
+        >>> duration(12.79), duration(262553.9)
+        ('12.8 us', '262.6 ms')
+    """
+    return f"{us:.1f} us" if us < 1000 else f"{us / 1e3:.1f} ms"
 
 
 def _memory(result: AnalysisResult) -> list[str]:

@@ -229,6 +229,17 @@ def test_sidecar_keeps_every_figure(tmp_path: Path) -> None:
     assert read.ranks[0].memory_curve == parsed.ranks[0].memory_curve
 
 
+def test_window_summary_and_scalars_carry_the_headline_figures(tmp_path: Path) -> None:
+    """The window summary is the sidecar's text and its TensorBoard scalars are the sidecar's scalars."""
+    trace = tmp_path / "rank0.pt.trace.json.gz"
+    trace.write_bytes(NCCL.read_bytes())
+    side = write_sidecar(trace)
+    allreduce = next(c for c in analyzed(NCCL).communication if c["name"] == "AllReduce")
+    assert "AllReduce x15, " in side["text"] and "launch to kernel start p50" in side["text"]
+    assert side["scalars"]["perf/comm_busbw_gbps"] == pytest.approx(allreduce["busbw_gbps"])
+    assert side["scalars"]["perf/launch_p95_us"] == pytest.approx(truth.launch_figures(raw(NCCL))["p95_us"], rel=REL)
+
+
 def test_sidecar_with_a_malformed_entry_is_not_used(tmp_path: Path) -> None:
     trace = tmp_path / "rank0.pt.trace.json.gz"
     trace.write_bytes(h200("sync_bound").read_bytes())
