@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 from perf_callbacks.analysis.measures_text import rate, size
@@ -67,6 +68,14 @@ def measure_diff_lines(m: dict[str, Any]) -> list[str]:
     if peak.get("base") is not None or peak.get("new") is not None:
         lines.append(_line("memory peak ([memory] events)", size(peak["base"]), size(peak["new"]), ""))
     return lines
+
+
+def measure_diff_html(m: dict[str, Any]) -> str:
+    """The same lines for ``diff --html``: a section with a preformatted table, or "" when there is nothing to show."""
+    lines = measure_diff_lines(m)
+    if not lines:
+        return ""
+    return "<h2>Collectives, transfers and launch</h2><pre>" + escape("\n".join(lines[1:])) + "</pre>"
 
 
 def _matched(base: list[dict[str, Any]], new: list[dict[str, Any]], keys: tuple[str, str], pick: Any,

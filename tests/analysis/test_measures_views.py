@@ -8,6 +8,7 @@ from pathlib import Path
 
 from perf_callbacks.analysis import analyze, render_html
 from perf_callbacks.analysis.diff import compare
+from perf_callbacks.analysis.diff_html import render_diff_html
 from perf_callbacks.analysis.diff_text import format_diff
 from tests.analysis import measure_truth as truth
 from tests.analysis.test_measures import H200, NCCL, analyzed, approx, h200
@@ -76,6 +77,8 @@ def test_diff_compares_bandwidth_latency_and_memory() -> None:
     assert "DtoH pageable rate" in text and "absent" in text
     assert "launch p95" in text
     assert json.dumps(d.to_dict())
+    page = render_diff_html(d)
+    assert "<h2>Collectives, transfers and launch</h2>" in page and "DtoH pageable rate" in page
 
 
 def test_diff_compares_collectives_per_step() -> None:
