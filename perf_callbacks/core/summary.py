@@ -43,10 +43,35 @@ def publish_summary(ctx: RunContext, text: str, scalars: dict[str, float], windo
 
     A logger that raises turns the ``metrics`` writer off with one warning (``outputs``); it never reaches training.
     """
-    print(text, file=sys.stdout, flush=True)
+    say(text)
     step, outputs = window_last + 1, outputs or Outputs()
     log_scalars, log_text = ctx.log_summary or ctx.log_metrics, ctx.log_text
     if log_scalars is not None and scalars:
         outputs.call("metrics", lambda: log_scalars(scalars, step))
     if log_text is not None:
         outputs.call("metrics", lambda: log_text("perf/summary", f"```\n{text}```", step))
+
+
+def console_text(text: str) -> str:
+    """The summary as printed: every line starts with ``perf-callbacks`` (body lines get ``perf-callbacks: ``)."""
+    return "\n".join(line if line.startswith("perf-callbacks") else f"perf-callbacks: {line}".rstrip()
+                     for line in text.rstrip("\n").splitlines())
+
+
+def say(text: str) -> None:
+    """Print ``text`` (prefixed) on stdout, never on the line of a progress bar.
+
+    Lightning's and transformers' bars are tqdm bars: while one is on screen tqdm clears it, we print, and tqdm redraws
+    it below (``tqdm.write``), as Lightning's own ``ProgressBar.print`` does. tqdm is used only when already imported.
+    """
+    text, printed = console_text(text), False
+    tqdm_std = sys.modules.get("tqdm.std")
+    if tqdm_std is not None and getattr(tqdm_std.tqdm, "_instances", None):
+        try:
+            with tqdm_std.tqdm.external_write_mode(file=sys.stdout):
+                print(text, file=sys.stdout, flush=True)
+                printed = True
+        except Exception:  # a bar that cannot be cleared or redrawn never stops the summary
+            pass
+    if not printed:
+        print(text, file=sys.stdout, flush=True)

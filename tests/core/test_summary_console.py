@@ -1,0 +1,39 @@
+"""The window summary on the console: every line starts with ``perf-callbacks``; without tqdm, a plain print."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from perf_callbacks.core.summary import console_text, say
+
+SUMMARY = "perf-callbacks summary: steps 3-4, rank 0\n  overhead: 41 ms\nverdict: input_bound\n\ntop ops:\n"
+
+
+def test_body_lines_get_the_prefix_and_the_header_keeps_its_own() -> None:
+    assert console_text(SUMMARY).splitlines() == [
+        "perf-callbacks summary: steps 3-4, rank 0",
+        "perf-callbacks:   overhead: 41 ms",
+        "perf-callbacks: verdict: input_bound",
+        "perf-callbacks:",
+        "perf-callbacks: top ops:",
+    ]
+
+
+def test_without_a_bar_it_is_printed_once(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "tqdm.std", raising=False)
+    say(SUMMARY)
+    assert capsys.readouterr().out == console_text(SUMMARY) + "\n"
+
+
+def test_a_bar_that_cannot_be_cleared_still_gets_the_summary_once(capsys: pytest.CaptureFixture[str]) -> None:
+    tqdm_std = pytest.importorskip("tqdm.std")
+
+    class Broken(tqdm_std.tqdm):  # type: ignore[misc]
+        def clear(self, *args: object, **kwargs: object) -> None:
+            raise OSError("terminal gone")
+
+    with Broken(total=2, file=sys.stderr):
+        say(SUMMARY)
+    assert capsys.readouterr().out.count("perf-callbacks summary: steps 3-4") == 1
