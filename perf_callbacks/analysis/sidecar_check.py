@@ -71,7 +71,12 @@ def _fits(value: Any, hint: Any) -> bool:
     if origin in (Union, types.UnionType):
         return any(_fits(value, a) for a in args)
     if origin is list:
+        if args[0] in (float, int):  # long lists of numbers (a memory curve): one pass, no recursion
+            kinds = (int, float) if args[0] is float else (int,)
+            return isinstance(value, list) and all(type(v) in kinds for v in value)
         return isinstance(value, list) and all(_fits(v, args[0]) for v in value)
+    if origin is dict and args == (str, Any):  # entries whose keys are checked by their own schema
+        return isinstance(value, dict) and all(type(k) is str for k in value)
     if origin is dict:
         return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
     if isinstance(value, bool):

@@ -240,11 +240,16 @@ def test_window_summary_and_scalars_carry_the_headline_figures(tmp_path: Path) -
     assert side["scalars"]["perf/launch_p95_us"] == pytest.approx(truth.launch_figures(raw(NCCL))["p95_us"], rel=REL)
 
 
-def test_sidecar_with_a_malformed_entry_is_not_used(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["no gbps", "text in the memory curve", "a bool in the memory curve"])
+def test_sidecar_with_a_malformed_entry_is_not_used(tmp_path: Path, damage: str) -> None:
     trace = tmp_path / "rank0.pt.trace.json.gz"
     trace.write_bytes(h200("sync_bound").read_bytes())
     side = write_sidecar(trace)
-    side["rank"]["copies"][0].pop("gbps")
+    assert analyze(trace).ranks[0].timeline is None  # the sidecar as written is used
+    if damage == "no gbps":
+        side["rank"]["copies"][0].pop("gbps")
+    else:
+        side["rank"]["memory_curve"][-1][1] = "x" if damage.startswith("text") else True
     (tmp_path / "rank0.summary.json").write_text(json.dumps(side))
     assert analyze(trace).ranks[0].timeline is not None  # parsed again
 
