@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-from perf_callbacks.analysis import analyze, compare, format_diff, format_text
+from perf_callbacks.analysis import analyze, compare, format_diff, format_text, render_html
 from perf_callbacks.analysis.mfu import IDLE, META_KEY, flops_meta, mfu_gap, mfu_line, window_mfu
 from perf_callbacks.analysis.result import AnalysisResult
 from perf_callbacks.config import PerfConfig
@@ -97,8 +98,10 @@ def test_report_on_a_window_folder_gives_mfu_from_the_same_runs_numbers(tmp_path
     assert set(data["mfu_gap"]) == set(GAP) and data["mfu"] == result.mfu
     assert result.scalars()["perf/mfu"] == result.mfu
     text = format_text(result)
-    assert "\nMFU 0.0" in text and "; busy but below peak " in text
+    assert re.search(r"\nMFU [0-9.]+%: idle \d+ pts.*; busy but below peak \d+ pts\n", text)
     assert "FLOPs per step: " in text and "(counted with FlopCounterMode on step 0); achieved " in text
+    page = render_html(result)
+    assert re.search(r"<p>MFU [0-9.]+%: ", page) and "<p>FLOPs per step: " in page
 
 
 def test_the_window_summary_and_sidecars_carry_the_mfu(tmp_path: Path) -> None:
