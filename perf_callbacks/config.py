@@ -79,6 +79,7 @@ class PerfConfig:
         data_wait_steps: optimizer steps measured for the data-wait check, after a first warm-up step.
         check_dataloaders: inspect DataLoaders (num_workers, pin_memory, sharding) when training starts.
         summary: analyse rank 0's trace at the end of each window and print a summary.
+        verbose: print the whole summary on the console (it is always in ``summary.txt``); by default one line.
         top_k: operators shown in the summary.
         flops: measure the model FLOPs of one optimizer step with ``torch.utils.flop_counter.FlopCounterMode`` (one
             step outside every window, left out of step time), when neither ``flops_per_step`` nor a
@@ -114,6 +115,7 @@ class PerfConfig:
     data_wait_steps: int = 50
     check_dataloaders: bool = True
     summary: bool = True
+    verbose: bool = False
     top_k: int = 5
     flops: bool = True
     flops_per_step: float | None = None

@@ -8,6 +8,7 @@ data wait, GPU utilization) is measured on the trace, and each appears once.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from perf_callbacks.core.context import RunContext
@@ -38,18 +39,39 @@ def window_header(meta: dict[str, Any], rank: int, completed: int) -> list[str]:
 
 
 def publish_summary(ctx: RunContext, text: str, scalars: dict[str, float], window_last: int,
-                    outputs: Outputs | None = None) -> None:
+                    outputs: Outputs | None = None, line: str | None = None) -> None:
     """Print the summary and log it (scalars and text) at the step after the window.
 
-    A logger that raises turns the ``metrics`` writer off with one warning (``outputs``); it never reaches training.
+    The console gets ``line`` when given (the default: one line per window), else the whole summary. A logger that
+    raises turns the ``metrics`` writer off with one warning (``outputs``); it never reaches training.
     """
-    say(text)
+    say(text if line is None else line)
     step, outputs = window_last + 1, outputs or Outputs()
     log_scalars, log_text = ctx.log_summary or ctx.log_metrics, ctx.log_text
     if log_scalars is not None and scalars:
         outputs.call("metrics", lambda: log_scalars(scalars, step))
     if log_text is not None:
         outputs.call("metrics", lambda: log_text("perf/summary", f"```\n{text}```", step))
+
+
+def window_line(text: str, scalars: dict[str, float], meta: dict[str, Any], folder: Path) -> str:
+    """The window's one console line: its steps, verdict, data wait and GPU busy share, first advice, and the folder.
+
+    Example:
+        >>> window_line("verdict: input_bound", {"perf/data_wait_fraction": 0.31, "perf/gpu_utilization": 0.64},
+        ...             {"window": [12, 14], "partial": False}, Path("w"))
+        'perf-callbacks: steps 12-14 input_bound (data wait 31%, GPU busy 64%) -> w/summary.txt'
+    """
+    lines = text.splitlines()
+    verdict = next((x.split(":", 1)[1].strip() for x in lines if x.startswith("verdict:")), "no verdict")
+    advice = next((x.strip()[3:] for x in lines if x.startswith("  1. ")), "")
+    figures = [f"{name} {scalars[key]:.0%}" for name, key in (("data wait", "perf/data_wait_fraction"),
+                                                             ("GPU busy", "perf/gpu_utilization")) if key in scalars]
+    first, last = meta["window"]
+    partial = " (partial)" if meta.get("partial") else ""
+    shown = f" ({', '.join(figures)})" if figures else ""
+    return (f"perf-callbacks: steps {first}-{last}{partial} {verdict}{shown}{': ' + advice if advice else ''}"
+            f" -> {folder / 'summary.txt'}")
 
 
 def console_text(text: str) -> str:

@@ -33,7 +33,7 @@ from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
 from perf_callbacks.core.schedule import Action, Schedule
-from perf_callbacks.core.summary import publish_summary, window_header
+from perf_callbacks.core.summary import publish_summary, window_header, window_line
 from perf_callbacks.core.trace_cut import cut_at_step
 from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, export_raw
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning, TraceSizeWarning
@@ -265,7 +265,8 @@ class WindowRecorder:
         if job.summary is None:
             return
         self.summaries.append(job.summary)
-        publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]), self.outputs)
+        line = None if self.config.verbose else window_line(job.summary, job.scalars, job.meta, job.dest.parent)
+        publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]), self.outputs, line)
 
     def nothing_recorded(self) -> bool:
         """True when this rank was to profile, stood aside for no one, and recorded no window."""

@@ -71,6 +71,7 @@ class GPUPerfCallback(Callback):
         data_wait_steps: steps measured for the data-wait check.
         check_dataloaders: inspect the train DataLoader when training starts.
         summary: print and save a summary at the end of each window (rank 0).
+        verbose: print the whole summary on the console, not one line per window.
         top_k: operators in the summary.
         flops: measure one step's FLOPs with FlopCounterMode when neither ``flops_per_step`` nor the
             LightningModule's ``flops_per_batch`` attribute gives them.
@@ -104,6 +105,7 @@ class GPUPerfCallback(Callback):
         data_wait_steps: int = 50,
         check_dataloaders: bool = True,
         summary: bool = True,
+        verbose: bool = False,
         top_k: int = 5,
         flops: bool = True,
         flops_per_step: float | None = None,

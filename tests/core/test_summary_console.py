@@ -37,3 +37,20 @@ def test_a_bar_that_cannot_be_cleared_still_gets_the_summary_once(capsys: pytest
     with Broken(total=2, file=sys.stderr):
         say(SUMMARY)
     assert capsys.readouterr().out.count("perf-callbacks summary: steps 3-4") == 1
+
+
+def test_one_line_per_window_unless_verbose(capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from perf_callbacks.core.context import RunContext
+    from perf_callbacks.core.summary import publish_summary, window_line
+
+    text = "perf-callbacks summary: steps 6-6, rank 0\nverdict: host_bound\nrecommendations:\n  1. use CUDA graphs\n"
+    meta = {"window": [6, 6], "partial": True}
+    line = window_line(text, {"perf/data_wait_fraction": 0.05}, meta, Path("w"))
+    assert line == "perf-callbacks: steps 6-6 (partial) host_bound (data wait 5%): use CUDA graphs -> w/summary.txt"
+    ctx = RunContext(output_dir=Path("."), run_name="r")
+    publish_summary(ctx, text, {}, 6, line=line)
+    assert capsys.readouterr().out == line + "\n"
+    publish_summary(ctx, text, {}, 6)  # verbose: the whole summary
+    assert capsys.readouterr().out == console_text(text) + "\n"

@@ -56,8 +56,17 @@ def test_default_output_dir_and_summary(tmp_path: Path, capsys: pytest.CaptureFi
     assert path.name == "rank0.pt.trace.json.gz"
     summary = (path.parent / "summary.txt").read_text()
     assert summary.startswith("perf-callbacks summary: steps 3-4, rank 0")
-    assert "perf-callbacks summary: steps 3-4" in capsys.readouterr().out
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "perf-callbacks" in x]  # one line per window
+    assert line.startswith("perf-callbacks: steps 3-4 ") and line.endswith(f" -> {path.parent / 'summary.txt'}")
 
+
+
+def test_verbose_prints_the_whole_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cb = GPUPerfCallback(schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}, verbose=True, **QUIET)
+    trainer(tmp_path, [cb], max_steps=6).fit(TinyModel(), loader())
+    out = capsys.readouterr().out
+    assert "perf-callbacks summary: steps 3-4, rank 0" in out and "\nperf-callbacks: verdict: " in out
+    assert all(x.startswith("perf-callbacks") for x in out.splitlines() if "verdict" in x or "top ops" in x)
 
 def test_metrics_go_to_tensorboard_every_n_steps(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
