@@ -8,7 +8,7 @@
 
 (``accelerate launch --cpu --num_processes 2`` starts a single process unless MPI is set up; use torchrun on CPU.)
 
-Prints the end-of-window summary and where the traces are.
+Prints one line per profiling window (its verdict; the whole summary is in summary.txt) and where the traces are.
 """
 
 from __future__ import annotations

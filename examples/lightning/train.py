@@ -4,7 +4,7 @@
     python examples/lightning/train.py --num-workers 0      # provoke the input-pipeline warning
     python examples/lightning/train.py --config examples/lightning/perf.yaml
 
-Prints the end-of-window summary and where the traces are.
+Prints one line per profiling window (its verdict; the whole summary is in summary.txt) and where the traces are.
 """
 
 from __future__ import annotations

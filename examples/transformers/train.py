@@ -8,7 +8,7 @@ CPU by default, the GPU when there is one; nothing is downloaded (the model is d
     python examples/transformers/train.py --report-to tensorboard  # metrics through the Trainer's TensorBoard
     torchrun --nproc_per_node 2 examples/transformers/train.py     # 2 CPU processes (gloo), one trace per rank
 
-Prints the end-of-window summary and where the traces are.
+Prints one line per profiling window (its verdict; the whole summary is in summary.txt) and where the traces are.
 """
 
 from __future__ import annotations
