@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.cpu_wait import CpuWait
 from perf_callbacks.core.dataloader import Finding, data_wait_finding
 from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.outputs import Outputs
@@ -28,11 +29,15 @@ class StepMonitor:
         ctx: the loader's name and workers, the logging interval and where metrics go.
         warn: ``warn(key, category, message)``, the engine's warn-once (rank 0).
         outputs: the run's writers: a logger that raises turns ``metrics`` off (default: a guard of its own).
+        cpu_wait: how long the training thread waited for a CPU in each interval (default: Linux's run-queue delay,
+            read at each logging step on the thread that logs, the training loop's).
     """
 
-    def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn, outputs: Outputs | None = None) -> None:
+    def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn, outputs: Outputs | None = None,
+                 cpu_wait: CpuWait | None = None) -> None:
         self.ctx, self._warn = ctx, warn
         self.outputs = outputs or Outputs()
+        self.cpu_wait = cpu_wait or CpuWait()
         self.stats = StepStats()
         self.degradation = DegradationDetector(config.degradation_threshold, min_seconds=MIN_SLOWDOWN_S)
         self.data_wait_check = DataWaitCheck(config.data_wait_steps, config.data_wait_threshold)
@@ -84,6 +89,7 @@ class StepMonitor:
         """Close the logging interval ending at ``step``: log its metrics; ``clean`` feeds the slowdown detector."""
         metrics, lasted = self.stats.compute(), sum(self.stats.step_times)
         per_unit = statistics.median(self.stats.unit_times) * 1e3 if self.stats.unit_times else None
+        own = _own_ms(self.stats.unit_times, lasted, self.cpu_wait.interval())  # read every interval: the next starts
         self.stats.reset()
         measured, self._steps = self._steps or (step, step), None
         if not loader_timed:
@@ -98,14 +104,14 @@ class StepMonitor:
             metrics[f"overhead/{kind}_ms"] = seconds * 1e3
         self.overhead = dict.fromkeys(self.overhead, 0.0)
         if per_unit is not None and clean:  # per sample: a batch size or accumulation that grows is no slowdown
-            self._check_slowdown(per_unit, measured, lasted)
+            self._check_slowdown(per_unit, measured, lasted, own)
         log = self.ctx.log_metrics
         if log is not None and metrics:
             self.outputs.call("metrics", lambda: log({f"perf/{k}": v for k, v in metrics.items()}, step))
 
-    def _check_slowdown(self, median: float, steps: tuple[int, int], seconds: float) -> None:
-        """``steps``: the first and last step measured in the interval."""
-        slow = self.degradation.check(median, steps[1], seconds, first_step=steps[0])
+    def _check_slowdown(self, median: float, steps: tuple[int, int], seconds: float, own: float | None) -> None:
+        """``steps``: the first and last step measured in the interval; ``own``: its own time per unit (ms)."""
+        slow = self.degradation.check(median, steps[1], seconds, first_step=steps[0], own=own)
         if slow is None:
             return
         unit, count = self._units or ("micro-batch", 1)
@@ -119,3 +125,10 @@ class StepMonitor:
             f"baseline's own spread ({self.degradation.noise:.0%}); intervals with profiling windows, validation or "
             "checkpoints are left out. Look for memory fragmentation (reserved >> allocated), a growing Python-side "
             "cache, other jobs on the machine, or thermal throttling"))
+
+
+def _own_ms(unit_times: list[float], lasted: float, waited: float | None) -> float | None:
+    """The interval's mean time per unit (ms) less its share of the time the thread waited for a CPU; None: unknown."""
+    if waited is None or lasted <= 0 or not unit_times:
+        return None
+    return statistics.fmean(unit_times) * 1e3 * (1.0 - min(waited, lasted) / lasted)

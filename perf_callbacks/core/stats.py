@@ -67,6 +67,9 @@ class DegradationDetector:
       ``min_seconds`` (so a scheduler hiccup across three short intervals of a fast loop is not a "lasting" slowdown).
     - The engine feeds only clean intervals: those holding a profiling window, validation or a checkpoint save are
       left out, since their step times are not comparable.
+    - Where the interval's own time is known (``own``: its mean time per unit less the time the training thread
+      waited for a CPU, see ``core/cpu_wait.py``), an interval is slow only when its own time is beyond the
+      baseline's by the same rule: other processes that take the cores make steps longer, not the run slower.
 
     Args:
         threshold: fraction above the baseline that counts as slow (0.2 = 20%).
@@ -88,6 +91,7 @@ class DegradationDetector:
         self.baseline_intervals = baseline_intervals
         self._seen = 0
         self._early: list[float] = []
+        self._early_own: list[float | None] = []  # the baseline intervals' own time, where known
         self._base_steps: tuple[int, int] | None = None
         self._slow: list[tuple[int, float, float]] = []  # (step, median, seconds) of each slow interval in a row
         self.fired = False
@@ -105,11 +109,19 @@ class DegradationDetector:
             return 0.0
         return 1.4826 * statistics.median(abs(m - base) for m in self._early) / base
 
-    def check(self, median: float, step: int, seconds: float = 0.0, first_step: int | None = None) -> Slowdown | None:
+    @property
+    def own_baseline(self) -> float | None:
+        """The baseline's own time (median of its intervals'), once established and known for each of them."""
+        owns = [x for x in self._early_own if x is not None]
+        return statistics.median(owns) if self.baseline and len(owns) == len(self._early) else None
+
+    def check(self, median: float, step: int, seconds: float = 0.0, first_step: int | None = None,
+              own: float | None = None) -> Slowdown | None:
         """Feed one clean interval's median (any unit) ending at ``step``, and how long it lasted (``seconds``).
 
         ``first_step`` is the interval's first step (default: ``step``); the slowdown names its steps and the
-        baseline's from the first step of their first interval to the last step of their last.
+        baseline's from the first step of their first interval to the last step of their last. ``own`` is the
+        interval's own time in the median's unit (None: unknown).
         Returns the slowdown once it lasts: ``persist`` slow intervals in a row, ``min_seconds`` long in all.
         """
         self._seen += 1
@@ -119,9 +131,10 @@ class DegradationDetector:
         base = self.baseline
         if base is None:
             self._early.append(median)
+            self._early_own.append(own)
             self._base_steps = (self._base_steps[0] if self._base_steps else first, step)
             return None
-        if not base or median / base - 1.0 <= max(self.threshold, 3.0 * self.noise):
+        if not base or median / base - 1.0 <= max(self.threshold, 3.0 * self.noise) or not self._own_slow(own):
             self._slow = []
             return None
         self._slow.append((first, median, seconds))
@@ -132,6 +145,14 @@ class DegradationDetector:
         medians = [m for _, m, _ in self._slow]
         return Slowdown(statistics.median(medians) / base, base, statistics.median(medians), self._slow[0][0],
                         step, self._base_steps or (0, 0), len(self._slow), lasted)
+
+    def _own_slow(self, own: float | None) -> bool:
+        """Whether the interval's own time is beyond the baseline's as well (True when either is unknown)."""
+        base = self.own_baseline
+        if own is None or not base:
+            return True
+        noise = 1.4826 * statistics.median(abs(x - base) for x in self._early_own if x is not None) / base
+        return own / base - 1.0 > max(self.threshold, 3.0 * noise)
 
 
 @dataclass(frozen=True)

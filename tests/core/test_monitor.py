@@ -7,12 +7,13 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.cpu_wait import CpuWait, run_delay_s
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.monitor import StepMonitor
 from perf_callbacks.core.stats import MIN_SLOWDOWN_S, DegradationDetector
@@ -55,48 +56,99 @@ def test_a_short_spike_is_not_a_slowdown() -> None:
     assert all(detector.check(m, i) is None for i, m in enumerate(medians))
 
 
-def run_engine(tmp_path: Path, steps: int, slow_after: int | None = None, slow_until: int | None = None,
-               work: float = 0.003, factor: float = 1.5) -> list[warnings.WarningMessage]:
-    """Real CPU work per step through the engine, logging every 25 steps; returns the warnings."""
+Phase = tuple[int, float, float, int]
+"""``(steps at least, seconds at least, work factor, extra processes that keep a core busy from its start)``."""
+
+
+def burners(n: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` processes that each keep a core busy, already spinning when this returns (their start is not baseline)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "print(flush=True)\nwhile True: pass"], stdout=subprocess.PIPE)
+             for _ in range(n)]
+    for p in procs:
+        assert p.stdout is not None
+        p.stdout.readline()
+    return procs
+
+
+def cpu_work(ms: float) -> Callable[[float], None]:
+    """``work(factor)`` does ``factor`` x ``ms`` of this thread's CPU time, calibrated here on ``time.thread_time``:
+    real work, whose wall time grows when other processes take the cores (a wait for a deadline would not)."""
+
+    def spin(n: int) -> int:
+        x = 0
+        for i in range(n):
+            x += i
+        return x
+
+    per_iteration = []
+    for _ in range(5):
+        t0 = time.thread_time()
+        spin(50_000)
+        per_iteration.append((time.thread_time() - t0) / 50_000)
+    n = ms / 1e3 / max(min(per_iteration), 1e-9)
+
+    def work(factor: float) -> None:
+        spin(int(n * factor))
+
+    return work
+
+
+def run_engine(tmp_path: Path, phases: list[Phase]) -> list[warnings.WarningMessage]:
+    """3 ms of CPU work per step through the engine, logging every 25 steps, phase by phase; returns the warnings.
+
+    A phase lasts its steps and its seconds, whichever is longer, so that a loaded machine (slower steps) still gives
+    the detector its baseline (6 intervals: 150 steps) and the slow intervals their 3 s.
+    """
     cfg = PerfConfig.from_dict({"schedule": {"skip_first": 10_000}, "summary": False, "data_wait_steps": 10_000})
     engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=25))
-    a = torch.randn(64, 64)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        for step in range(steps):
-            engine.batch_start(step)
-            (a @ a).sum()
-            slow = slow_after is not None and slow_after <= step < (slow_until or steps)
-            end = time.perf_counter() + work * (factor if slow else 1.0)  # host work
-            while time.perf_counter() < end:
-                pass
-            engine.batch_end(stepped=True)
-        engine.close()
+    work, procs, step = cpu_work(3.0), [], 0
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for min_steps, min_seconds, factor, extra in phases:
+                procs += burners(extra)
+                last, until = step + min_steps, time.perf_counter() + min_seconds
+                while step < last or time.perf_counter() < until:
+                    engine.batch_start(step)
+                    work(factor)
+                    engine.batch_end(stepped=True)
+                    step += 1
+            engine.close()
+    finally:
+        for p in procs:
+            p.kill()
     return [w for w in seen if issubclass(w.category, PerformanceDegradationWarning)]
 
 
 @pytest.mark.slow
 def test_engine_stays_silent_under_background_load_and_warns_on_a_real_slowdown(tmp_path: Path) -> None:
     assert MIN_SLOWDOWN_S == 3.0  # the runs below are sized on it
-    burner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 60\nwhile time.time() < end: pass"])
+    background = burners(1)  # another process competes for the CPU the whole time
     try:
-        # Healthy, noisy: another process competes for the CPU the whole time; 2000 steps of 3 ms (about 80 logging
-        # intervals, 6 s), twice the slowdown's minimum duration after the baseline.
-        assert [str(w.message) for w in run_engine(tmp_path / "ok", 2000)] == []
-        slow = run_engine(tmp_path / "slow", 1300, slow_after=250, factor=2.0)  # 2x the work from step 250 on
+        # Healthy, noisy: 8 s at least, so at least 5 s after the baseline
+        assert [str(w.message) for w in run_engine(tmp_path / "ok", [(200, 8.0, 1.0, 0)])] == []
+        slow = run_engine(tmp_path / "slow", [(200, 0.0, 1.0, 0), (300, 5.0, 2.0, 0)])  # then 2x the work, 5 s
     finally:
-        burner.kill()
+        background[0].kill()
     assert len(slow) == 1
     message = str(slow[0].message)
     assert message.startswith("perf-callbacks: median step time has been") and "above this run's baseline" in message
     assert slow[0].filename == __file__  # points at the training loop, not at the engine
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(run_delay_s() is None, reason="the kernel does not say how long a thread waited for a CPU")
+def test_engine_stays_silent_when_the_machine_gets_busier(tmp_path: Path) -> None:
+    """After the baseline, 4 more processes take the cores for 5 s and more: the steps are slower, the run is not."""
+    assert [str(w.message) for w in run_engine(tmp_path, [(200, 0.0, 1.0, 0), (300, 5.0, 1.0, 4)])] == []
+
+
 def feed_monitor(steps: list[tuple[float, int | None, int]], every: int = 10) -> list[str]:
     """``(step seconds, samples, micro-batches)`` per step through a StepMonitor; returns the warnings it gives."""
     said: list[str] = []
     monitor = StepMonitor(PerfConfig(), RunContext(output_dir=Path("unused"), run_name="run", log_every_n_steps=every),
-                          lambda key, category, message: said.append(message))
+                          lambda key, category, message: said.append(message),
+                          cpu_wait=CpuWait(lambda: None))  # fed step times: this machine's own wait is not theirs
     for i, (seconds, samples, micro) in enumerate(steps):
         monitor.measured(i, seconds, 0.0, samples, False, micro)
         if (i + 1) % every == 0:

@@ -1,0 +1,53 @@
+"""How long the training thread waited for a CPU: Linux's run-queue delay, read once per logging interval.
+
+A step on a shared machine takes longer when other processes hold the cores: the thread is ready to run and waits. The
+kernel counts that wait per thread (the second field of ``/proc/thread-self/schedstat``, nanoseconds spent runnable
+but not running). Time blocked on the device, I/O, a collective or a sleep is not in it: that is the run's own time.
+The slowdown detector uses it to tell a run that got slower from a machine that got busier.
+
+Example:
+    >>> wait = CpuWait()
+    >>> first = wait.interval()  # None where the kernel does not say (not Linux, no schedstat)
+    >>> second = wait.interval()
+    >>> second is None or second >= 0.0
+    True
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def run_delay_s() -> float | None:
+    """Seconds the calling thread has waited for a CPU since it started; None where the kernel does not say."""
+    try:
+        with open(SCHEDSTAT, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CpuWait:
+    """The calling thread's wait for a CPU over each interval: :meth:`interval` returns the wait since its last call.
+
+    Args:
+        read: the calling thread's cumulative wait in seconds, or None (default: :func:`run_delay_s`).
+    """
+
+    def __init__(self, read: Callable[[], float | None] = run_delay_s) -> None:
+        self._read = read
+        self._last: tuple[int, float | None] = (threading.get_ident(), read())
+
+    def interval(self) -> float | None:
+        """Seconds waited for a CPU since the previous call (or construction).
+
+        None when a reading is missing or the previous one was taken on another thread (each thread counts its own).
+        """
+        now = (threading.get_ident(), self._read())
+        (thread, last), self._last = self._last, now
+        if now[1] is None or last is None or thread != now[0]:
+            return None
+        return max(now[1] - last, 0.0)

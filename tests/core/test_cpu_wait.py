@@ -1,0 +1,74 @@
+"""The wait for a CPU: read from the kernel, and a slowdown it explains is the machine's, not the run's."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.cpu_wait import SCHEDSTAT, CpuWait, run_delay_s
+from perf_callbacks.core.monitor import StepMonitor
+from perf_callbacks.core.stats import DegradationDetector
+
+
+def test_the_kernel_says_how_long_this_thread_waited() -> None:
+    first = run_delay_s()
+    if not Path(SCHEDSTAT).exists():  # not Linux: nothing to read, nothing claimed
+        assert first is None
+        return
+    x = 0
+    for i in range(200_000):
+        x += i
+    second = run_delay_s()
+    assert first is not None and second is not None and 0.0 <= first <= second
+
+
+def test_each_interval_is_the_wait_since_the_last_one_on_the_same_thread() -> None:
+    readings = iter([1.0, 1.5, None, 2.0, 2.75, 3.0])
+    wait = CpuWait(lambda: next(readings))  # reads 1.0
+    assert wait.interval() == 0.5
+    assert wait.interval() is None  # a missing reading
+    assert wait.interval() is None  # the interval after it has no start
+    assert wait.interval() == 0.75
+    seen: list[float | None] = []
+    thread = threading.Thread(target=lambda: seen.append(wait.interval()))
+    thread.start()
+    thread.join()
+    assert seen == [None]  # another thread's counter: no difference to take
+
+
+def test_the_detector_needs_the_own_time_to_be_slow_too() -> None:
+    """Steps 50% longer: with the own time (less the wait for a CPU) unchanged it is the machine, not the run."""
+    busy = DegradationDetector(0.2, warmup_intervals=0, baseline_intervals=3, persist=3)
+    for i in range(3):
+        assert busy.check(2.0, i, own=1.8) is None
+    assert all(busy.check(3.0, i, own=1.8) is None for i in range(3, 10))
+    assert busy.check(3.0, 10, own=2.7) is None and busy.check(3.0, 11, own=2.7) is None
+    slow = busy.check(3.0, 12, own=2.7)  # three intervals whose own time is 50% above the baseline's as well
+    assert slow is not None and slow.ratio == 1.5
+    unknown = DegradationDetector(0.2, warmup_intervals=0, baseline_intervals=3, persist=3)
+    results = [unknown.check(m, i, own=None) for i, m in enumerate([2.0] * 3 + [3.0] * 3)]
+    assert results[-1] is not None  # without the wait, the step times alone decide, as before
+
+
+def feed(steps: list[tuple[float, float]], every: int = 10) -> list[str]:
+    """``(step seconds, of which waiting for a CPU)`` per step, 32 samples each, through a StepMonitor."""
+    waited = [0.0]
+    said: list[str] = []
+    monitor = StepMonitor(PerfConfig(), RunContext(output_dir=Path("unused"), run_name="run", log_every_n_steps=every),
+                          lambda key, category, message: said.append(message), cpu_wait=CpuWait(lambda: waited[0]))
+    for i, (seconds, wait) in enumerate(steps):
+        waited[0] += wait
+        monitor.measured(i, seconds, 0.0, 32, False)
+        if (i + 1) % every == 0:
+            monitor.log_interval(i + 1, None, clean=True, loader_timed=False)
+    return said
+
+
+def test_steps_longer_by_their_wait_for_a_cpu_are_not_a_slowdown() -> None:
+    """100 ms steps, then 40 s of 150 ms steps: the extra 50 ms is the wait for a CPU (other processes took it)."""
+    assert feed([(0.1, 0.0)] * 100 + [(0.15, 0.05)] * 300) == []
+    assert feed([(0.1, 0.02)] * 100 + [(0.15, 0.07)] * 300) == []  # a machine already busy that got busier
+    (message,) = feed([(0.1, 0.02)] * 100 + [(0.15, 0.02)] * 300)  # the same wait: the run's own work grew
+    assert message.startswith("median step time has been 50% above"), message
