@@ -421,3 +421,9 @@ def test_hta_traces_without_a_device_read_as_host_time(folder: str, verdict: str
     assert "GPU utilization" not in text and "device: none in the trace (no device activity recorded" in text
     assert ("(host compute, no device in the trace)" in text.splitlines()[1]) is (verdict == "compute_bound")
     assert ("activities=[CPU, CUDA]" in text) is cuda
+
+
+def test_the_window_averages_each_loss_over_its_ranks_a_missing_one_as_zero() -> None:
+    """Rank 1's trace has no sync loss at all (e.g. a CPU-only rank): the window's sync is (0.4 + 0) / 2."""
+    ranks = [rank(losses={"sync": 0.4, "host": 0.1}), rank(rank=1, losses={"host": 0.1})]
+    assert window_verdict(ranks) == ("sync_bound", Margin(pytest.approx(0.1), "host_bound", ""))  # type: ignore[arg-type]

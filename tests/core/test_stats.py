@@ -109,6 +109,14 @@ def test_default_detector_parameters() -> None:
     assert (d.threshold, d.warmup, d.baseline_intervals, d.persist, d.min_seconds, d.fired) == (0.3, 1, 5, 3, 0.0, False)
 
 
+def test_a_step_of_unknown_samples_is_one_micro_batch_unless_told() -> None:
+    stats = StepStats()
+    stats.update(0.2, 0.0, None)
+    stats.update(0.2, 0.0, None, micro_batches=4)
+    stats.update(0.2, 0.0, 8, micro_batches=4)
+    assert stats.unit_times == [0.2, 0.05, 0.025]  # per micro-batch, per micro-batch, per sample
+
+
 def test_data_wait_check_reports_a_high_share_once() -> None:
     check = DataWaitCheck(steps=3, threshold=0.2)
     assert check.update(6, step_time=5.0, data_wait=0.0) is None  # the warm-up step is not measured

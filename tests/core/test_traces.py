@@ -20,6 +20,7 @@ from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.traces import (
     TraceLayout,
     TraceTooLargeError,
+    _why_nothing_was_written,
     compress_trace,
     export_raw,
     new_run_name,
@@ -117,6 +118,22 @@ def test_an_export_that_wrote_nothing_without_a_full_disk_says_so_and_leaves_not
     with pytest.raises(RuntimeError, match=r"^the profiler's export wrote no file: .*/\.rank0\.raw\.partial"):
         export_raw(_like_kineto_on_a_full_disk, window, 0, max_trace_mb=10.0, tidy=True)
     assert list(tmp_path.iterdir()) == []  # no .tmp, and the folders it made are gone
+
+
+def test_a_failed_export_keeps_the_folders_unless_told_to_tidy(tmp_path: Path) -> None:
+    """Other ranks may be writing into the window's folder: only the run's only writer (``tidy``) removes it."""
+    window = tmp_path / "run" / "window-000003-000004"
+    with pytest.raises(RuntimeError, match="the profiler's export wrote no file"):
+        export_raw(_like_kineto_on_a_full_disk, window, 0, max_trace_mb=10.0)
+    assert window.is_dir() and list(window.iterdir()) == []
+
+
+def test_the_probe_of_an_empty_export_reports_the_real_error_of_the_write(tmp_path: Path) -> None:
+    scratch = tmp_path / ".rank0.raw.partial.tmp"
+    scratch.mkdir()  # the write fails: appending to a folder
+    err = _why_nothing_was_written(tmp_path / ".rank0.raw.partial", scratch)
+    assert isinstance(err, OSError) and err.errno == errno.EISDIR and err.strerror == os.strerror(errno.EISDIR)
+    assert err.filename == str(tmp_path / ".rank0.raw.partial")
 
 
 def test_a_profiler_export_that_fills_the_disk_names_enospc_and_leaves_nothing(small_fs: Path) -> None:
