@@ -6,8 +6,9 @@ not ops, and torch's ``key_averages()`` shows ``train_step`` at thousands of per
 The ``External id`` is checked against the launch: the kernel's correlation id leads to the runtime call that launched
 it, and the op named by the ``External id`` must enclose that call on its thread. Where it does not (a rewritten trace,
 such as an execution-trace replay, whose ids were renumbered), the innermost op enclosing the launch is the one
-charged. Kernels launched straight from a ``torch.compile`` region (Triton kernels, whose launcher is no operator) are
-listed by their own name: the region itself is a wrapper, not an op to speed up.
+charged. A device op whose id names no op at all (older traces carry the correlation id there) keeps its own name.
+Kernels launched straight from a ``torch.compile`` region (Triton kernels, whose launcher is no operator) are listed
+by their own name: the region itself is a wrapper, not an op to speed up.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _device_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, in
 
 
 def launching_op(trace: RankTrace, corr: Any, ext: Any, threads: Threads | None = None) -> str | None:
-    """The CPU op that launched a device op (None when none is known).
+    """The CPU op that launched a device op (None when its ``External id`` names no op).
 
     That is the op of its ``External id`` when it encloses the launch (found by the correlation id) on the launching
     thread, else the innermost op enclosing the launch there, else the op of its ``External id``.
@@ -91,7 +92,7 @@ def launching_op(trace: RankTrace, corr: Any, ext: Any, threads: Threads | None 
     if ext == -1 and launch is not None:
         ext = launch[1]
     named = trace.ext_names.get(ext)
-    if launch is None:
+    if launch is None or named is None:  # an id that names no op (older traces: the correlation id): the kernel's name
         return named
     tid = trace.launch_tids.get(corr)
     span = trace.ext_spans.get(ext)

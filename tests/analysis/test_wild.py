@@ -135,9 +135,11 @@ def test_device_time_goes_to_the_op_that_encloses_the_launch(tmp_path: Path) -> 
         x("cpu_op", "aten::add", 500, 50, **{"External id": 20}),
         {**launch(520, 501), "args": {"correlation": 501, "External id": 20}},
         {**kernel(2400, 100, 501, "add_kernel"), "args": {"device": 0, "correlation": 501, "External id": 20}},
+        {**launch(530, 502), "args": {"correlation": 502, "External id": 502}},  # an id that names no op
+        {**kernel(2500, 50, 502, "other_kernel"), "args": {"device": 0, "correlation": 502, "External id": 502}},
     ]
     ops = {op["name"]: op["self_time_us"] for op in analyze(write_trace(tmp_path / "replay.json", events)).top_ops}
-    assert ops == {"aten::cudnn_convolution": 2000, "aten::add": 100}, ops
+    assert ops == {"aten::cudnn_convolution": 2000, "aten::add": 100, "other_kernel": 50}, ops
 
 
 def test_a_compiled_region_is_broken_down_into_its_kernels(tmp_path: Path) -> None:
