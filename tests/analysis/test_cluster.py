@@ -67,10 +67,23 @@ def test_lateness_is_summed_per_step_when_the_collectives_span_two_steps() -> No
 
 # ---- the rule: late by at least the floor, and slower beyond the noise ------------------------------------------------
 def test_lateness_under_5_percent_of_the_step_names_no_one() -> None:
-    """2 ms late at every step and 2 ms slower (beyond the noise): a straggler in a 22 ms step, not in a 132 ms one."""
-    fast = [per_step(0, STEADY, 0.0), per_step(2, STEADY, 0.0)]
-    assert stragglers([*fast, per_step(1, [w + 2.0 for w in STEADY], 2.0, longest=10.0)])[0] == [1]
-    assert stragglers([*fast, per_step(1, [w + 2.0 for w in STEADY], 2.0, longest=120.0)])[0] == []
+    """2 ms late at every step and 2 ms slower (beyond the noise): a straggler in a 20 ms step, not in a 130 ms one."""
+    for longest, named in ((10.0, [1]), (120.0, [])):
+        fast = [per_step(0, STEADY, 0.0, longest), per_step(2, STEADY, 0.0, longest)]
+        assert stragglers([*fast, per_step(1, [w + 2.0 for w in STEADY], 2.0, longest)])[0] == named, longest
+
+
+def test_late_but_not_slower_names_no_one() -> None:
+    """Rank 1 reaches every collective 5 ms late, yet its work per step is the others': the noise rule compares work."""
+    assert stragglers([per_step(0, STEADY, 0.0), per_step(1, STEADY, 5.0), per_step(2, STEADY, 0.0)])[0] == []
+
+
+def test_one_late_collective_is_averaged_over_itself() -> None:
+    """Two steps of two collectives: rank 1 is 1.5 ms late at one, under 1 ms at the others (1.8 and 1.2 ms a step)."""
+    ranks = [rank(0, [10.0, 10.1], collectives=[5.0, 5.0, 5.0, 5.0], steps_of=[10, 10, 11, 11], step_time_ms=20.0),
+             rank(1, [20.0, 20.1], collectives=[3.5, 4.7, 4.4, 4.4], steps_of=[10, 10, 11, 11], step_time_ms=20.0)]
+    slow, reasons = stragglers(ranks)
+    assert slow == [1] and reasons[1].startswith("reaches 1 of 4 collectives late, by 1.5 ms on average (1.5 ms a step")
 
 
 def test_lateness_of_exactly_the_floor_names_the_rank() -> None:
