@@ -41,7 +41,7 @@ def launch(ts: float, corr: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def gloo_window(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real 2-rank gloo CPU traces of 8 steps; rank 1 sleeps 20 ms before its all_reduce each step."""
+    """Real 2-rank gloo CPU traces of 8 steps; rank 1 sleeps 100 ms before its all_reduce each step."""
     from tests.analysis.gloo_traces import write_traces
 
     return write_traces(tmp_path_factory.mktemp("gloo") / "window-000002-000009")

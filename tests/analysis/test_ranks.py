@@ -30,7 +30,8 @@ def test_slowed_rank_is_the_straggler(gloo_window: Path) -> None:
     assert result.imbalance_ratio is not None
     assert result.imbalance_ratio > 1.2
     fast = result.ranks[1 - SLOW_RANK]
-    assert fast.losses["communication"] > 0.3  # the fast rank waits inside all_reduce
+    waits = [s.causes_ms["communication"] for s in fast.steps]  # the fast rank waits inside all_reduce, each step
+    assert median(waits) > 0.5 * SLEEP_S * 1e3, waits  # (its share of the window, a mean, fell to 0.29 under load)
 
 
 def test_healthy_ranks_name_no_straggler(gloo_healthy_window: Path) -> None:
