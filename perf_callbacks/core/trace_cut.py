@@ -7,9 +7,9 @@ middle of a manual accumulation; a ``break`` right after a fetch) is cut from th
 launched earlier stays, even where it ran after the cut.
 
 Example:
-    >>> events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10},
-    ...           {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "ts": 10, "dur": 5},
-    ...           {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 11, "dur": 2}]
+    >>> events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "ts": 0, "dur": 10},
+    ...           {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "ts": 10, "dur": 5},
+    ...           {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "ts": 11, "dur": 2}]
     >>> [e["name"] for e in cut_events(events, 2)]
     ['ProfilerStep#1']
 """
@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,12 @@ def cut_at_step(raw: Path, step: int) -> None:
     kept = cut_events(events, step)
     if len(kept) != len(events):
         data["traceEvents"] = kept
-        raw.write_text(json.dumps(data))
+        tmp = raw.with_name(raw.name + ".cut")  # never a half-written trace in place of a whole one (full disk)
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, raw)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def cut_events(events: list[Any], step: int) -> list[Any]:
