@@ -24,6 +24,8 @@ def truth_table(steps: str | None = None) -> list[tuple[str, str]]:
     if not readme.is_file():
         return []
     rows = [line for line in readme.read_text().splitlines() if line.startswith("| `hta/")]
+    return [(cells[0].strip("` "), cells[2].strip()) for cells in (r.strip("|").split("|") for r in rows)
+            if steps is None or cells[1].strip() == steps]
 
 
 TABLE = truth_table()
