@@ -9,7 +9,17 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis.events import load_rank
-from perf_callbacks.analysis.timeline import Timeline, build_timeline, copy_kind, copy_spans
+from perf_callbacks.analysis.timeline import (
+    WINDOW_DEFINITION,
+    WINDOW_HOST_ONLY,
+    WINDOW_NO_STEPS,
+    Timeline,
+    build_timeline,
+    copy_kind,
+    copy_spans,
+    window,
+    window_bounds,
+)
 from tests.analysis.conftest import kernel, launch, write_trace, x
 
 
@@ -70,3 +80,30 @@ def test_copy_kinds_and_spans() -> None:
            (7.0, 9.0, "memcpy", "Memcpy HtoD (Pinned -> Device)", 0, 3, -1), (20.0, 21.0, "memset", "Memset (Device)",
                                                                              0, 4, -1)]
     assert copy_spans(ops) == {"HtoD/pinned": [(5.0, 9.0)], "memset": [(20.0, 21.0)]}  # kernels are no copy
+
+
+def test_a_trace_without_steps_is_measured_over_the_device_span_and_its_host_time_around_it(tmp_path: Path) -> None:
+    """As HTA does: the window is the span the device was in use; traced host time before and after it is apart."""
+    events = [x("cpu_op", "aten::empty", 0, 50), launch(90, 1), kernel(100, 100, 1), launch(250, 2),
+              kernel(300, 100, 2), x("cpu_op", "aten::item", 450, 50)]
+    trace = load_rank(write_trace(tmp_path / "rank0.pt.trace.json", events))
+    assert window(trace) == (100, 400, WINDOW_NO_STEPS, 100, 100)
+    assert window_bounds(trace) == (100, 400)
+    tl = build_timeline(trace)
+    assert tl is not None and (tl.definition, tl.prologue_us, tl.epilogue_us) == (WINDOW_NO_STEPS, 100, 100)
+    inside = [launch(100, 1), kernel(100, 100, 1), x("cpu_op", "aten::add", 120, 20), launch(250, 2), kernel(300, 100, 2)]
+    assert window(load_rank(write_trace(tmp_path / "inside.pt.trace.json", inside)))[3:] == (0.0, 0.0)
+
+
+def test_a_trace_without_steps_or_device_is_measured_over_its_traced_ops(tmp_path: Path) -> None:
+    trace = load_rank(write_trace(tmp_path / "rank0.pt.trace.json", [x("cpu_op", "aten::mm", 10, 40),
+                                                                      x("cpu_op", "aten::add", 100, 200)]))
+    assert window(trace) == (10, 300, WINDOW_HOST_ONLY, 0.0, 0.0)
+    assert window(load_rank(write_trace(tmp_path / "empty.pt.trace.json", []))) is None
+    assert window_bounds(load_rank(write_trace(tmp_path / "empty.pt.trace.json", []))) is None
+
+
+def test_with_steps_the_window_runs_to_the_last_device_op_and_has_no_prologue(tmp_path: Path) -> None:
+    events = [x("cpu_op", "aten::empty", 0, 50), step(100, 300), launch(150, 1), kernel(350, 150, 1)]
+    assert window(load_rank(write_trace(tmp_path / "rank0.pt.trace.json", events))) == (
+        100, 500, WINDOW_DEFINITION, 0.0, 0.0)
