@@ -99,10 +99,11 @@ def test_num_workers_zero_with_a_fast_in_memory_loader_stays_silent(tmp_path: Pa
 
 
 class SteadyModel(TinyModel):
-    """20 ms of work a step (a sleep): a loader worker keeps ahead of it however loaded the machine is."""
+    """100 ms of work a step (a sleep): a loader worker keeps ahead of it however loaded the machine is (with 20 ms,
+    a worker starved of CPU on a loaded 2-core runner left 20% data wait)."""
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        time.sleep(0.02)
+        time.sleep(0.1)
         return super().training_step(batch, batch_idx)
 
 
