@@ -14,7 +14,12 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.schedule import Action
-from perf_callbacks.exceptions import DataLoaderWarning, InstrumentUnavailableWarning, TraceSizeWarning
+from perf_callbacks.exceptions import (
+    DataLoaderWarning,
+    InstrumentUnavailableWarning,
+    PerformanceDegradationWarning,
+    TraceSizeWarning,
+)
 
 
 def make_engine(tmp_path: Path, logged: list | None = None, **options: object) -> PerfEngine:
@@ -439,3 +444,89 @@ def test_our_logging_inside_a_window_is_set_aside_in_the_trace_figures(tmp_path:
     result = analyze(path)
     assert result.step_time_ms is not None and result.step_time_ms < 20, result.step_time_ms  # not 30+ ms
 
+
+
+@pytest.mark.parametrize("disturbance", ["validation", "checkpoint", "window", None])
+def test_intervals_with_validation_checkpoints_or_windows_never_feed_the_slowdown_check(
+        tmp_path: Path, disturbance: str | None) -> None:
+    """Fed step times: 100 ms for 8 intervals of 5 steps (the baseline), then 200 ms in every later interval, each of
+    which also holds a validation, a checkpoint save or a profiling window: no slowdown is said. Without them (None),
+    the same 200 ms steps are a slowdown."""
+    schedule = {"skip_first": 45, "wait": 2, "warmup": 1, "active": 2, "repeat": 0} if disturbance == "window" \
+        else {"skip_first": 1000}
+    engine = make_engine(tmp_path, [], schedule=schedule, data_wait_steps=1000, degradation_threshold=0.2)
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for step in range(100):
+            fake_steps(engine, clock, 1, wait=0.0, work=0.1 if step < 40 else 0.2, start=step)
+            if step >= 40 and step % 5 == 2 and disturbance in ("validation", "checkpoint"):
+                getattr(engine, f"{disturbance}_start")()
+                clock.t += 1.0
+                getattr(engine, f"{disturbance}_end")()
+    engine.close()
+    slow = [str(w.message) for w in seen if issubclass(w.category, PerformanceDegradationWarning)]
+    assert len(slow) == (1 if disturbance is None else 0), slow
+
+
+def test_a_steps_samples_and_micro_batches_add_up_over_its_micro_batches(tmp_path: Path) -> None:
+    logged: list = []
+    engine = make_engine(tmp_path, logged, schedule={"skip_first": 1000}, data_wait_steps=1000)
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock):
+        for step in range(6):
+            for micro in range(3):  # 3 micro-batches of 8 samples, 40 ms each (no loader timing)
+                engine.batch_start(step)
+                clock.t += 0.04
+                engine.batch_end(stepped=micro == 2, samples=8)
+            assert engine.monitor.stats.unit_times[-1:] in ([], [pytest.approx(0.12 / 24)])
+        for micro in range(4):  # a step of 4 micro-batches of unknown size: timed per micro-batch
+            engine.batch_start(6)
+            clock.t += 0.04
+            engine.batch_end(stepped=micro == 3)
+        engine.batch_start(7)
+    assert logged[0][1]["perf/train/samples_per_sec"] == pytest.approx(24 / 0.12)
+    assert engine.monitor.stats.unit_times[-1] == pytest.approx(0.16 / 4)
+    unknown: list = []
+    engine = make_engine(tmp_path / "unknown", unknown, schedule={"skip_first": 1000}, data_wait_steps=1000)
+    for step in range(6):
+        for micro in range(2):
+            engine.batch_start(step)
+            engine.batch_end(stepped=micro == 1)
+    assert "perf/train/step_time_ms" in unknown[0][1] and "perf/train/samples_per_sec" not in unknown[0][1]
+
+
+def test_a_window_holds_our_phase_spans_by_name(tmp_path: Path) -> None:
+    """The analysis reads them: data_wait is the data wait, validation and checkpoint are set aside."""
+    engine = make_engine(tmp_path, schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 4})
+    for step in range(3):  # steps 1 and 2 are recorded, with what follows them
+        run_steps(engine, 1, start=step)
+        engine.validation_start()
+        engine.checkpoint_start()  # e.g. a checkpoint saved by a validation callback
+        engine.checkpoint_end()
+        engine.validation_end()
+        engine.checkpoint_start()
+        engine.checkpoint_end()
+    engine.checkpoint_start()  # still open when training ends: closed with the window
+    engine.close()
+    (path,) = engine.exported
+    names = [e["name"] for e in trace_events(path) if e.get("name", "").lower().startswith(("perf_callbacks.", "xx"))]
+    assert set(names) == {"perf_callbacks.data_wait", "perf_callbacks.forward", "perf_callbacks.framework",
+                          "perf_callbacks.validation", "perf_callbacks.checkpoint"}
+    assert names.count("perf_callbacks.checkpoint") == 5 and names.count("perf_callbacks.validation") == 2
+
+
+def test_a_checkpoint_inside_validation_is_set_aside_once(tmp_path: Path) -> None:
+    logged: list = []
+    engine = make_engine(tmp_path, logged, schedule={"skip_first": 1000}, data_wait_steps=1000)
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock):
+        for step in range(6):
+            fake_steps(engine, clock, 1, wait=0.01, work=0.09, start=step)
+            engine.validation_start()
+            clock.t += 0.5
+            engine.checkpoint_start()  # saved by a validation callback: already validation time
+            clock.t += 0.3
+            engine.checkpoint_end()
+            engine.validation_end()
+    assert logged[0][1]["perf/train/step_time_ms"] == pytest.approx(100.0)
