@@ -99,6 +99,8 @@ def test_a_trace_without_steps_or_device_is_measured_over_its_traced_ops(tmp_pat
     trace = load_rank(write_trace(tmp_path / "rank0.pt.trace.json", [x("cpu_op", "aten::mm", 10, 40),
                                                                       x("cpu_op", "aten::add", 100, 200)]))
     assert window(trace) == (10, 300, WINDOW_HOST_ONLY, 0.0, 0.0)
+    tl = build_timeline(trace)
+    assert tl is not None and tl.totals()["compute"] == 240.0 and tl.totals()["other"] == 50.0
     assert window(load_rank(write_trace(tmp_path / "empty.pt.trace.json", []))) is None
     assert window_bounds(load_rank(write_trace(tmp_path / "empty.pt.trace.json", []))) is None
 
