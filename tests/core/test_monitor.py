@@ -9,10 +9,12 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core import engine as engine_module
 from perf_callbacks.core.cpu_wait import CpuWait, run_delay_s
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.monitor import StepMonitor
@@ -121,19 +123,76 @@ def run_engine(tmp_path: Path, phases: list[Phase]) -> list[warnings.WarningMess
 
 
 @pytest.mark.slow
-def test_engine_stays_silent_under_background_load_and_warns_on_a_real_slowdown(tmp_path: Path) -> None:
-    assert MIN_SLOWDOWN_S == 3.0  # the runs below are sized on it
-    background = burners(1)  # another process competes for the CPU the whole time
+def test_engine_stays_silent_under_background_load(tmp_path: Path) -> None:
+    """Real steps on a machine another process keeps busy the whole time: 8 s at least, 5 s after the baseline.
+
+    Only the silence is checked here: whether a real slowdown still warns on a busy machine depends on how busy this
+    machine is, so it is checked below with the step times and CPU waits the test feeds.
+    """
+    assert MIN_SLOWDOWN_S == 3.0  # the run below is sized on it
+    background = burners(1)
     try:
-        # Healthy, noisy: 8 s at least, so at least 5 s after the baseline
-        assert [str(w.message) for w in run_engine(tmp_path / "ok", [(200, 8.0, 1.0, 0)])] == []
-        slow = run_engine(tmp_path / "slow", [(200, 0.0, 1.0, 0), (300, 5.0, 2.0, 0)])  # then 2x the work, 5 s
+        assert [str(w.message) for w in run_engine(tmp_path, [(200, 8.0, 1.0, 0)])] == []
     finally:
         background[0].kill()
-    assert len(slow) == 1
-    message = str(slow[0].message)
+
+
+FedPhase = tuple[int, float, float]
+"""``(steps, seconds each step lasts, seconds of it the thread waited for a CPU)``."""
+
+
+def run_engine_fed(tmp_path: Path, phases: list[FedPhase], monkeypatch: pytest.MonkeyPatch,
+                   jitter: Callable[[], float] = lambda: 1.0) -> list[warnings.WarningMessage]:
+    """The engine on a fake clock and a fake run-queue delay: each step lasts what the phase says (times
+    ``jitter()``), of which the thread waited for a CPU what it says. Logging every 25 steps; returns the warnings."""
+    now, waited = [1000.0], [0.0]
+    monkeypatch.setattr(engine_module, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 10_000}, "summary": False, "data_wait_steps": 10_000,
+                                "flops": False})
+    engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=25))
+    engine.monitor.cpu_wait = CpuWait(lambda: waited[0])
+    step = 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for steps, seconds, wait in phases:
+            for _ in range(steps):
+                engine.batch_start(step)
+                scale = jitter()
+                now[0] += seconds * scale
+                waited[0] += wait * scale
+                engine.batch_end(stepped=True)
+                step += 1
+        engine.close()
+    return [w for w in seen if issubclass(w.category, PerformanceDegradationWarning)]
+
+
+def test_a_machine_that_gets_busier_is_not_a_slowdown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """100 ms steps, then 200 ms steps of which 100 ms waited for a CPU (another job took the cores), for 30 s."""
+    assert run_engine_fed(tmp_path, [(200, 0.1, 0.0), (300, 0.2, 0.1)], monkeypatch) == []
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ((0.2, 0.1), (0.4, 0.2)),  # half of each step waits for a CPU throughout: the run's own time doubles
+    ((0.1, 0.0), (0.4, 0.2)),  # the machine gets busier *and* the run's own time doubles
+    ((0.1, 0.09), (0.19, 0.09)),  # 90% of each step waits; then the same wait and 10x the own time (10 -> 100 ms)
+], ids=["busy-throughout", "busier-and-slower", "mostly-waiting"])
+def test_the_cpu_wait_discount_never_hides_a_real_slowdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, before: tuple[float, float], after: tuple[float, float]
+) -> None:
+    (slow,) = run_engine_fed(tmp_path, [(200, *before), (300, *after)], monkeypatch)
+    message = str(slow.message)
     assert message.startswith("perf-callbacks: median step time has been") and "above this run's baseline" in message
-    assert slow[0].filename == __file__  # points at the training loop, not at the engine
+    assert slow.filename == __file__  # points at the training loop, not at the engine
+
+
+def test_a_healthy_run_with_noisy_steps_and_cpu_waits_never_warns(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lognormal jitter on every step, and the machine's load coming and going in 10 s bursts (0 to 60% waiting)."""
+    rng = random.Random(3)
+    phases = [(100, 0.1 / (1 - w), 0.1 / (1 - w) * w) for w in [rng.choice([0.0, 0.3, 0.6]) for _ in range(20)]]
+    for i in range(5):
+        said = run_engine_fed(tmp_path / str(i), phases, monkeypatch, jitter=lambda: rng.lognormvariate(0, 0.2))
+        assert said == [], [str(w.message) for w in said]
 
 
 @pytest.mark.slow
