@@ -21,13 +21,15 @@ from perf_callbacks import GPUPerfCallback
 
 
 class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Random features and labels; ``work_ms`` of CPU work per sample imitates decoding/augmentation."""
+    """Random features and labels; ``work_ms`` of CPU work per sample imitates decoding/augmentation, ``io_ms`` of
+    waiting per sample (a sleep) imitates reading from slow storage."""
 
-    def __init__(self, n: int = 4096, dim: int = 256, classes: int = 10, work_ms: float = 0.0) -> None:
+    def __init__(self, n: int = 4096, dim: int = 256, classes: int = 10, work_ms: float = 0.0,
+                 io_ms: float = 0.0) -> None:
         g = torch.Generator().manual_seed(0)
         self.x = torch.randn(n, dim, generator=g)
         self.y = torch.randint(0, classes, (n,), generator=g)
-        self.work_s = work_ms / 1e3
+        self.work_s, self.io_s = work_ms / 1e3, io_ms / 1e3
 
     def __len__(self) -> int:
         return len(self.x)
@@ -37,6 +39,8 @@ class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
             end = time.perf_counter() + self.work_s
             while time.perf_counter() < end:
                 pass
+        if self.io_s:
+            time.sleep(self.io_s)
         return self.x[i], self.y[i]
 
 
@@ -66,12 +70,13 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--work-ms", type=float, default=0.0, help="CPU work per sample in the dataset")
+    p.add_argument("--io-ms", type=float, default=0.0, help="waiting per sample in the dataset (slow storage)")
     p.add_argument("--config", help="a perf-callbacks YAML file (same keys as GPUPerfCallback)")
     p.add_argument("--root", default="lightning_logs_example")
     args = p.parse_args()
 
     cuda = torch.cuda.is_available()
-    loader = DataLoader(SyntheticDataset(work_ms=args.work_ms), batch_size=args.batch_size, shuffle=True,
+    loader = DataLoader(SyntheticDataset(work_ms=args.work_ms, io_ms=args.io_ms), batch_size=args.batch_size, shuffle=True,
                         num_workers=args.num_workers, pin_memory=cuda, persistent_workers=args.num_workers > 0)
     val = DataLoader(SyntheticDataset(n=256), batch_size=args.batch_size, num_workers=0)
     callback = (GPUPerfCallback.from_yaml(args.config) if args.config
