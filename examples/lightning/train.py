@@ -76,7 +76,8 @@ def main() -> None:
     args = p.parse_args()
 
     cuda = torch.cuda.is_available()
-    loader = DataLoader(SyntheticDataset(work_ms=args.work_ms, io_ms=args.io_ms), batch_size=args.batch_size, shuffle=True,
+    dataset = SyntheticDataset(work_ms=args.work_ms, io_ms=args.io_ms)
+    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
                         num_workers=args.num_workers, pin_memory=cuda, persistent_workers=args.num_workers > 0)
     val = DataLoader(SyntheticDataset(n=256), batch_size=args.batch_size, num_workers=0)
     callback = (GPUPerfCallback.from_yaml(args.config) if args.config
