@@ -56,7 +56,8 @@ class PerfConfig:
 
     Args:
         output_dir: where traces and summaries go. Default: ``<trainer log dir>/perf`` (Lightning) or
-            ``<project_dir>/perf`` (Accelerate), else ``./perf``.
+            ``<project_dir>/perf`` (Accelerate), else ``./perf``. An fsspec URL (``s3://bucket/perf``, ``gs://...``)
+            stages files on local disk and uploads them in the background (see the Multi-node page).
         schedule: profiler schedule by optimizer step (``wait``, ``warmup``, ``active``, ``repeat``, ``skip_first``).
         activities: ``["cpu"]``, ``["cuda"]`` or both; default: CPU, plus CUDA when available.
         record_shapes: record operator input shapes (adds host overhead inside windows).
@@ -91,6 +92,8 @@ class PerfConfig:
         memory_history: record the CUDA caching allocator's history (at most this many alloc/free events) for
             ``snapshot.pickle`` files (end of each window, and on out-of-memory); 0 turns it off. CUDA only.
         memory_history_start: optimizer step at which that recording starts; default: the first profiling window.
+        storage_options: passed to fsspec for a remote ``output_dir`` (``{"client_kwargs": {"endpoint_url": ...}}``,
+            credentials...); default: fsspec's back end reads them from the environment.
     """
 
     output_dir: str | None = None
@@ -122,10 +125,13 @@ class PerfConfig:
     peak_tflops: float | None = None
     memory_history: int = 0
     memory_history_start: int | None = None
+    storage_options: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _normalize(self)
         _check_types(self)
+        if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
+            raise PerfConfigError(f"storage_options must be a mapping of fsspec options, got {self.storage_options!r}")
         _check_activities(self.activities)
         check_ranks(self.ranks)
         _check_positive("max_trace_mb", self.max_trace_mb)

@@ -170,7 +170,7 @@ def test_constructors_reject_unknown_keywords_with_the_yaml_message(tmp_path) ->
     assert str(lightning.value) == str(accelerate.value)
     assert str(lightning.value).startswith(UNKNOWN)
     assert str(lightning.value).endswith(", top_k, flops, flops_per_step, peak_tflops, memory_history, "
-                                         "memory_history_start")
+                                         "memory_history_start, storage_options")
     with pytest.raises(PerfConfigError, match=r"unknown key 'schedule.actve' \(did you mean 'schedule.active'\?\)"):
         GPUPerfCallback(schedule={"actve": 2})
 
@@ -201,3 +201,10 @@ def test_the_constructor_takes_what_the_callbacks_take() -> None:
 def test_the_constructor_rejects_what_the_callbacks_reject(options: dict[str, object], match: str) -> None:
     with pytest.raises(PerfConfigError, match=match):
         PerfConfig(**options)  # type: ignore[arg-type]
+
+
+def test_storage_options_is_a_mapping_passed_through() -> None:
+    cfg = PerfConfig.from_dict({"output_dir": "s3://bucket/perf", "storage_options": {"anon": False}})
+    assert cfg.storage_options == {"anon": False}
+    with pytest.raises(PerfConfigError, match=r"storage_options must be a mapping of fsspec options, got 'key=1'"):
+        PerfConfig(storage_options="key=1")  # type: ignore[arg-type]

@@ -66,6 +66,7 @@ class WindowJob:
         self.analysis_s = 0.0
         self.finished = threading.Event()
         self.rephrase: Callable[[str], str] = str  # the analysis' advice in the framework's own terms
+        self.shown: Callable[[str], str] = str  # paths as the user will find them (a remote output_dir's URL)
 
     def start(self) -> None:
         """Queue the job on the worker thread."""
@@ -130,7 +131,7 @@ class WindowJob:
         else:
             body = self.rephrase(str(sidecar["text"]))
             self.scalars = {k: float(v) for k, v in (sidecar.get("scalars") or {}).items()}
-        text = "\n".join([*(self.header or []), body.rstrip(), f"trace: {trace}"]) + "\n"
+        text = self.shown("\n".join([*(self.header or []), body.rstrip(), f"trace: {trace}"]) + "\n")
         if self.write_summary:
             try:
                 write_text(trace.parent / "summary.txt", text)

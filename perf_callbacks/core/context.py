@@ -17,7 +17,7 @@ class RunContext:
     """What the adapter knows about the run.
 
     Args:
-        output_dir: resolved output directory.
+        output_dir: resolved output directory (for a remote ``output_dir``, this rank's local staging folder).
         run_name: the same on every rank of this run (see ``traces.new_run_name``).
         rank: global rank.
         world_size: number of ranks.
@@ -35,6 +35,8 @@ class RunContext:
             ``transformers.TrainingArguments``); default unchanged.
         compute_dtype: the dtype of the framework's mixed precision (bf16/fp16 autocast), when it has one: the peak
             FLOP/s is looked up for it unless a counted step shows the dtype itself.
+        remote: the URL of a remote ``output_dir`` whose files are staged in ``output_dir`` and uploaded
+            (see ``core/remote.py``); None when ``output_dir`` is local.
     """
 
     output_dir: Path
@@ -51,6 +53,7 @@ class RunContext:
     distributed_initialized: bool = False
     advice: Callable[[str], str] | None = None
     compute_dtype: torch.dtype | None = None
+    remote: str | None = None
 
     def rephrase(self, message: str) -> str:
         """``message`` in the framework's own terms (see ``advice``)."""

@@ -2,7 +2,8 @@
 
 The writers: ``traces`` (the profiler's windows), ``events`` (our own TensorBoard event file), ``summaries``
 (``summary.txt``), ``sidecars`` (``rank{R}.summary.json``), ``snapshots`` (allocator snapshots), ``oom`` (the
-``oom-rank{R}/`` folder), ``state`` (the Accelerate step count next to a checkpoint) and ``metrics`` (the framework's
+``oom-rank{R}/`` folder), ``state`` (the Accelerate step count next to a checkpoint), ``uploads`` (to a remote
+``output_dir``, see ``remote.py``) and ``metrics`` (the framework's
 loggers and trackers, which write files of their own). The first failure of a writer turns that writer off for the
 rest of the run with one :class:`~perf_callbacks.InstrumentUnavailableWarning` that names the cause (errno and path,
 e.g. ``No space left on device (ENOSPC): /out/run/window-000006-000007/.rank0.raw.partial``), removes what the
@@ -49,6 +50,7 @@ WRITERS: dict[str, tuple[str, str]] = {  # writer: (what is disabled, what goes 
     "oom": ("out-of-memory evidence not written", "its summary is printed to stderr"),
     "state": ("the step count is no longer saved next to checkpoints",
               "it still travels in the optimizer state; training continues"),
+    "uploads": ("uploads disabled", "training continues"),
 }
 
 

@@ -32,6 +32,7 @@ from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.profiler import ProfilerSession, foreign_profiler_running
+from perf_callbacks.core.remote import FINISH_WAIT_S, Uploads
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.summary import publish_summary, window_header, window_line
 from perf_callbacks.core.trace_cut import cut_at_step
@@ -74,6 +75,7 @@ class WindowRecorder:
         self.stall_s = 0.0  # the training loop's wait at the last window's end
         self._t_finish = 0.0
         self._skip: tuple[int, int] | None = None  # a window left to another profiler
+        self.uploads = Uploads(ctx.remote, ctx.output_dir, config.storage_options, self.outputs) if ctx.remote else None
         if self.enabled:
             start_worker()  # the thread that finishes windows, started now rather than at a window's end
         self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
@@ -204,6 +206,7 @@ class WindowRecorder:
         job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, analyse, header, self.config.top_k)
         job.write_summary, job.tidy = self.outputs.enabled("summaries"), tidy
         job.rephrase = self.ctx.rephrase  # "dataloader_num_workers" under transformers
+        job.shown = self.uploads.shown if self.uploads is not None else str
         job.start()
         self.jobs.append(job)
 
@@ -235,10 +238,14 @@ class WindowRecorder:
 
     # ---- background jobs ------------------------------------------------------------------------------------------
     def poll(self) -> None:
-        """Report the jobs that finished (cheap: a liveness check per pending job)."""
+        """Report the jobs that finished (cheap: a liveness check per pending job), and a failed upload."""
         for job in [j for j in self.jobs if not j.is_alive()]:
             self.jobs.remove(job)
             self._report(job)
+            if self.uploads is not None:  # its files are finished: on to the remote output_dir
+                self.uploads.submit(job.dest.parent)
+        if self.uploads is not None:
+            self.uploads.report()
 
     def wait(self, timeout_s: float) -> None:
         """Join pending jobs for up to ``timeout_s`` in all, then report them; a job still running is left to finish."""
@@ -252,6 +259,8 @@ class WindowRecorder:
         for job in self.jobs:
             print(f"perf-callbacks: the summary of {job.dest.parent} is still being written in the background",
                   file=sys.stderr, flush=True)
+        if self.uploads is not None:  # the rest of the run folder (events, OOM evidence), with a bounded wait
+            self.uploads.finish(FINISH_WAIT_S)
 
     def _report(self, job: WindowJob) -> None:
         for writer, cause, path in job.failures:  # a sidecar or summary.txt it could not write
@@ -266,6 +275,8 @@ class WindowRecorder:
             return
         self.summaries.append(job.summary)
         line = None if self.config.verbose else window_line(job.summary, job.scalars, job.meta, job.dest.parent)
+        if line is not None and self.uploads is not None:
+            line = self.uploads.shown(line)
         publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]), self.outputs, line)
 
     def nothing_recorded(self) -> bool:
@@ -287,8 +298,8 @@ class WindowRecorder:
 
     @property
     def busy(self) -> bool:
-        """A background job is pending (the engine polls only then)."""
-        return bool(self.jobs)
+        """A background job is pending, or an upload failed (the engine polls only then)."""
+        return bool(self.jobs) or (self.uploads is not None and self.uploads.news)
 
 
 def _quiet(fn: Callable[[], Any]) -> None:

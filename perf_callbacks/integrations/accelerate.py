@@ -36,6 +36,7 @@ from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.memory import OutOfMemoryError
 from perf_callbacks.core.peak import mixed_precision_dtype
+from perf_callbacks.core.remote import resolve_output
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -114,8 +115,10 @@ class AcceleratePerfHook(StepCounting):
                       "yields the batches untouched) and the first one measures the run", InstrumentUnavailableWarning)
             return self
         vars(acc)[OWNER_ATTR] = self
+        output_dir, remote = resolve_output(self._output_dir(acc), acc.process_index)
         ctx = RunContext(
-            output_dir=self._output_dir(acc),
+            output_dir=output_dir,
+            remote=remote,
             run_name=broadcast_object_list([new_run_name()])[0],  # every process must agree on the run folder
             rank=acc.process_index,
             world_size=acc.num_processes,
@@ -294,9 +297,9 @@ class AcceleratePerfHook(StepCounting):
                 findings += inspect_accelerate_loader(loader, name, acc.num_processes, engine.cuda, local)
         engine.report_findings(findings)
 
-    def _output_dir(self, acc: Accelerator) -> Path:
+    def _output_dir(self, acc: Accelerator) -> str | Path:
         if self.config.output_dir is not None:
-            return Path(self.config.output_dir)
+            return self.config.output_dir
         return Path(acc.project_dir) / "perf" if acc.project_dir else Path("perf")
 
     def _require(self) -> tuple[PerfEngine, Accelerator]:

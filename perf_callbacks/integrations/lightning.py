@@ -25,6 +25,7 @@ from perf_callbacks.core.adapters import batch_size, distributed_initialized
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.peak import mixed_precision_dtype
+from perf_callbacks.core.remote import join_output, resolve_output
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
@@ -49,7 +50,8 @@ class GPUPerfCallback(Callback):
     :meth:`from_yaml`.
 
     Args:
-        output_dir: default ``<trainer.log_dir>/perf``, else ``<default_root_dir>/perf``.
+        output_dir: default ``<trainer.log_dir>/perf``, else ``<default_root_dir>/perf``; an fsspec URL
+            (``s3://bucket/perf``) is staged on local disk and uploaded in the background.
         schedule: profiler schedule by optimizer step (``trainer.global_step``).
         activities: ``cpu`` and/or ``cuda``; default CPU plus CUDA when available.
         record_shapes: record operator input shapes.
@@ -79,6 +81,7 @@ class GPUPerfCallback(Callback):
         peak_tflops: the device's peak TFLOP/s for the compute dtype; default Lightning's ``get_available_flops``.
         memory_history: allocator-history entries recorded for ``snapshot.pickle`` (0: off; CUDA only).
         memory_history_start: step at which that recording starts; default the first profiling window.
+        storage_options: fsspec options for a remote ``output_dir`` (endpoint, credentials).
     """
 
     def __init__(
@@ -112,6 +115,7 @@ class GPUPerfCallback(Callback):
         peak_tflops: float | None = None,
         memory_history: int = 0,
         memory_history_start: int | None = None,
+        storage_options: dict[str, Any] | None = None,
         **unknown: Any,
     ) -> None:
         options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}
@@ -142,8 +146,10 @@ class GPUPerfCallback(Callback):
             warn_user("a second GPUPerfCallback is on this Trainer (e.g. one from the config file and one from code); "
                       "it stands aside and the first one measures the run", InstrumentUnavailableWarning)
             return
+        output_dir, remote = resolve_output(self._output_dir(trainer), trainer.global_rank)
         ctx = RunContext(
-            output_dir=self._output_dir(trainer),
+            output_dir=output_dir,
+            remote=remote,
             run_name=trainer.strategy.broadcast(new_run_name()),
             rank=trainer.global_rank,
             world_size=trainer.world_size,
@@ -263,12 +269,12 @@ class GPUPerfCallback(Callback):
             self.engine.validation_end()
 
     # ---- helpers -----------------------------------------------------------------------------------------------
-    def _output_dir(self, trainer: pl.Trainer) -> Path:
+    def _output_dir(self, trainer: pl.Trainer) -> str | Path:
         check_ranks(self.config.ranks, trainer.world_size)
         if self.config.output_dir is not None:
-            return Path(self.config.output_dir)
+            return self.config.output_dir
         log_dir = trainer.log_dir if trainer.loggers else None
-        return Path(log_dir or trainer.default_root_dir) / "perf"
+        return join_output(log_dir or trainer.default_root_dir, "perf")  # a remote logger's URL stays a URL
 
     @staticmethod
     def _log_metrics(trainer: pl.Trainer) -> Any:

@@ -26,7 +26,6 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -38,6 +37,7 @@ from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.peak import mixed_precision_dtype
+from perf_callbacks.core.remote import join_output, resolve_output
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -95,8 +95,11 @@ class TransformersPerfCallback(TrainerCallback):
         self._bind(trainer)
         check_ranks(self.config.ranks, args.world_size)
         loader = kw.get("train_dataloader")
+        output_dir, remote = resolve_output(self.config.output_dir or join_output(args.output_dir or ".", "perf"),
+                                            args.process_index)
         ctx = RunContext(
-            output_dir=Path(self.config.output_dir or Path(args.output_dir or ".") / "perf"),
+            output_dir=output_dir,
+            remote=remote,
             run_name=_broadcast_run_name(new_run_name()),  # every rank calls on_train_begin
             rank=args.process_index,
             world_size=args.world_size,
