@@ -34,6 +34,10 @@ class EventFile:
 
     def __init__(self, log_dir: Path, outputs: Outputs) -> None:
         self.log_dir, self.outputs = log_dir, outputs
+        try:  # at setup: a first import in a logging step (about a second) delays the other ranks' step
+            _import_writers()
+        except Exception as err:  # noqa: BLE001 - no TensorBoard: no events, one warning, training goes on
+            outputs.failed("events", err, log_dir)
         self.path: Path | None = None
         self.size = 0  # bytes of whole records written so far
         self._made: list[Path] = []  # folders created for the file, removed if its first write fails
@@ -85,6 +89,17 @@ class EventFile:
                 remove_empty(self._made)
         except OSError:
             pass
+
+
+def _import_writers() -> None:
+    """Import what a write needs (TensorBoard's summaries, protobufs and record framing) now, not at the first write.
+
+    Rank 0 sets its own time aside, but the other ranks meet it at their next collective: an import of about a second
+    at the first logging step would be counted as their step time.
+    """
+    from tensorboard.compat.proto import event_pb2  # noqa: F401
+    from tensorboard.summary.writer import record_writer  # noqa: F401
+    from torch.utils.tensorboard import summary  # noqa: F401
 
 
 def _file_name(now: float) -> str:
