@@ -1,0 +1,168 @@
+"""``output_dir`` on object storage (issue 28): a real S3 server on loopback (moto), Lightning fits on CPU.
+
+The bucket gets the files a local run writes, in the same layout; a missing bucket, an endpoint that refuses
+connections and a server stopped mid-run each give one warning, a finished run, and the files kept in the local
+staging folder that the warning names; a server that takes 2 s per request never makes a training hook wait.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+
+from perf_callbacks import GPUPerfCallback, InstrumentUnavailableWarning
+from perf_callbacks.core import remote
+from tests.integrations.lit_helpers import TinyModel, loader, trainer
+from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
+
+WINDOW = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}  # records steps 3-4
+TWO_WINDOWS = {"skip_first": 2, "wait": 2, "warmup": 1, "active": 2, "repeat": 2}  # steps 5-6, then 10-11
+FAST_FAIL = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2, "read_timeout": 5}}
+
+
+@pytest.fixture(autouse=True)
+def staging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "staging"
+    monkeypatch.setenv("PERF_CALLBACKS_STAGING", str(folder))
+    monkeypatch.setattr(remote, "RETRY_DELAYS_S", (0.05, 0.1, 0.2))
+    return folder
+
+
+def fit(tmp_path: Path, output_dir: str, storage_options: dict[str, Any] | None = None, steps: int = 8,
+        schedule: dict[str, int] | None = None, callbacks: list[L.Callback] | None = None) -> L.Trainer:
+    cb = GPUPerfCallback(output_dir=output_dir, storage_options=storage_options, schedule=schedule or WINDOW)
+    t = trainer(tmp_path, [cb, *(callbacks or [])], max_steps=steps)
+    t.fit(TinyModel(), loader())
+    assert t.global_step == steps and t.state.finished  # the run always finishes
+    return t
+
+
+def relative_files(root: Path) -> set[str]:
+    """Files under each run folder of ``root``, named without the run folder (``window-.../rank0.summary.json``)."""
+    return {p.relative_to(run).as_posix() for run in root.iterdir() for p in run.rglob("*") if p.is_file()}
+
+
+def remote_files(server: S3Server, prefix: str) -> set[str]:
+    return {p.split("/", 3)[3] for p in server.fs().find(prefix)}  # bucket/perf/<run>/...
+
+
+def staged(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+def upload_warnings(seen: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in seen if issubclass(w.category, InstrumentUnavailableWarning)
+            and "uploads disabled" in str(w.message)]
+
+
+def test_lightning_fit_to_s3_writes_the_files_of_a_local_run(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    s3.fs().mkdir("perf-fit")
+    fit(tmp_path / "a", str(tmp_path / "local"))
+    fit(tmp_path / "b", "s3://perf-fit/perf", s3.options)
+    local = relative_files(tmp_path / "local")
+    assert {"window-000003-000004/rank0.pt.trace.json.gz", "window-000003-000004/rank0.summary.json",
+            "window-000003-000004/summary.txt"} <= local
+    assert remote_files(s3, "perf-fit/perf") == local
+    assert staged(staging) == []  # every local copy removed once its upload was confirmed
+    summary = s3.fs().cat_file(next(p for p in s3.fs().find("perf-fit/perf") if p.endswith("summary.txt")))
+    assert b"trace: s3://perf-fit/perf/" in summary  # where the user finds it, not the staging folder
+
+
+def test_a_missing_bucket_warns_once_and_keeps_the_files(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    with pytest.warns(InstrumentUnavailableWarning) as seen:
+        fit(tmp_path, "s3://no-such-bucket/perf", s3.options, schedule=TWO_WINDOWS, steps=12)
+    (message,) = upload_warnings(list(seen))
+    assert message.startswith("perf-callbacks: uploads disabled: cannot upload to s3://no-such-bucket/perf: ")
+    assert "NoSuchBucket" in message or "bucket does not exist" in message.lower()
+    assert f"the files stay in {staging}" in message
+    names = {p.name for p in staged(staging)}
+    assert {"rank0.pt.trace.json.gz", "rank0.summary.json", "summary.txt"} <= names
+    assert len([p for p in staged(staging) if p.name == "rank0.pt.trace.json.gz"]) == 2  # both windows kept
+
+
+def test_an_endpoint_that_refuses_connections_warns_once(tmp_path: Path, s3: S3Server, staging: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    s3.stop()
+    with pytest.warns(InstrumentUnavailableWarning) as seen:
+        fit(tmp_path, "s3://perf-down/perf", {**s3.options, **FAST_FAIL})
+    (message,) = upload_warnings(list(seen))
+    assert "cannot upload to s3://perf-down/perf: " in message and s3.endpoint in message
+    assert f"the files stay in {staging}" in message
+    assert len(staged(staging)) == 3
+    assert "3 file(s) not uploaded to s3://perf-down/perf" in capsys.readouterr().err
+
+
+def test_a_server_stopped_mid_run_keeps_what_it_did_not_get(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    s3.fs().mkdir("perf-mid")
+
+    class StopServer(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+            if trainer.global_step == 8:  # once the first window (steps 5-6) is in the bucket, as a long step would
+                assert cb.engine is not None
+                _wait_for(lambda: cb.engine.windows.poll() or len(s3.fs().find("perf-mid/perf")) == 3)  # type: ignore
+                s3.stop()
+
+    cb = GPUPerfCallback(output_dir="s3://perf-mid/perf", storage_options={**s3.options, **FAST_FAIL},
+                         schedule=TWO_WINDOWS)
+    t = trainer(tmp_path, [cb, StopServer()], max_steps=12)
+    with pytest.warns(InstrumentUnavailableWarning) as seen:
+        t.fit(TinyModel(), loader())
+    assert t.global_step == 12 and t.state.finished
+    assert len(upload_warnings(list(seen))) == 1
+    assert {p.parent.name for p in staged(staging)} == {"window-000010-000011"}  # the second window, kept
+
+
+@pytest.mark.slow
+def test_a_slow_server_never_makes_a_training_hook_wait(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    s3.fs().mkdir("perf-slow")
+    s3.delay_s = 2.0
+    cb = GPUPerfCallback(output_dir="s3://perf-slow/perf", storage_options=s3.options, schedule=WINDOW)
+    hook_s: dict[int, float] = {}  # training step -> time spent in our per-step hooks
+    for name in ("on_train_batch_start", "on_before_backward", "on_after_backward", "on_before_optimizer_step",
+                 "on_train_batch_end"):
+        setattr(cb, name, _timed(getattr(cb, name), hook_s))
+    pending: list[int] = []
+
+    class AtEnd(L.Callback):
+        def on_train_end(self, trainer: L.Trainer, *args: Any) -> None:  # before our teardown waits for uploads
+            assert cb.engine is not None and cb.engine.windows.uploads is not None
+            pending.append(3 - cb.engine.windows.uploads.uploaded)
+
+    t = trainer(tmp_path, [cb, AtEnd()], max_steps=30)
+    t0 = time.perf_counter()
+    t.fit(TinyModel(), loader())
+    close_s = time.perf_counter() - t0
+    after_window = {step: s for step, s in hook_s.items() if step > 5}  # after the export (at 5): while it uploads
+    assert pending[0] > 0  # uploads were still in flight when training ended: the steps overlapped them
+    assert max(after_window.values()) < s3.delay_s / 4, after_window
+    assert remote_files(s3, "perf-slow/perf") == {"window-000003-000004/rank0.pt.trace.json.gz",
+                                                   "window-000003-000004/rank0.summary.json",
+                                                   "window-000003-000004/summary.txt"}
+    assert staged(staging) == []
+    print(f"max hook time per step after the window: {max(after_window.values()) * 1e3:.2f} ms; fit incl. "
+          f"close: {close_s:.1f} s")
+
+
+def _timed(fn: Callable[..., Any], into: dict[int, float]) -> Callable[..., Any]:
+    def timed(trainer: L.Trainer, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(trainer, *args, **kwargs)
+        finally:
+            step = trainer.global_step
+            into[step] = into.get(step, 0.0) + time.perf_counter() - t0
+
+    return timed
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
