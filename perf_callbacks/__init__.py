@@ -14,6 +14,7 @@ import typing as _typing
 
 from perf_callbacks.config import PerfConfig, ScheduleConfig
 from perf_callbacks.exceptions import (
+    CompileWarning,
     DataLoaderWarning,
     InstrumentUnavailableWarning,
     PerfConfigError,
@@ -32,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AcceleratePerfHook",
+    "CompileWarning",
     "DataLoaderWarning",
     "GPUPerfCallback",
     "InstrumentUnavailableWarning",

@@ -26,6 +26,10 @@ class InstrumentUnavailableWarning(PerfWarning, RuntimeWarning):
     """An instrument (profiler, NVTX, NVML, trace writer...) failed and was switched off; training goes on."""
 
 
+class CompileWarning(PerfWarning, RuntimeWarning):
+    """torch.compile keeps recompiling (a recompile storm), or its graphs break (see ``docs/torch-compile.md``)."""
+
+
 class TraceSizeWarning(PerfWarning, RuntimeWarning):
     """A profiling window produced a trace above ``max_trace_mb``; its export was skipped."""
 

@@ -32,6 +32,7 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.adapters import ExitCause
 from perf_callbacks.core.clock import StepClock
+from perf_callbacks.core.compile_watch import CompileWatch
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.dataloader import Finding
 from perf_callbacks.core.flops import StepFlops
@@ -76,7 +77,8 @@ class PerfEngine:
         self.monitor = StepMonitor(config, ctx, self._warn, self.outputs)
         self.flops = StepFlops(config, ctx, self._warn)  # FLOPs per step (counted on one step if need be), peak
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
-        self.monitor.rates = self.flops.add_metrics
+        self.monitor.rates = self._interval_rates
+        self.compile = CompileWatch(self._warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
         self.windows.trace_meta = self.flops.meta
         self.step: int | None = None  # the open step
         self.steps_run = 0  # optimizer steps completed in this run
@@ -190,6 +192,8 @@ class PerfEngine:
     def validation_end(self) -> None:
         """Validation finished."""
         self.clock.set_aside(time.perf_counter() - self._t_aside)
+        if self.compile.dirty:  # it compiled (e.g. for eval mode): never a recompile storm
+            self.compile.poll(None)
         self.phase("framework")
 
     def checkpoint_start(self) -> None:
@@ -211,6 +215,12 @@ class PerfEngine:
         if self._phase != "validation":  # else already left out as validation time
             self.clock.set_aside(time.perf_counter() - self._t_ckpt)
 
+    def _compiled(self, seconds: float) -> None:
+        """torch.compile compiled for ``seconds`` (core/compile_watch.py): set aside like validation."""
+        self._clean = False
+        if self._phase != "validation":  # else already left out as validation time
+            self.clock.set_aside(seconds)
+
     # ---- once per optimizer step -------------------------------------------------------------------------------
     def _begin(self, step: int, t: float) -> None:
         carry = self._pending_t is not None
@@ -221,6 +231,8 @@ class PerfEngine:
             self._end_step(t)
         self.step, self._ended, self._expected, self._micro, self._samples = step, False, step, 0, 0
         self.clock.begin(t, carry_wait=carry)
+        if not self.steps_run and not self.compile.installed:  # a model compiled after the engine was made
+            self.compile.install()
         if self.mem.history_at is not None:
             self.mem.step_begins(step)
         if self._nvtx_on:
@@ -236,6 +248,9 @@ class PerfEngine:
         step = self.step
         if self._nvtx_on:
             self.nvtx.pop()
+        if self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not a comparable interval
+            self._clean = False
+            self.compile.poll(step)
         if not self._ended or step is None:  # abandoned: no optimizer step completed (a `break`, a resumed count)
             return
         if step == self.flops.counted_step:  # its ops ran through the FLOP counter: its time is not its own
@@ -262,6 +277,10 @@ class PerfEngine:
             exit_span(rf)
             self.clock.set_aside(spent := time.perf_counter() - t0)
             self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + spent
+
+    def _interval_rates(self, metrics: dict[str, float]) -> None:
+        self.flops.add_metrics(metrics)
+        self.compile.add_metrics(metrics, self.step)
 
     def _log_interval(self, step: int) -> None:
         try:
@@ -291,7 +310,7 @@ class PerfEngine:
         elif self._recording and not self._ended:  # training ended before the open step's optimizer step: a fetch
             self.windows.retract(self.step)  # that found no batch, an epoch that ended mid-accumulation, a `break`
         atexit.unregister(self._at_exit)
-        for fn in (self.flops.close, self.end_phase,
+        for fn in (self.flops.close, self.compile.close, self.end_phase,
                    lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,
                    lambda: self.windows.finish(exc), self.windows.nsys.close, self.nvtx.pop_all,
                    lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history):

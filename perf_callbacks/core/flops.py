@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.compile_watch import is_compiled
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.flop_count import StepCounter
 from perf_callbacks.core.peak import dtype_name, peak_flops
@@ -144,6 +145,8 @@ class StepFlops:
         if not self._looked:
             self._looked = True
             self._per_batch = _flops_per_batch(self.model)
+            if self._per_batch is None and is_compiled(self.model):
+                return self._skip_compiled()
         if self._per_batch is not None:
             return True  # known at the end of the first step: flops_per_batch times its micro-batches
         if not self._can_count():
@@ -202,6 +205,14 @@ class StepFlops:
     def _pop_stale(self) -> None:
         if self._stale is not None and self._stale.stop():
             self._stale = None
+
+    def _skip_compiled(self) -> bool:
+        """A compiled model is not counted: torch never compiles a function first called under a dispatch mode."""
+        self._tries, self.wants_hooks = MAX_TRIES, False
+        self.note = ("not measured: the model is compiled (torch.compile), and a step run under FlopCounterMode would "
+                     "keep torch from ever compiling it (and miss its fused kernels): set flops_per_step (or a "
+                     "flops_per_batch attribute)")
+        return False
 
     def _can_count(self) -> bool:
         return self.config.flops and self._tries < MAX_TRIES and self._stale is None

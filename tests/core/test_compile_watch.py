@@ -1,0 +1,241 @@
+"""torch.compile health in the engine, with real ``torch.compile`` on CPU and fed step times.
+
+The backend is ``eager`` (or a backend that is ``eager`` after adding fed seconds to the fake clock, so that a
+compilation takes a known time); the engine runs on a fake ``perf_counter``, as in ``test_engine.py``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+import torch
+import torch._dynamo
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.exceptions import CompileWarning, InstrumentUnavailableWarning, PerformanceDegradationWarning
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def make_engine(tmp_path: Path, logged: list, **options: object) -> PerfEngine:
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 100000}, "summary": False, "data_wait_steps": 100000,
+                                **options})
+    ctx = RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5,
+                     log_metrics=lambda m, s: logged.append((s, m)))
+    return PerfEngine(cfg, ctx)
+
+
+def timed_backend(clock: FakeClock, seconds: float) -> Callable[..., Any]:
+    """A torch.compile backend that runs the graph eagerly and takes ``seconds`` of fake time to "compile" it."""
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        clock.t += seconds
+        return gm.forward
+    return backend
+
+
+class Branchy(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.layer(x)
+        if y.sum() > 0:  # data-dependent: a graph break
+            y = y * 2
+        return y.relu()
+
+
+def train(engine: PerfEngine, clock: FakeClock, model: Callable[[torch.Tensor], torch.Tensor], steps: int,
+          work: Callable[[int], float] = lambda step: 0.1, batch: Callable[[int], int] = lambda step: 8,
+          start: int = 0) -> None:
+    """``steps`` optimizer steps of the compiled ``model`` on a batch of ``batch(step)`` rows; ``work(step)`` fed s."""
+    for step in range(start, start + steps):
+        engine.data_start()
+        engine.data_end()
+        engine.batch_start(step)
+        model(torch.randn(batch(step), 4)).sum().backward()
+        clock.t += work(step)
+        engine.batch_end(stepped=True, samples=10)
+
+
+def run(tmp_path: Path, model: Callable[[torch.Tensor], torch.Tensor], clock: FakeClock, steps: int,
+        **kwargs: Any) -> tuple[list, list[warnings.WarningMessage]]:
+    logged: list = []
+    with mock.patch("time.perf_counter", clock), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        engine = make_engine(tmp_path, logged, degradation_threshold=0.2)
+        if isinstance(model, torch.nn.Module):
+            engine.attach_model(model)  # a compiled model: its FLOPs are not counted (that would stop its compiling)
+        train(engine, clock, model, steps, **kwargs)
+        engine.close()
+    return logged, [w for w in seen if issubclass(w.category, (CompileWarning, PerformanceDegradationWarning,
+                                                              InstrumentUnavailableWarning))]
+
+
+def test_a_model_compiled_once_has_its_compile_time_at_the_start_set_aside(tmp_path: Path) -> None:
+    """Step 0 compiles for 2 s (fed): logged as compile time, not step time; no storm, no slowdown, no break."""
+    clock = FakeClock()
+    model = torch.compile(torch.nn.Linear(4, 4), backend=timed_backend(clock, 2.0))
+    logged, said = run(tmp_path, model, clock, 100)
+    assert said == []
+    first = logged[0][1]
+    assert first["perf/compile/seconds"] == pytest.approx(2.0)
+    assert first["perf/train/samples_per_sec"] == pytest.approx(100.0)  # 10 samples in 0.1 s a step: 2 s set aside
+    assert (first["perf/compile/recompiles"], first["perf/compile/graph_breaks"]) == (0.0, 0.0)
+    later = [m["perf/compile/seconds"] for _, m in logged[1:]]
+    assert len(later) == 19 and set(later) == {0.0}
+
+
+def test_a_model_never_compiled_logs_no_compile_figures(tmp_path: Path) -> None:
+    clock = FakeClock()
+    logged, said = run(tmp_path, torch.nn.Linear(4, 4), clock, 10)
+    assert said == [] and len(logged) == 2
+    assert not any(k.startswith("perf/compile/") for _, m in logged for k in m)
+
+
+@pytest.mark.parametrize("slower", [1.0, 1.5])
+def test_the_slowdown_check_skips_compiling_intervals_and_still_catches_a_slowdown_after_them(
+        tmp_path: Path, slower: float) -> None:
+    """Steps 0-14 compile a new batch size each (3 s fed each); 100 ms steps, then from step 60 ``slower`` times that.
+
+    Compilation is neither step time nor in the baseline: a 1.5x slowdown is said once, an unchanged pace never.
+    """
+    clock = FakeClock()
+    model = torch.compile(torch.nn.Linear(4, 4), backend=timed_backend(clock, 3.0), dynamic=False)
+    with mock.patch.object(torch._dynamo.config, "recompile_limit", 64):
+        logged, said = run(tmp_path, model, clock, 120, batch=lambda s: 8 + min(s, 14),
+                           work=lambda s: 0.1 * (slower if s >= 60 else 1.0))
+    slow = [str(w.message) for w in said if w.category is PerformanceDegradationWarning]
+    assert len(slow) == (1 if slower > 1 else 0), slow
+    if slow:
+        assert "50% above this run's baseline" in slow[0] and "150.00 ms against a baseline of 100.00 ms" in slow[0]
+    assert sum(m["perf/compile/seconds"] for _, m in logged) == pytest.approx(15 * 3.0)
+    assert [m["perf/train/step_time_ms"] for _, m in logged[:3]] == pytest.approx([100.0] * 3)
+
+
+def test_an_interval_that_compiled_never_feeds_the_slowdown_check(tmp_path: Path) -> None:
+    clock = FakeClock()
+    model = torch.compile(torch.nn.Linear(4, 4), backend="eager", dynamic=False)
+    logged: list = []
+    with mock.patch("time.perf_counter", clock):
+        engine = make_engine(tmp_path, logged)
+        engine.attach_model(model)
+        check = mock.MagicMock(wraps=engine.monitor.degradation.check)
+        engine.monitor.degradation.check = check  # type: ignore[method-assign]
+        train(engine, clock, model, 41, batch=lambda s: 8 if s < 24 else 9)  # compiles at steps 0 and 24
+        engine.close()
+    # logged at steps 5, 10, ... 40, holding the steps measured by then: 0-3, 4-8, ..., 34-38. Step 24 logs the
+    # interval 19-23 after it compiled, and is measured in 24-28: both are left out, as is 0-3, and only they
+    assert [s for s, _ in logged] == list(range(5, 45, 5))
+    assert [c.args[1] for c in check.call_args_list] == [8, 13, 18, 33, 38]
+
+
+def test_a_batch_size_changing_every_5_steps_is_one_storm_warning_naming_the_size(tmp_path: Path) -> None:
+    clock = FakeClock()
+    model = torch.compile(torch.nn.Linear(4, 4), backend="eager", dynamic=False)
+    logged, said = run(tmp_path, model, clock, 60, batch=lambda s: 8 + s // 5)
+    storms = [str(w.message) for w in said if w.category is CompileWarning]
+    assert len(storms) == 1, storms
+    assert "recompiled at 5 of the last 50 steps (steps 5, 10, 15, 20, 25;" in storms[0]
+    assert "size mismatch at index 0. expected 12, actual 13" in storms[0]
+    assert "dynamic=True" in storms[0] and "mark_dynamic" in storms[0] and "buckets" in storms[0]
+    assert [m["perf/compile/recompiles"] for _, m in logged] == [0.0] + [1.0] * 7 + [0.0] * 4  # then the limit
+    assert [w for w in said if w.category is not CompileWarning] == []
+
+
+@pytest.mark.parametrize("sizes", [[8, 16, 24, 32, 8, 16, 24, 32], [8, 9, 10, 11, 12]])
+def test_a_model_compiled_once_per_bucket_is_no_storm(tmp_path: Path, sizes: list[int]) -> None:
+    """Four buckets cycling, or five buckets first seen in a row: at most 4 recompilations, never a storm."""
+    clock = FakeClock()
+    model = torch.compile(torch.nn.Linear(4, 4), backend="eager", dynamic=False)
+    logged, said = run(tmp_path, model, clock, 60, batch=lambda s: sizes[s % len(sizes)] if s < 40 else 8)
+    assert said == []
+    assert sum(m["perf/compile/recompiles"] for _, m in logged) == len(set(sizes)) - 1
+
+
+def test_a_data_dependent_if_is_a_graph_break_said_once_with_its_line(tmp_path: Path) -> None:
+    clock = FakeClock()
+    model = torch.compile(Branchy(), backend="eager")
+    logged, said = run(tmp_path, model, clock, 20)
+    assert len(said) == 1 and said[0].category is CompileWarning
+    message = str(said[0].message)
+    assert "1 graph break in the compilation at step 0: data-dependent control flow" in message
+    assert "test_compile_watch.py:" in message and "`if y.sum() > 0:" in message and "(1x)" in message
+    assert [m["perf/compile/graph_breaks"] for _, m in logged] == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_compilation_inside_validation_is_set_aside_once_and_is_no_storm(tmp_path: Path) -> None:
+    clock = FakeClock()
+    model = torch.compile(torch.nn.Linear(4, 4), backend=timed_backend(clock, 1.0), dynamic=False)
+    logged: list = []
+    with mock.patch("time.perf_counter", clock), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        engine = make_engine(tmp_path, logged)
+        engine.attach_model(model)
+        for step in range(40):
+            train(engine, clock, model, 1, start=step)
+            engine.validation_start()
+            with torch.no_grad():
+                for rows in (100, 37):  # full batches and the last one: recompiled once each, in validation
+                    model(torch.randn(rows, 4))
+            clock.t += 0.5
+            engine.validation_end()
+        engine.close()
+    assert logged[0][1]["perf/train/samples_per_sec"] == pytest.approx(100.0)
+    assert [m["perf/compile/seconds"] for _, m in logged] == pytest.approx([3.0] + [0.0] * 7)
+
+
+def test_hooks_come_back_after_dynamo_reset(tmp_path: Path) -> None:
+    clock = FakeClock()
+    logged: list = []
+    with mock.patch("time.perf_counter", clock):
+        engine = make_engine(tmp_path, logged, flops=False)
+        train(engine, clock, torch.compile(torch.nn.Linear(4, 4), backend=timed_backend(clock, 1.0)), 6)
+        torch._dynamo.reset()  # clears every compile callback: ours are back at the next logging step (10)
+        train(engine, clock, torch.nn.Linear(4, 4), 4, start=6)
+        train(engine, clock, torch.compile(torch.nn.Linear(4, 4), backend=timed_backend(clock, 2.0)), 5, start=10)
+        engine.close()
+    assert [m["perf/compile/seconds"] for _, m in logged] == pytest.approx([1.0, 0.0, 2.0])
+    assert engine.compile._end not in torch._dynamo.callback.callback_handler.end_callbacks
+
+
+def test_a_failing_compile_record_turns_the_figures_off_once_and_training_goes_on(tmp_path: Path) -> None:
+    clock = FakeClock()
+    model = torch.compile(Branchy(), backend="eager")
+    with mock.patch("torch._dynamo.utils.get_compilation_metrics", side_effect=RuntimeError("no records")):
+        logged, said = run(tmp_path, model, clock, 12)
+    assert [w.category for w in said] == [InstrumentUnavailableWarning]
+    assert "torch.compile figures are off for this run" in str(said[0].message) and "no records" in str(said[0].message)
+    assert len(logged) == 2 and not any(k.startswith("perf/compile/") for _, m in logged for k in m)
+    assert not torch._dynamo.callback.callback_handler.start_callbacks
+
+
+def test_an_engine_never_imports_dynamo(tmp_path: Path) -> None:
+    """Importing torch._dynamo costs about a second: a run that never compiles never pays it."""
+    code = ("import sys, pathlib; from perf_callbacks.core.engine import PerfEngine, RunContext; "
+            "from perf_callbacks.config import PerfConfig; "
+            f"e = PerfEngine(PerfConfig(), RunContext(output_dir=pathlib.Path({str(tmp_path)!r}), run_name='r')); "
+            "e.batch_start(0); e.batch_end(True); e.close(); print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "False"
