@@ -92,6 +92,7 @@ class PerfEngine:
         self._ckpt_rf: Any = None
         self._t_aside, self._closed, self._clean = 0.0, False, True  # _clean: no window/validation/ckpt this interval
         self._samples = self._micro = 0  # samples and micro-batches of the open step that ended (0 micro: never ran)
+        self._last_elapsed, self._logged = 0.0, False  # _logged: some logging interval was logged
         self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
@@ -146,6 +147,7 @@ class PerfEngine:
         if self._flops_on:
             self._flops_on = self.flops.batch_end(stepped, self._micro)
         if stepped and self.step is not None and not self._ended:
+            self._last_elapsed = self.clock.elapsed(time.perf_counter())  # the last step's time, if no step follows
             self._ended, self._expected, self._done = True, self.step + 1, self.step
             self.steps_run += 1
             if self.config.nsys_steps is not None and self.step == self.config.nsys_steps[1]:
@@ -244,9 +246,10 @@ class PerfEngine:
             self.windows.poll()
         self._recording = self.windows.begin_step(step)
 
-    def _end_step(self, t: float) -> None:
+    def _end_step(self, t: float | None) -> None:
+        """Measure the step that ended; ``t``: when the next began (None: at its optimizer step, no step follows)."""
         step = self.step
-        if self._nvtx_on:
+        if self._nvtx_on and t is not None:
             self.nvtx.pop()
         if self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not a comparable interval
             self._clean = False
@@ -259,8 +262,9 @@ class PerfEngine:
         elif self.windows.action.value:  # a profiled step: its times are not comparable
             self._clean = False
         else:
-            self.monitor.measured(step, self.clock.elapsed(t), self.clock.wait, self._samples or None,
-                                  self.clock.loader_timed, self._micro)
+            elapsed = self._last_elapsed if t is None else self.clock.elapsed(t)
+            self.monitor.measured(step, elapsed, self.clock.wait, self._samples or None, self.clock.loader_timed,
+                                  self._micro)
 
     def report_findings(self, findings: list[Finding]) -> None:
         """Warn once (rank 0) for each DataLoader finding (see :meth:`StepMonitor.findings`)."""
@@ -278,13 +282,28 @@ class PerfEngine:
             self.clock.set_aside(spent := time.perf_counter() - t0)
             self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + spent
 
+    def log_short_run(self) -> bool:
+        """A run that ends before its first logging step logs its interval once, at its last step; True if it did.
+
+        Its last step is measured up to its optimizer step (no next step begins). :meth:`close` calls it on a clean
+        close, after the window's export; the Accelerate adapter calls it first, to send it with its close-time flush.
+        """
+        if self._logged or self._done is None:
+            return False
+        if self._ended and self.step == self._done:
+            self._end_step(None)
+        with self.tool_time("log"):
+            self._log_interval(self._done + 1, clean=False)
+        return True
+
     def _interval_rates(self, metrics: dict[str, float]) -> None:
         self.flops.add_metrics(metrics)
         self.compile.add_metrics(metrics, self.step)
 
-    def _log_interval(self, step: int) -> None:
+    def _log_interval(self, step: int, clean: bool = True) -> None:
+        self._logged = True
         try:
-            self.monitor.log_interval(step, self.memory, self._clean, self.clock.loader_timed,
+            self.monitor.log_interval(step, self.memory, clean and self._clean, self.clock.loader_timed,
                                       lambda metrics: self.mem.log(metrics, step))
             self._clean = True
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
@@ -316,6 +335,8 @@ class PerfEngine:
                    lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history):
             _quiet(fn)
         self._recording = False
+        if exc is None:  # after the window's export: our logging is no span in its trace
+            _quiet(self.log_short_run)
         if exc is None and self.is_main and self.steps_run and self.windows.nothing_recorded():
             print(self.windows.nothing_recorded_line(self.steps_run), file=sys.stderr, flush=True)
         self.windows.enabled = False  # a hook that still calls a closed engine (a stale wrapper) starts no profiler

@@ -51,22 +51,23 @@ def publish_summary(ctx: RunContext, text: str, scalars: dict[str, float], windo
     if log_scalars is not None and scalars:
         outputs.call("metrics", lambda: log_scalars(scalars, step))
     if log_text is not None:
-        outputs.call("metrics", lambda: log_text("perf/summary", f"```\n{text}```", step))
+        outputs.call("metrics", lambda: log_text("perf/window/summary", f"```\n{text}```", step))
 
 
 def window_line(text: str, scalars: dict[str, float], meta: dict[str, Any], folder: Path) -> str:
     """The window's one console line: its steps, verdict, data wait and GPU busy share, first advice, and the folder.
 
     Example:
-        >>> window_line("verdict: input_bound", {"perf/data_wait_fraction": 0.31, "perf/gpu_utilization": 0.64},
+        >>> window_line("verdict: input_bound", {"perf/window/data_wait_fraction": 0.31,
+        ...                                     "perf/window/gpu_utilization": 0.64},
         ...             {"window": [12, 14], "partial": False}, Path("w"))
         'perf-callbacks: steps 12-14 input_bound (data wait 31%, GPU busy 64%) -> w/summary.txt'
     """
     lines = text.splitlines()
     verdict = next((x.split(":", 1)[1].strip() for x in lines if x.startswith("verdict:")), "no verdict")
     advice = next((x.strip()[3:] for x in lines if x.startswith("  1. ")), "")
-    figures = [f"{name} {scalars[key]:.0%}" for name, key in (("data wait", "perf/data_wait_fraction"),
-                                                             ("GPU busy", "perf/gpu_utilization")) if key in scalars]
+    named = (("data wait", "perf/window/data_wait_fraction"), ("GPU busy", "perf/window/gpu_utilization"))
+    figures = [f"{name} {scalars[key]:.0%}" for name, key in named if key in scalars]
     first, last = meta["window"]
     partial = " (partial)" if meta.get("partial") else ""
     shown = f" ({', '.join(figures)})" if figures else ""

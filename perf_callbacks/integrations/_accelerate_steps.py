@@ -115,15 +115,16 @@ class StepCounting:
     def _synced(self) -> bool:
         return self.accelerator is not None and bool(self.accelerator.sync_gradients)
 
-    def _flush_interval(self, at_close: bool = False) -> None:
+    def _flush_interval(self, at_close: bool = False, short: bool = False) -> None:
         """At a logging step, gather the interval metrics across ranks (every rank reaches it at the same count).
 
         ``at_close``: a clean close, where other ranks may have failed: no collective (see ``flush_at_close``).
+        ``short``: the engine logged a run shorter than one logging interval at close (any step count).
         """
         engine, steps = self.engine, self.optimizer_steps
         if engine is None or self.metrics is None or self._closed or steps == self._flushed:
             return
-        if steps % engine.ctx.log_every_n_steps == 0:
+        if steps % engine.ctx.log_every_n_steps == 0 or short:
             self._flushed = steps
             with engine.tool_time("log"):
                 if at_close:

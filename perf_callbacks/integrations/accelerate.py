@@ -153,8 +153,8 @@ class AcceleratePerfHook(StepCounting):
         if self.engine is None or self._closed:
             return
         if exc is None:  # a clean close (e.g. after a `break`): the last interval is still logged, with no collective
-            self._end_batch(flush=False)
-            self._flush_interval(at_close=True)
+            self._end_batch(flush=False)  # and a run shorter than one logging interval logs its steps once
+            self._flush_interval(at_close=True, short=self.engine.log_short_run())
         elif self._stepped:  # raised after the micro-batch's optimizer step (in validation, a save): the step completed
             self.engine.note_failure(exc)  # (its phase, for an out-of-memory summary)
             self._end_batch(flush=False)

@@ -76,8 +76,8 @@ def test_memory_and_steps(results) -> None:  # type: ignore[no-untyped-def]
 def test_scalars_and_text(results) -> None:  # type: ignore[no-untyped-def]
     r = results["sync_bound"]
     scalars = r.scalars()
-    assert scalars["perf/gpu_utilization"] == pytest.approx(0.713, abs=0.01)
-    assert scalars["perf/host_sync_fraction"] > 0.2
+    assert scalars["perf/window/gpu_utilization"] == pytest.approx(0.713, abs=0.01)
+    assert scalars["perf/window/host_sync_fraction"] > 0.2
     text = format_text(r)
     assert "verdict: sync_bound" in text
     assert "aten::mm" in text

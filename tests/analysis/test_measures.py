@@ -58,7 +58,7 @@ def test_nccl_collectives_match_independent_count() -> None:
         for key in ("total_ms", "exposed_ms", "algbw_gbps", "busbw_gbps", "busbw_p50_gbps"):
             assert row[key] == approx(want[key]), (name, key)
     assert result.overlap_fraction == approx(expected["_overlap"]["fraction"])
-    assert result.scalars()["perf/comm_busbw_gbps"] == approx(expected["AllReduce"]["busbw_gbps"])
+    assert result.scalars()["perf/window/comm_busbw_gbps"] == approx(expected["AllReduce"]["busbw_gbps"])
 
 
 def test_nccl_busbw_factor_follows_nccl_tests(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_collectives_without_sizes_degrade_to_counts_and_times(tmp_path: Path) -
     assert rows["AllReduce"]["total_ms"] == approx(expected["AllReduce"]["total_ms"])
     assert all(c["bytes"] is None and c["algbw_gbps"] is None and c["busbw_gbps"] is None for c in rows.values())
     assert any("without a message size" in n for n in result.notes)
-    assert "perf/comm_busbw_gbps" not in result.scalars()
+    assert "perf/window/comm_busbw_gbps" not in result.scalars()
     assert "no message size in the trace" in format_text(result)
 
 
@@ -192,7 +192,7 @@ def test_copy_advice_from_rates_when_pageable_is_slow_and_costly(tmp_path: Path)
     alone = window_advice(result.ranks, [])  # no recommendation about copies to carry the rates: the advice itself
     assert len(alone) == 1 and "did not overlap compute: pin the host buffers" in alone[0]
     assert window_advice(result.ranks * 2, [])[0].startswith(f"rank {result.ranks[0].rank}: HtoD copies")
-    assert result.scalars()["perf/htod_gbps"] == approx(
+    assert result.scalars()["perf/window/htod_gbps"] == approx(
         sum(c["bytes"] for c in rows.values() if c["kind"] == "HtoD")
         / sum(c["total_ms"] for c in rows.values() if c["kind"] == "HtoD") / 1e6)
 
@@ -236,8 +236,8 @@ def test_window_summary_and_scalars_carry_the_headline_figures(tmp_path: Path) -
     side = write_sidecar(trace)
     allreduce = next(c for c in analyzed(NCCL).communication if c["name"] == "AllReduce")
     assert "AllReduce x15, " in side["text"] and "launch to kernel start p50" in side["text"]
-    assert side["scalars"]["perf/comm_busbw_gbps"] == pytest.approx(allreduce["busbw_gbps"])
-    assert side["scalars"]["perf/launch_p95_us"] == pytest.approx(truth.launch_figures(raw(NCCL))["p95_us"], rel=REL)
+    assert side["scalars"]["perf/window/comm_busbw_gbps"] == pytest.approx(allreduce["busbw_gbps"])
+    assert side["scalars"]["perf/window/launch_p95_us"] == pytest.approx(truth.launch_figures(raw(NCCL))["p95_us"], rel=REL)
 
 
 @pytest.mark.parametrize("damage", ["no gbps", "text in the memory curve", "a bool in the memory curve"])

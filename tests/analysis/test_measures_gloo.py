@@ -75,4 +75,4 @@ def test_gloo_without_shapes_degrades_to_counts_and_times(gloo_comm: Path) -> No
     assert any("without a message size" in n for n in result.notes)
     text = format_text(result)
     assert "no message size in the trace" in text and "GB/s" not in text.split("collectives (")[1]
-    assert result.memory_peak is None and "perf/comm_busbw_gbps" not in result.scalars()
+    assert result.memory_peak is None and "perf/window/comm_busbw_gbps" not in result.scalars()

@@ -95,10 +95,10 @@ def test_diff_compares_collectives_per_step() -> None:
 def test_window_scalars_carry_the_headline_figures() -> None:
     scalars = analyzed(NCCL).scalars()
     allreduce = next(c for c in analyzed(NCCL).communication if c["name"] == "AllReduce")
-    assert scalars["perf/comm_busbw_gbps"] == allreduce["busbw_gbps"]
+    assert scalars["perf/window/comm_busbw_gbps"] == allreduce["busbw_gbps"]
     launch = truth.launch_figures(truth.events(NCCL))
-    assert scalars["perf/launch_p95_us"] == approx(launch["p95_us"])
+    assert scalars["perf/window/launch_p95_us"] == approx(launch["p95_us"])
     scalars = analyzed(h200("input_bound")).scalars()
     want = truth.copy_figures(truth.events(H200 / "input_bound.pt.trace.json.gz"))[("HtoD", "pageable")]
-    assert scalars["perf/htod_gbps"] == approx(want["gbps"])
-    assert "perf/comm_busbw_gbps" not in scalars  # no collective: left out, not 0
+    assert scalars["perf/window/htod_gbps"] == approx(want["gbps"])
+    assert "perf/window/comm_busbw_gbps" not in scalars  # no collective: left out, not 0

@@ -96,7 +96,7 @@ def test_report_on_a_window_folder_gives_mfu_from_the_same_runs_numbers(tmp_path
     assert sum(result.mfu_gap.values()) == pytest.approx(1 - result.mfu, abs=1e-9)
     data = json.loads(json.dumps(result.to_dict()))
     assert set(data["mfu_gap"]) == set(GAP) and data["mfu"] == result.mfu
-    assert result.scalars()["perf/mfu"] == result.mfu
+    assert result.scalars()["perf/window/mfu"] == result.mfu
     text = format_text(result)
     assert re.search(r"\nMFU [0-9.]+%: idle \d+ pts.*; busy but below peak \d+ pts\n", text)
     assert "FLOPs per step: " in text and "(counted with FlopCounterMode on step 0); achieved " in text

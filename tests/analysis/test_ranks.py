@@ -50,7 +50,7 @@ def test_cpu_only_results(gloo_window: Path) -> None:
     assert {r.data_loader for r in result.ranks} == {"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}
     assert result.top_ops[0]["device"] == "cpu"
     assert any(op["name"].startswith("aten::") for op in result.top_ops)
-    assert "perf/gpu_utilization" not in result.scalars()
+    assert "perf/window/gpu_utilization" not in result.scalars()
     assert "stragglers: [1]" in format_text(result)
 
 

@@ -157,9 +157,9 @@ def test_close_verdict_in_text_and_html() -> None:
 
 def test_scalars_have_no_duplicate_tags() -> None:
     scalars: dict[str, Any] = analyze(fixture_trace("input_bound")).scalars()
-    assert "perf/input_idle_fraction" not in scalars
-    assert scalars["perf/data_wait_fraction"] == pytest.approx(1674.5 / 1683.9, abs=0.01)
-    assert "perf/unexplained_idle_fraction" in scalars
+    assert "perf/window/input_idle_fraction" not in scalars
+    assert scalars["perf/window/data_wait_fraction"] == pytest.approx(1674.5 / 1683.9, abs=0.01)
+    assert "perf/window/unexplained_idle_fraction" in scalars
 
 
 def test_sidecars_are_used_only_when_every_rank_has_one(tmp_path: Path) -> None:

@@ -530,3 +530,34 @@ def test_a_checkpoint_inside_validation_is_set_aside_once(tmp_path: Path) -> Non
             engine.checkpoint_end()
             engine.validation_end()
     assert logged[0][1]["perf/train/step_time_ms"] == pytest.approx(100.0)
+
+
+def test_a_run_shorter_than_one_interval_logs_it_once_at_a_clean_close(tmp_path: Path) -> None:
+    """3 steps of a 5-step interval: logged once at close, at step 3. The last step is measured to its optimizer step
+    (50 ms: no next fetch), not to the close 10 s later; the others run to the next fetch (100 ms)."""
+    logged: list = []
+    engine = make_engine(tmp_path, logged, schedule={"skip_first": 1000}, data_wait_steps=1000, flops=False)
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock):
+        fake_steps(engine, clock, 3, wait=0.01, work=0.04, framework=0.05)
+        clock.t += 10.0  # the framework's teardown
+        engine.close()
+        engine.close()
+    assert [s for s, _ in logged] == [3]
+    metrics = logged[0][1]
+    assert metrics["perf/train/step_time_ms"] == pytest.approx(100.0)  # the median of 100, 100 and 50 ms
+    assert metrics["perf/train/samples_per_sec"] == pytest.approx(30 / 0.25)
+    assert metrics["perf/train/data_wait_fraction"] == pytest.approx(0.03 / 0.25)
+
+
+def test_a_run_that_logged_an_interval_or_failed_logs_nothing_at_close(tmp_path: Path) -> None:
+    logged: list = []
+    engine = make_engine(tmp_path, logged, schedule={"skip_first": 1000}, flops=False)
+    run_steps(engine, 7)  # logged at 5; steps 5-6 are the tail of an interval, not a short run
+    engine.close()
+    assert [s for s, _ in logged] == [5]
+    logged.clear()
+    engine = make_engine(tmp_path / "failed", logged, schedule={"skip_first": 1000}, flops=False)
+    run_steps(engine, 3)
+    engine.close(ValueError("user error"))
+    assert logged == []

@@ -47,7 +47,7 @@ def test_one_line_per_window_unless_verbose(capsys: pytest.CaptureFixture[str]) 
 
     text = "perf-callbacks summary: steps 6-6, rank 0\nverdict: host_bound\nrecommendations:\n  1. use CUDA graphs\n"
     meta = {"window": [6, 6], "partial": True}
-    line = window_line(text, {"perf/data_wait_fraction": 0.05}, meta, Path("w"))
+    line = window_line(text, {"perf/window/data_wait_fraction": 0.05}, meta, Path("w"))
     assert line == "perf-callbacks: steps 6-6 (partial) host_bound (data wait 5%): use CUDA graphs -> w/summary.txt"
     ctx = RunContext(output_dir=Path("."), run_name="r")
     publish_summary(ctx, text, {}, 6, line=line)

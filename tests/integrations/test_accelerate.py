@@ -176,7 +176,7 @@ def test_metrics_with_tracker_and_default_output_dir(tmp_path: Path) -> None:
     assert not (hook.engine.layout.run_dir / "tensorboard").exists()
     scalars = tb_scalars(tmp_path / "proj" / "logs")
     assert scalars["perf/train/step_time_ms"] == [8, 16]  # interval metrics, through the cross-rank flush
-    assert scalars["perf/step_time_ms"] == [5]  # the window summary (steps 3-4), logged by rank 0 alone
+    assert scalars["perf/window/step_time_ms"] == [5]  # the window summary (steps 3-4), logged by rank 0 alone
 
 
 def test_prepared_loader_with_num_workers_zero_warns_only_when_measured_slow(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def test_metrics_go_to_tensorboard_every_n_steps(tmp_path: Path) -> None:
     tags = acc.Tags()["scalars"]
     assert {"perf/train/step_time_ms", "perf/train/data_wait_fraction", "perf/memory/host_rss_mb"} <= set(tags)
     assert [e.step for e in acc.Scalars("perf/memory/host_rss_mb")] == [4, 8, 12]
-    assert "perf/summary/text_summary" in acc.Tags()["tensors"]
+    assert "perf/window/summary/text_summary" in acc.Tags()["tensors"]
 
 
 def test_num_workers_zero_with_a_slow_dataset_warns_once_with_the_measurement(tmp_path: Path) -> None:

@@ -252,7 +252,7 @@ def test_a_window_summary_lands_at_the_step_after_the_window(tmp_path: Path, mon
     trainer = make_trainer(tmp_path, [cb, Slow()], max_steps=30, report_to="tensorboard", logging_steps=10, **four)
     trainer.train()
     scalars = tb_scalars(tmp_path / "tb")
-    assert scalars["train/perf/step_time_ms"] == [5]  # the window's summary (steps 3-4)
+    assert scalars["train/perf/window/step_time_ms"] == [5]  # the window's summary (steps 3-4)
     assert scalars["train/loss"] == [10, 20, 30] and trainer.state.global_step == 30
 
 

@@ -1,0 +1,85 @@
+"""The TensorBoard tags a real short CPU run writes, in each adapter: the documented contract (docs/reading-the-output.md).
+
+Interval figures are ``perf/train/...``, ``perf/memory/...`` and ``perf/overhead/...`` at logging steps; the figures of
+a profiling window are ``perf/window/...`` at the step after it; a single process logs no communication figure; a run
+shorter than one logging interval logs its interval figures once, at its last step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WINDOW = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}  # steps 3-4: the window's scalars land at step 5
+INTERVAL = {"perf/train/step_time_ms", "perf/train/data_wait_fraction", "perf/train/samples_per_sec",
+            "perf/train/tflops", "perf/memory/host_rss_mb", "perf/overhead/log_ms", "perf/overhead/window_ms"}
+WINDOW_TAGS = {"perf/window/step_time_ms", "perf/window/data_wait_fraction", "perf/window/achieved_tflops"}
+
+
+def tags(logdir: Path) -> tuple[dict[str, list[int]], list[str]]:
+    """``({scalar tag: [steps]}, [text tags])`` of every event file under ``logdir``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scalars: dict[str, list[int]] = {}
+    texts: list[str] = []
+    for folder in sorted({p.parent for p in logdir.rglob("events.out.tfevents.*")}):
+        acc = EventAccumulator(str(folder), size_guidance={"tensors": 0, "scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, []).extend(e.step for e in acc.Scalars(tag))
+        texts += acc.Tags()["tensors"]
+    return scalars, sorted(texts)
+
+
+def lightning_run(tmp_path: Path, max_steps: int, every: int) -> tuple[dict[str, list[int]], list[str]]:
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from perf_callbacks import GPUPerfCallback
+    from tests.integrations.lit_helpers import TinyModel, loader, trainer
+
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    cb = GPUPerfCallback(schedule=WINDOW, check_dataloaders=False, degradation_threshold=100.0)
+    trainer(tmp_path, [cb], logger=logger, log_every_n_steps=every, max_steps=max_steps).fit(TinyModel(), loader())
+    return tags(Path(logger.log_dir))
+
+
+def test_lightning_writes_exactly_the_documented_tags(tmp_path: Path) -> None:
+    scalars, texts = lightning_run(tmp_path, max_steps=12, every=4)
+    assert scalars == {
+        **dict.fromkeys(sorted(INTERVAL), [4, 8, 12]), **dict.fromkeys(sorted(WINDOW_TAGS), [5])}
+    assert texts == ["perf/window/summary/text_summary"]
+
+
+def test_a_lightning_run_shorter_than_one_interval_logs_its_interval_once_at_the_end(tmp_path: Path) -> None:
+    scalars, texts = lightning_run(tmp_path, max_steps=6, every=50)
+    assert scalars == {**dict.fromkeys(sorted(INTERVAL), [6]), **dict.fromkeys(sorted(WINDOW_TAGS), [5])}
+    assert texts == ["perf/window/summary/text_summary"]
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_an_accelerate_run_shorter_than_one_interval_logs_its_interval_once_at_close(tmp_path: Path) -> None:
+    from tests.integrations.test_accelerate import setup, train
+
+    acc, hook, parts = setup(tmp_path, schedule=WINDOW, log_every_n_steps=50)  # 16 steps
+    with hook:
+        train(acc, hook, parts)
+    scalars, texts = tags(hook.engine.layout.run_dir / "tensorboard")
+    assert scalars == {**dict.fromkeys(sorted(INTERVAL), [16]), **dict.fromkeys(sorted(WINDOW_TAGS), [5])}
+    assert texts == ["perf/window/summary/text_summary"]
+
+
+def test_a_transformers_run_shorter_than_one_interval_logs_its_interval_once_at_the_end(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from tests.integrations.hf_helpers import QUIET, make_trainer
+    from tests.integrations.test_transformers import callback
+
+    options: dict[str, Any] = {"schedule": WINDOW, "log_every_n_steps": 50, **QUIET}
+    cb = callback(tmp_path / "perf", **options)
+    trainer = make_trainer(tmp_path, [cb], max_steps=6)
+    trainer.train()
+    logging_dir = getattr(trainer.args, "logging_dir", None)  # 4.x; 5.x: our own events in the run folder
+    scalars, texts = tags(Path(logging_dir) if logging_dir else cb.engine.layout.run_dir / "tensorboard")
+    assert scalars == {**dict.fromkeys(sorted(INTERVAL), [6]), **dict.fromkeys(sorted(WINDOW_TAGS), [5])}
+    assert texts == ["perf/window/summary/text_summary"]
