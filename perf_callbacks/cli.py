@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 DESCRIPTION = """\
 Why is my GPU training slow, and what should I change.
@@ -71,12 +73,14 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = sub.add_parser("report", help="analyse traces: verdict, top ops, GPU utilization, stragglers",
                        description="Analyse Kineto traces: verdict, top ops, utilization, idle causes, stragglers.",
                        epilog=REPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("path", help="a trace file, a window folder of per-rank traces, or a whole output_dir")
+    p.add_argument("path", help="a trace file, a window folder of per-rank traces, or a whole output_dir; local or an "
+                   "fsspec URL (s3://bucket/perf)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page (every window)")
     p.add_argument("--jobs", type=_positive, default=default_jobs(), metavar="N",
-                   help="parse up to N trace files at once in separate processes (default: the CPU cores, %(default)s; "
-                        "fewer when memory is short)")
+                   help="parse up to N trace files at once in separate processes, and download up to N at once from a "
+                        "URL (default: the CPU cores, %(default)s; fewer parsed when memory is short)")
+    _add_storage_options(p)
     p.add_argument("--no-sidecars", action="store_true", help="parse every trace even where a sidecar summary matches")
     p.add_argument("--top", type=_positive, default=5, metavar="N",
                    help="ops in the op table (default: %(default)s; over 10 parses the traces, as sidecars keep 10)")
@@ -99,10 +103,17 @@ def _run_report(args: argparse.Namespace) -> int:
         print(f"perf-callbacks report: cannot write --html {args.html}: {problem}", file=sys.stderr)
         return EXIT_FAILED
     try:
-        return _report(args)
+        if not _remote(args.path):
+            return _report(args)
+        from perf_callbacks.remote_read import fetched
+
+        url = args.path
+        with fetched(url, args.storage_options, args.jobs, not args.no_sidecars and args.top <= 10) as local:
+            args.path = str(local)
+            return _report(args, lambda text: text.replace(str(local), url.rstrip("/")))
     except BrokenPipeError:
         raise
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, ImportError) as err:
         print(f"perf-callbacks report: {err}", file=sys.stderr)
     except OSError as err:
         print(f"perf-callbacks report: {err}", file=sys.stderr)
@@ -112,7 +123,8 @@ def _run_report(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
-def _report(args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
+    """Analyse ``args.path``; ``shown`` names the paths in what is printed (a remote URL for its local mirror)."""
     import json
 
     from perf_callbacks.analysis import analyze, format_text, render_html
@@ -120,13 +132,37 @@ def _report(args: argparse.Namespace) -> int:
     result = analyze(args.path, top_k=max(args.top, 10), jobs=args.jobs,
                      sidecars=not args.no_sidecars and args.top <= 10)
     for error in result.errors:
-        print(f"perf-callbacks report: skipped {error}", file=sys.stderr)
+        print(shown(f"perf-callbacks report: skipped {error}"), file=sys.stderr)
     if args.html:
-        Path(args.html).write_text(render_html(result), encoding="utf-8")
+        Path(args.html).write_text(shown(render_html(result)), encoding="utf-8")
         print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)
     text = format_text(result, top_k=args.top, sort=args.sort)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else text, end="\n" if args.json else "")
+    print(shown(json.dumps(result.to_dict(), indent=2) if args.json else text), end="\n" if args.json else "")
     return EXIT_PARTIAL if result.errors else EXIT_OK
+
+
+def _remote(path: str) -> bool:
+    from perf_callbacks.core.remote import is_remote
+
+    return is_remote(path)
+
+
+def _add_storage_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-options", type=_json_mapping, default=None, metavar="JSON",
+                   help="fsspec options for a URL, e.g. '{\"client_kwargs\": {\"endpoint_url\": \"http://...\"}}' "
+                        "(default: from the environment, e.g. AWS_ENDPOINT_URL)")
+
+
+def _json_mapping(text: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {text}")
+    return value
 
 
 def _html_problem(target: str) -> str | None:
@@ -158,6 +194,7 @@ def _add_diff(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="exit 1 when step time is significantly slower by more than PCT percent")
     p.add_argument("--window", action="append", metavar="W", default=[],
                    help="window index (0 = latest) or folder name; once for both sides, twice for BASE then NEW")
+    _add_storage_options(p)
     p.set_defaults(func=_run_diff)
 
 
@@ -174,20 +211,24 @@ def _run_diff(args: argparse.Namespace) -> int:
         return 2
     windows = (args.window * 2)[:2] if args.window else [None, None]
     try:
-        result = diff_paths(args.base, args.new, windows[0], windows[1])
-        if args.html:
-            Path(args.html).write_text(render_diff_html(result), encoding="utf-8")
-            print(f"perf-callbacks diff: wrote {Path(args.html).resolve()}", file=sys.stderr)
-    except (OSError, ValueError, EOFError) as err:
+        with contextlib.ExitStack() as stack:
+            base, new, shown = _local_copies(stack, args)
+            result = diff_paths(base, new, windows[0], windows[1])
+            if args.html:
+                Path(args.html).write_text(shown(render_diff_html(result)), encoding="utf-8")
+                print(f"perf-callbacks diff: wrote {Path(args.html).resolve()}", file=sys.stderr)
+            text = shown(json.dumps(result.to_dict(), indent=2) if args.json else format_diff(result))
+            skipped = [shown(line) for line in result.base.get("skipped", []) + result.new.get("skipped", [])]
+    except (OSError, ValueError, EOFError, ImportError) as err:
         print(f"perf-callbacks diff: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # noqa: BLE001 - one line, never a traceback, never exit 1 (a regression)
         print(f"perf-callbacks diff: internal error ({type(err).__name__}: {err}); please report it with the traces",
               file=sys.stderr)
         return 2
-    for line in dict.fromkeys(result.base.get("skipped", []) + result.new.get("skipped", [])):
+    for line in dict.fromkeys(skipped):
         print(f"perf-callbacks diff: skipped {line}", file=sys.stderr)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else format_diff(result), end="\n" if args.json else "")
+    print(text, end="\n" if args.json else "")
     pct = result.step_time_ms["change_pct"]
     pct = float("inf") if pct is None else pct
     if args.fail_on_regression is not None and result.regression and pct > args.fail_on_regression:
@@ -195,6 +236,26 @@ def _run_diff(args: argparse.Namespace) -> int:
               f"--fail-on-regression {args.fail_on_regression:g}%", file=sys.stderr)
         return 1
     return 0
+
+
+def _local_copies(stack: contextlib.ExitStack, args: argparse.Namespace) -> tuple[str, str, Callable[[str], str]]:
+    """BASE and NEW as local paths (a URL's sidecars and needed traces fetched), and what names them in the output."""
+    names: dict[str, str] = {}
+    paths = []
+    for path in (args.base, args.new):
+        if _remote(path):
+            from perf_callbacks.remote_read import fetched
+
+            local = str(stack.enter_context(fetched(path, args.storage_options, sidecars=False)))  # diff parses
+            names[local], path = path.rstrip("/"), local
+        paths.append(path)
+
+    def shown(text: str) -> str:
+        for local, url in names.items():
+            text = text.replace(local, url)
+        return text
+
+    return paths[0], paths[1], shown
 
 
 def _add_nsys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

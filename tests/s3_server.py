@@ -25,11 +25,11 @@ class S3Server:
 
     def __init__(self) -> None:
         self.delay_s = 0.0
-        self.requests = 0
+        self.requests: list[tuple[str, str, str | None]] = []  # method, path, Range header
         app = DomainDispatcherApplication(create_backend_app)
 
         def slow(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-            self.requests += 1
+            self.requests.append((environ["REQUEST_METHOD"], environ["PATH_INFO"], environ.get("HTTP_RANGE")))
             if self.delay_s:
                 time.sleep(self.delay_s)
             return app(environ, start_response)  # type: ignore[no-any-return]

@@ -7,6 +7,7 @@ staging folder that the warning names; a server that takes 2 s per request never
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from collections.abc import Callable
@@ -17,6 +18,7 @@ import lightning as L
 import pytest
 
 from perf_callbacks import GPUPerfCallback, InstrumentUnavailableWarning
+from perf_callbacks.cli import main
 from perf_callbacks.core import remote
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
@@ -61,7 +63,8 @@ def upload_warnings(seen: list[warnings.WarningMessage]) -> list[str]:
             and "uploads disabled" in str(w.message)]
 
 
-def test_lightning_fit_to_s3_writes_the_files_of_a_local_run(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+def test_lightning_fit_to_s3_writes_the_files_of_a_local_run(tmp_path: Path, s3: S3Server, staging: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     s3.fs().mkdir("perf-fit")
     fit(tmp_path / "a", str(tmp_path / "local"))
     fit(tmp_path / "b", "s3://perf-fit/perf", s3.options)
@@ -72,6 +75,16 @@ def test_lightning_fit_to_s3_writes_the_files_of_a_local_run(tmp_path: Path, s3:
     assert staged(staging) == []  # every local copy removed once its upload was confirmed
     summary = s3.fs().cat_file(next(p for p in s3.fs().find("perf-fit/perf") if p.endswith("summary.txt")))
     assert b"trace: s3://perf-fit/perf/" in summary  # where the user finds it, not the staging folder
+
+    copy = tmp_path / "copy"  # the report of the bucket is that of a local copy of it
+    s3.fs().get("perf-fit/perf/", str(copy), recursive=True)
+    capsys.readouterr()
+    assert main(["report", str(copy)]) == 0
+    here = capsys.readouterr().out
+    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    assert main(["report", "s3://perf-fit/perf", "--storage-options", options]) == 0
+    there = capsys.readouterr().out
+    assert "compute_bound" in here and there == here.replace(str(copy), "s3://perf-fit/perf")
 
 
 def test_a_missing_bucket_warns_once_and_keeps_the_files(tmp_path: Path, s3: S3Server, staging: Path) -> None:

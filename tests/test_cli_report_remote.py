@@ -1,0 +1,104 @@
+"""``perf-callbacks report URL`` and ``diff URL URL`` on a real S3 server (moto, loopback): sidecars first.
+
+``diff`` parses the windows it compares, so it downloads their traces whole.
+
+A 64-rank window whose every trace has its sidecar is reported from the sidecars and the first 64 KiB of each trace
+(no trace downloaded whole), with the same text as the report of the same folder on local disk; a window missing a
+sidecar gets its traces downloaded whole, as the report then parses them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perf_callbacks.analysis.sidecar import write_sidecar
+from perf_callbacks.cli import main
+from perf_callbacks.remote_read import HEAD_BYTES
+from tests.analysis.conftest import fixture_trace
+from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
+
+RANKS = 64
+WINDOW = "run/window-000004-000006"
+
+
+def _run(tmp_path: Path, ranks: int = RANKS) -> Path:
+    """An output_dir holding one window of ``ranks`` copies of one trace, each with its sidecar."""
+    folder = tmp_path / "perf" / WINDOW
+    folder.mkdir(parents=True)
+    first = folder / "rank0.pt.trace.json.gz"
+    shutil.copy(fixture_trace("launch_bound_tiny_kernels"), first)
+    side = write_sidecar(first, {"window": [4, 6], "partial": False})
+    for rank in range(1, ranks):
+        shutil.copy(first, folder / f"rank{rank}.pt.trace.json.gz")
+        side.update(trace=f"rank{rank}.pt.trace.json.gz")
+        side["rank"]["rank"] = rank
+        (folder / f"rank{rank}.summary.json").write_text(json.dumps(side))
+    return tmp_path / "perf"
+
+
+def _report(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(["report", *args])
+    return code, capsys.readouterr().out
+
+
+def _trace_gets(s3: S3Server) -> tuple[int, int]:
+    """GETs of trace objects: (whole, first bytes only)."""
+    gets = [rng for method, path, rng in s3.requests if method == "GET" and path.endswith(".pt.trace.json.gz")]
+    head = f"bytes=0-{HEAD_BYTES - 1}"
+    return sum(1 for r in gets if r is None or r != head), sum(1 for r in gets if r == head)
+
+
+def test_report_of_a_64_rank_run_on_s3_reads_sidecars_and_no_trace(tmp_path: Path, s3: S3Server,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    local = _run(tmp_path)
+    fs = s3.fs()
+    fs.mkdir("perf-report")
+    fs.put(str(local) + "/", "perf-report/perf", recursive=True)
+    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    code, here = _report(capsys, str(local))
+    s3.requests.clear()
+    remote_code, there = _report(capsys, "s3://perf-report/perf", "--storage-options", options, "--jobs", "4")
+    assert code == remote_code == 0
+    assert f"{RANKS} ranks" in here
+    assert there == here.replace(str(local), "s3://perf-report/perf")
+    assert _trace_gets(s3) == (0, RANKS)  # the first 64 KiB of each trace, nothing more
+
+
+def test_a_window_without_all_its_sidecars_gets_its_traces_whole(tmp_path: Path, s3: S3Server,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    local = _run(tmp_path, ranks=2)
+    (local / WINDOW / "rank1.summary.json").unlink()  # the report parses this window
+    fs = s3.fs()
+    fs.mkdir("perf-parse")
+    fs.put(str(local) + "/", "perf-parse/perf", recursive=True)
+    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    _, here = _report(capsys, str(local))
+    s3.requests.clear()
+    _, there = _report(capsys, "s3://perf-parse/perf", "--storage-options", options)
+    assert there == here.replace(str(local), "s3://perf-parse/perf")
+    assert _trace_gets(s3) == (2, 2)  # a look at each, then each whole
+
+
+def test_diff_of_two_remote_runs(tmp_path: Path, s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
+    local = _run(tmp_path, ranks=2)
+    fs = s3.fs()
+    fs.mkdir("perf-diff")
+    for name in ("a", "b"):
+        fs.put(str(local) + "/", f"perf-diff/{name}", recursive=True)
+    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    assert main(["diff", str(local), str(local)]) == 0
+    here = capsys.readouterr().out
+    assert main(["diff", "s3://perf-diff/a", "s3://perf-diff/b", "--storage-options", options]) == 0
+    there = capsys.readouterr().out
+    assert there.replace("s3://perf-diff/a", str(local)).replace("s3://perf-diff/b", str(local)) == here
+
+
+def test_report_of_a_url_with_nothing_there_says_so(s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
+    s3.fs().mkdir("perf-empty")
+    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    assert main(["report", "s3://perf-empty/perf", "--storage-options", options]) == 2
+    assert "no file under s3://perf-empty/perf" in capsys.readouterr().err
