@@ -47,8 +47,10 @@ def graph_break_message(counts: Counter[str], step: int | None) -> str:
     where = f"step {step}" if step is not None else "validation"
     reasons = "; ".join(f"{reason} ({n}x)" for reason, n in counts.most_common(3))
     more = f"; and {len(counts) - 3} more" if len(counts) > 3 else ""
-    return (f"torch.compile: {total} graph break{'s' if total != 1 else ''} in the compilation at {where}: "
-            f"{reasons}{more}. Counted in perf/compile/graph_breaks and said once: {BREAK_FIXES}")
+    places = f"{len(counts)} place{'s' if len(counts) != 1 else ''}"
+    return (f"torch.compile: {total} graph break{'s' if total != 1 else ''} in the compilation at {where}, at "
+            f"{places} in the code: {reasons}{more}. Counted in perf/compile/graph_breaks and said once: "
+            f"{BREAK_FIXES}")
 
 
 def storm_message(storm: list[tuple[int, float]], window: int, record: Any, gave_up: Any) -> str:

@@ -59,6 +59,7 @@ class StepFlops:
         self.dtype: torch.dtype | None = None  # measured on the counted step
         self.model: torch.nn.Module | None = None
         self.counted_step: int | None = None  # the step set aside for counting
+        self.compiled = False  # the adapter found a compiled model that it does not attach (Accelerate's)
         self.wants_hooks = self.per_step is None  # the engine calls batch_start/batch_end until this is False
         self._per_batch: float | None = None
         self._looked = False  # the model's flops_per_batch attribute was looked up
@@ -145,7 +146,7 @@ class StepFlops:
         if not self._looked:
             self._looked = True
             self._per_batch = _flops_per_batch(self.model)
-            if self._per_batch is None and is_compiled(self.model):
+            if self._per_batch is None and (self.compiled or is_compiled(self.model)):
                 return self._skip_compiled()
         if self._per_batch is not None:
             return True  # known at the end of the first step: flops_per_batch times its micro-batches

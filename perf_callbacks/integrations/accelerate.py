@@ -31,6 +31,7 @@ from accelerate.utils import broadcast_object_list
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.adapters import batch_size, catch_sigterm, distributed_initialized, in_phase, release_sigterm
+from perf_callbacks.core.compile_watch import is_compiled
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
@@ -129,6 +130,7 @@ class AcceleratePerfHook(StepCounting):
             compute_dtype=mixed_precision_dtype(getattr(acc, "mixed_precision", None)),
         )
         self.engine = PerfEngine(self.config, ctx)
+        self.engine.flops.compiled = any(is_compiled(m) for m in acc._models)  # never counted: see core/flops.py
         self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard", self.engine.outputs)
         ctx.log_metrics = self.metrics.stash  # every rank; sent by the flush at the step boundary
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None

@@ -180,7 +180,7 @@ def test_a_data_dependent_if_is_a_graph_break_said_once_with_its_line(tmp_path: 
     logged, said = run(tmp_path, model, clock, 20)
     assert len(said) == 1 and said[0].category is CompileWarning
     message = str(said[0].message)
-    assert "1 graph break in the compilation at step 0: data-dependent control flow" in message
+    assert "1 graph break in the compilation at step 0, at 1 place in the code: data-dependent control flow" in message
     assert "test_compile_watch.py:" in message and "`if y.sum() > 0:" in message and "(1x)" in message
     assert [m["perf/compile/graph_breaks"] for _, m in logged] == [1.0, 0.0, 0.0, 0.0]
 

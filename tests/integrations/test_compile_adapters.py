@@ -1,0 +1,121 @@
+"""torch.compile health through the adapters: a real compiled model (``backend="eager"``) in a real training loop.
+
+Timing is not asserted here (``tests/core/test_compile_watch.py`` does, on fed step times): these runs check that each
+adapter's model really compiles, that its compile time reaches the logger, and that a storm or a graph break is said
+once, with what torch recorded.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from perf_callbacks import GPUPerfCallback
+from perf_callbacks.exceptions import CompileWarning, PerfWarning
+from tests.integrations.lit_helpers import trainer
+from tests.integrations.test_lightning_tuning import Recorder
+
+QUIET = {"data_wait_steps": 100_000, "check_dataloaders": False, "schedule": {"skip_first": 100_000}}
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Net(L.LightningModule):
+    """A model whose ``training_step`` calls ``self(x)``, the forward Lightning compiles; ``branch``: a graph break."""
+
+    def __init__(self, branch: bool = False) -> None:
+        super().__init__()
+        self.layer, self.branch = nn.Linear(16, 4), branch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.layer(x)
+        if self.branch and y.sum() > 0:  # data-dependent
+            y = y * 2
+        return y
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(self(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def growing_batches(steps: int, every: int) -> DataLoader:
+    """Batch ``i`` has ``8 + i // every`` rows: a new size every ``every`` steps."""
+    sizes = [8 + i // every for i in range(steps)]
+    data = TensorDataset(torch.randn(sum(sizes), 16), torch.randint(0, 4, (sum(sizes),)))
+    starts = [sum(sizes[:i]) for i in range(steps)]
+    return DataLoader(data, batch_sampler=[list(range(s, s + n)) for s, n in zip(starts, sizes, strict=True)])
+
+
+def fit(tmp_path: Path, model: nn.Module, data: DataLoader, steps: int) -> tuple[Recorder, list[str]]:
+    rec = Recorder()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        trainer(tmp_path, [GPUPerfCallback(**QUIET)], logger=rec, log_every_n_steps=5, max_steps=steps,
+                max_epochs=1).fit(model, data)
+    return rec, [f"{w.category.__name__}: {w.message}" for w in seen if issubclass(w.category, PerfWarning)]
+
+
+def test_lightning_a_model_compiled_once_logs_its_compile_time_at_the_start(tmp_path: Path) -> None:
+    rec, said = fit(tmp_path, torch.compile(Net(), backend="eager"), growing_batches(20, every=1000), 20)
+    assert said == []
+    seconds = rec.series("perf/compile/seconds")
+    assert len(seconds) == 4 and seconds[0] > 0 and seconds[1:] == [0.0, 0.0, 0.0]
+    assert rec.series("perf/compile/recompiles") == [0.0] * 4
+
+
+def test_lightning_a_batch_size_changing_every_5_steps_is_one_storm_warning(tmp_path: Path) -> None:
+    rec, said = fit(tmp_path, torch.compile(Net(), backend="eager", dynamic=False), growing_batches(40, every=5), 40)
+    assert len(said) == 1 and said[0].startswith("CompileWarning: perf-callbacks: torch.compile recompiled at 5 of"), said
+    assert "size mismatch at index 0. expected 12, actual 13" in said[0] and "mark_dynamic" in said[0]
+    assert sum(rec.series("perf/compile/recompiles")) == 7
+
+
+def test_lightning_a_data_dependent_if_is_one_graph_break_report(tmp_path: Path) -> None:
+    rec, said = fit(tmp_path, torch.compile(Net(branch=True), backend="eager"), growing_batches(10, every=1000), 10)
+    # Lightning's training_step is compiled too: it inlines forward and breaks there, then forward breaks on its own
+    assert len(said) == 1 and said[0].startswith("CompileWarning: perf-callbacks: torch.compile: 2 graph breaks in "
+                                                 "the compilation at step 0, at 1 place in the code"), said
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "y.sum() > 0:" in text)
+    assert f"test_compile_adapters.py:{line} `if self.branch and y.sum() > 0:" in said[0] and "(2x)" in said[0]
+    assert rec.series("perf/compile/graph_breaks") == [2.0, 0.0]
+    assert not issubclass(CompileWarning, UserWarning)  # a RuntimeWarning, as the slowdown warning
+
+
+def test_accelerate_a_model_compiled_once_logs_its_compile_time_and_a_storm_once(tmp_path: Path) -> None:
+    from accelerate import Accelerator
+
+    from perf_callbacks import AcceleratePerfHook
+
+    acc = Accelerator(cpu=True)
+    model = torch.compile(nn.Linear(16, 4), backend="eager", dynamic=False)
+    model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), growing_batches(40, every=5))
+    logged: list[tuple[int, dict[str, float]]] = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with AcceleratePerfHook(output_dir=str(tmp_path), log_every_n_steps=5, **QUIET).register(acc) as hook:
+            assert hook.engine is not None
+            hook.engine.ctx.log_metrics = lambda m, s: logged.append((s, m))  # instead of TensorBoard files
+            for x, y in hook.iter(dl):
+                acc.backward(nn.functional.cross_entropy(model(x), y))
+                opt.step()
+                opt.zero_grad()
+    said = [str(w.message) for w in seen if issubclass(w.category, PerfWarning)]
+    assert len(said) == 1 and "torch.compile recompiled at 5 of the last 50 steps" in said[0], said
+    seconds = [m["perf/compile/seconds"] for _, m in logged]
+    assert seconds[0] > 0 and sum(m["perf/compile/recompiles"] for _, m in logged) == 7
