@@ -135,3 +135,28 @@ def test_cli_user_sees_our_line_not_a_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and len(lines) <= 4, proc.stderr
     assert lines[-1].startswith("error: GPUPerfCallback: unknown key 'schedule.actve' (did you mean 'schedule.active'?)")
+
+
+def documented_blocks() -> list[str]:
+    """The jsonargparse messages docs/troubleshooting.md quotes for a top-level typo and a wrong type, in that order."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md").read_text()
+    entry = text.split("**LightningCLI prints a long usage text", 1)[1].split("\n**", 1)[0]
+    return re.findall(r"```\n(.*?)```", entry, flags=re.S)
+
+
+@pytest.mark.parametrize(("init_args", "block"), [("record_shape: true", 0), ('data_wait_threshold: "10%"', 1)])
+def test_cli_top_level_typo_or_wrong_type_prints_what_the_docs_quote(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], init_args: str, block: int
+) -> None:
+    """No supported hook gives our one line here (see docs/troubleshooting.md): the docs quote jsonargparse's lines."""
+    quoted = documented_blocks()[block]
+    assert init_args.split(":")[0] in quoted
+    with pytest.raises(SystemExit) as info:
+        run_cli(write_config(tmp_path, f"        {init_args}\n"))
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage:" in err and init_args.split(":")[0] in err
+    import jsonargparse
+
+    if tuple(int(x) for x in jsonargparse.__version__.split(".")[:2]) >= (4, 53):  # the version the docs quote
+        assert quoted in err  # verbatim, indentation included (4.27, the oldest supported, words it differently)
