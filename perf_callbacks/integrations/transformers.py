@@ -117,6 +117,7 @@ class TransformersPerfCallback(TrainerCallback):
             ctx.log_metrics, ctx.log_text = self.metrics.log_metrics, self.metrics.log_text
         if kw.get("model") is not None:
             self.engine.attach_model(kw["model"])
+        self.engine.flops.compiled = bool(getattr(args, "torch_compile", False))  # compiled later: never counted
         self._live, self._samples, self._sigterm = True, 0, catch_sigterm()
         atexit.register(self._close, None)
         if trainer is not None:

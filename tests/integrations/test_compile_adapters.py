@@ -119,3 +119,34 @@ def test_accelerate_a_model_compiled_once_logs_its_compile_time_and_a_storm_once
     assert len(said) == 1 and "torch.compile recompiled at 5 of the last 50 steps" in said[0], said
     seconds = [m["perf/compile/seconds"] for _, m in logged]
     assert seconds[0] > 0 and sum(m["perf/compile/recompiles"] for _, m in logged) == 7
+
+
+def scalars(logdir: Path, prefix: str) -> dict[str, list[float]]:
+    """``{tag: [values by step]}`` of the TensorBoard scalars under ``logdir`` whose tag starts with ``prefix``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[float]] = {}
+    for folder in sorted({p.parent for p in logdir.rglob("events.out.tfevents.*")}):
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            if tag.startswith(prefix):
+                out.setdefault(tag, []).extend(e.value for e in sorted(acc.Scalars(tag), key=lambda e: e.step))
+    return out
+
+
+def test_transformers_torch_compile_logs_its_compile_time_at_the_start(tmp_path: Path) -> None:
+    """``TrainingArguments(torch_compile=True)`` compiles the model after the callback sees it: it compiles still."""
+    from perf_callbacks import TransformersPerfCallback
+    from tests.integrations.hf_helpers import make_trainer
+
+    cb = TransformersPerfCallback(log_every_n_steps=5, **QUIET)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        make_trainer(tmp_path, [cb], max_steps=15, torch_compile=True, torch_compile_backend="eager").train()
+    assert [str(w.message) for w in seen if issubclass(w.category, PerfWarning)] == []
+    assert cb.engine is not None
+    figures = scalars(cb.engine.layout.run_dir, "perf/compile/")
+    seconds = figures["perf/compile/seconds"]
+    assert len(seconds) == 3 and seconds[0] > 0 and seconds[1:] == [0.0, 0.0]
+    assert figures["perf/compile/recompiles"] == [0.0] * 3
