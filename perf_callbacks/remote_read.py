@@ -45,7 +45,7 @@ def fetched(url: str, storage_options: Mapping[str, Any] | None = None, jobs: in
     """
     import fsspec
 
-    fs, root = fsspec.url_to_fs(url, **dict(storage_options or {}))
+    fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
     tmp = Path(tempfile.mkdtemp(prefix="perf-callbacks-remote-"))
     try:
         if fs.isfile(root):

@@ -150,7 +150,7 @@ class Uploads:
     def _connect(self) -> Any:
         import fsspec
 
-        fs, _ = fsspec.url_to_fs(self.url, **self._options)
+        fs, _ = fsspec.core.url_to_fs(self.url, **self._options)
         return fs
 
     def _upload(self, fs: Any, local: Path) -> bool:

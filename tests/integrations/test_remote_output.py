@@ -8,6 +8,7 @@ staging folder that the warning names; a server that takes 2 s per request never
 from __future__ import annotations
 
 import json
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -47,11 +48,16 @@ def fit(tmp_path: Path, output_dir: str, storage_options: dict[str, Any] | None 
 
 def relative_files(root: Path) -> set[str]:
     """Files under each run folder of ``root``, named without the run folder (``window-.../rank0.summary.json``)."""
-    return {p.relative_to(run).as_posix() for run in root.iterdir() for p in run.rglob("*") if p.is_file()}
+    return {_named(p.relative_to(run).as_posix()) for run in root.iterdir() for p in run.rglob("*") if p.is_file()}
 
 
 def remote_files(server: S3Server, prefix: str) -> set[str]:
-    return {p.split("/", 3)[3] for p in server.fs().find(prefix)}  # bucket/perf/<run>/...
+    return {_named(p.split("/", 3)[3]) for p in server.fs().find(prefix)}  # bucket/perf/<run>/...
+
+
+def _named(path: str) -> str:
+    """An event file's name without its time, host and pid."""
+    return re.sub(r"events\.out\.tfevents\..*", "events.out.tfevents", path)
 
 
 def staged(folder: Path) -> list[Path]:
@@ -179,3 +185,73 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def accelerate_fit(output_dir: str, storage_options: dict[str, Any] | None = None) -> int:
+    import torch
+    from accelerate import Accelerator
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from perf_callbacks import AcceleratePerfHook
+
+    acc = Accelerator(cpu=True)
+    g = torch.Generator().manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(48, 8, generator=g), torch.randn(48, 1, generator=g)), batch_size=4)
+    model = nn.Linear(8, 1)
+    model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data)
+    with AcceleratePerfHook(output_dir=output_dir, storage_options=storage_options, schedule=WINDOW,
+                            log_every_n_steps=2, check_dataloaders=False, degradation_threshold=1e6).register(acc) as h:
+        for x, y in h.iter(dl):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            opt.step()
+            opt.zero_grad()
+    return h.optimizer_steps
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_accelerate_run_to_s3_writes_the_files_of_a_local_run(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    s3.fs().mkdir("perf-acc")
+    assert accelerate_fit(str(tmp_path / "local")) == 12
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    assert accelerate_fit("s3://perf-acc/perf", s3.options) == 12
+    local = relative_files(tmp_path / "local")
+    assert "tensorboard/events.out.tfevents" in local  # our own TensorBoard file, uploaded at close
+    assert "window-000003-000004/rank0.pt.trace.json.gz" in local
+    assert remote_files(s3, "perf-acc/perf") == local
+    assert staged(staging) == []
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_transformers_run_to_s3(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    pytest.importorskip("transformers")
+    from perf_callbacks import TransformersPerfCallback
+    from tests.integrations.hf_helpers import QUIET, make_trainer
+
+    s3.fs().mkdir("perf-hf")
+    for out, options in ((str(tmp_path / "local"), None), ("s3://perf-hf/perf", s3.options)):
+        cb = TransformersPerfCallback(output_dir=out, storage_options=options, schedule=WINDOW, **QUIET)
+        hf = make_trainer(tmp_path / ("hf-" + out[:2]), [cb], max_steps=8)
+        hf.train()
+        assert hf.state.global_step == 8
+    local = relative_files(tmp_path / "local")
+    assert "window-000003-000004/rank0.summary.json" in local
+    assert remote_files(s3, "perf-hf/perf") == local
+    assert staged(staging) == []
+
+
+def test_lightning_default_output_dir_follows_a_remote_logger(tmp_path: Path, s3: S3Server, staging: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+
+    s3.fs().mkdir("perf-logger")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)  # the logger's and ours: from the environment
+    cb = GPUPerfCallback(schedule=WINDOW)
+    t = trainer(tmp_path, [cb], max_steps=8, logger=CSVLogger("s3://perf-logger/logs", name="exp"))
+    t.fit(TinyModel(), loader())
+    found = s3.fs().find("perf-logger/logs")
+    assert any(p.startswith("perf-logger/logs/exp/version_0/perf/") and p.endswith("window-000003-000004/summary.txt")
+               for p in found), found
