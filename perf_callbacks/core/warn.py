@@ -3,12 +3,28 @@
 A warning raised from inside a Trainer hook would otherwise be attributed to ``engine.py`` or to Lightning's loop,
 which tells the user nothing; the warning is attributed to the first frame on the stack outside perf-callbacks and
 the training frameworks (the user's ``trainer.fit(...)`` line or training loop).
+
+Where Python prints it (``warnings.showwarning``), it prints one line that starts with ``perf-callbacks:``, its
+category and the user's line at the end, not ``train.py:42: DataLoaderWarning: perf-callbacks: ...`` and the source
+line: ``warnings.formatwarning`` (the documented hook for that) is ours only while our own ``warnings.warn`` runs, and
+hands any other message to the one it replaced. Filters, ``-W error``, ``pytest.warns`` and ``catch_warnings(record=
+True)`` see the same category and message as before; other libraries' warnings are never touched.
+
+Example:
+    >>> import io
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("always")
+    ...     warnings.showwarning = lambda *a, **k: print(warnings.formatwarning(*a[:4]), end="")
+    ...     warn_user("data wait 31%", UserWarning)  # doctest: +ELLIPSIS
+    perf-callbacks: data wait 31% (UserWarning, ...)
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
+from collections.abc import Callable
 from types import FrameType
 
 PREFIX = "perf-callbacks: "
@@ -18,10 +34,12 @@ _FRAMEWORKS = frozenset(
 )
 
 
+_SWAP = threading.RLock()  # our swaps of warnings.formatwarning, one at a time (a handler may warn again)
+
+
 def warn_user(message: str, category: type[Warning]) -> None:
     """Emit ``message`` as ``category``, attributed to the user's code."""
-    text = message if message.startswith(PREFIX) else PREFIX + message
-    warnings.warn(text, category, stacklevel=user_stacklevel())
+    _warn(message, category, user_stacklevel())
 
 
 def user_stacklevel() -> int:
@@ -52,5 +70,29 @@ class WarnOnce:
         if key in self.said or (main_only and not self.is_main):
             return
         self.said.add(key)
-        warnings.warn(message if message.startswith(PREFIX) else PREFIX + message, category,
-                      stacklevel=user_stacklevel())
+        _warn(message, category, user_stacklevel())
+
+
+def _warn(message: str, category: type[Warning], stacklevel: int) -> None:
+    """``warnings.warn`` (``stacklevel`` relative to our caller's caller), printed as one ``perf-callbacks:`` line."""
+    text = message if message.startswith(PREFIX) else PREFIX + message
+    with _SWAP:
+        replaced = warnings.formatwarning
+        ours = _one_line(replaced)
+        warnings.formatwarning = ours
+        try:
+            warnings.warn(text, category, stacklevel=stacklevel + 1)
+        finally:
+            if warnings.formatwarning is ours:  # else someone replaced it meanwhile: theirs stays
+                warnings.formatwarning = replaced
+
+
+def _one_line(fallback: Callable[..., str]) -> Callable[..., str]:
+    def formatwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      line: str | None = None) -> str:
+        text = str(message)
+        if not text.startswith(PREFIX):  # another thread's warning, printed while ours is on its way
+            return fallback(message, category, filename, lineno, line)
+        return f"{text} ({category.__name__}, {filename}:{lineno})\n"
+
+    return formatwarning
