@@ -1,7 +1,7 @@
 """``output_dir`` on object storage (issue 28): a real S3 server on loopback (moto), Lightning fits on CPU.
 
-The bucket gets the files a local run writes, in the same layout; a missing bucket, an endpoint that refuses
-connections and a server stopped mid-run each give one warning, a finished run, and the files kept in the local
+The bucket gets the files a local run writes, in the same layout; a missing bucket, wrong credentials, an endpoint
+that refuses connections and a server stopped mid-run each give one warning, a finished run, and the files kept in the local
 staging folder that the warning names; a server that takes 2 s per request never makes a training hook wait.
 """
 
@@ -255,3 +255,17 @@ def test_lightning_default_output_dir_follows_a_remote_logger(tmp_path: Path, s3
     found = s3.fs().find("perf-logger/logs")
     assert any(p.startswith("perf-logger/logs/exp/version_0/perf/") and p.endswith("window-000003-000004/summary.txt")
                for p in found), found
+
+
+def test_wrong_credentials_warn_once_and_keep_the_files(tmp_path: Path, s3: S3Server, staging: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import settings
+
+    s3.fs().mkdir("perf-auth")
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # the server now checks keys: ours are unknown
+    with pytest.warns(InstrumentUnavailableWarning) as seen:
+        fit(tmp_path, "s3://perf-auth/perf", s3.options)
+    (message,) = upload_warnings(list(seen))
+    assert "cannot upload to s3://perf-auth/perf: PermissionError: The AWS Access Key Id you provided does not exist" \
+        in message, message
+    assert len(staged(staging)) == 3
