@@ -79,6 +79,7 @@ class PerfEngine:
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
         self.monitor.rates = self._interval_rates
         self.compile = CompileWatch(self._warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
+        self.flops.compiling = lambda: self.compile.active  # compiled kernels: their FLOPs are not counted
         self.windows.trace_meta = self.flops.meta
         self.step: int | None = None  # the open step
         self.steps_run = 0  # optimizer steps completed in this run

@@ -74,6 +74,9 @@ class StepCounter(FlopCounterMode):
         """Enter the mode: every op from now on is counted, on this thread (and autograd's, for the backward)."""
         self.__enter__()  # type: ignore[no-untyped-call]
         self.entered = True
+        mode = getattr(self, "mode", None)  # the dispatch mode on the stack (FlopCounterMode's own, in torch 2.13)
+        if mode is not None:  # torch.compile compiles as usual under it: else torch never compiles a function it
+            mode.ignore_compile_internals = _true  # first sees under a dispatch mode (torch < 2.6?: no effect)
 
     def stop(self) -> bool:
         """Leave the mode if it is the innermost one (True); else leave it in place (False) and try again later.
@@ -134,3 +137,7 @@ def _raw(formula: Any) -> Any:
 
     counted._get_raw = True  # type: ignore[attr-defined]
     return counted
+
+
+def _true() -> bool:
+    return True

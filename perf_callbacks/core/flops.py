@@ -60,6 +60,7 @@ class StepFlops:
         self.model: torch.nn.Module | None = None
         self.counted_step: int | None = None  # the step set aside for counting
         self.compiled = False  # the adapter found a compiled model that it does not attach (Accelerate's)
+        self.compiling: Callable[[], bool] = lambda: False  # torch.compile compiled in this run (the engine's)
         self.wants_hooks = self.per_step is None  # the engine calls batch_start/batch_end until this is False
         self._per_batch: float | None = None
         self._looked = False  # the model's flops_per_batch attribute was looked up
@@ -171,6 +172,12 @@ class StepFlops:
             self._tries = MAX_TRIES
             self.note = "not measured: another TorchDispatchMode was entered inside the counting step and left open"
             return True
+        if self.compiling():  # compiled kernels bypass the mode: their FLOPs would be missing
+            self.note = (f"not measured: torch.compile compiled code in this run (by step {self.counted_step}), "
+                         "whose kernels FlopCounterMode does not see: set flops_per_step (or a flops_per_batch "
+                         "attribute)")
+            self.wants_hooks = False
+            return False
         self._finish(counter, micro)
         return False
 

@@ -114,6 +114,18 @@ def test_a_model_never_compiled_logs_no_compile_figures(tmp_path: Path) -> None:
     assert not any(k.startswith("perf/compile/") for _, m in logged for k in m)
 
 
+def test_a_function_compiled_inside_the_step_still_compiles_and_its_flops_are_not_counted(tmp_path: Path) -> None:
+    """Step 0 runs under FlopCounterMode (FLOPs are counted on it), and nothing tells that the model is compiled: torch
+    compiles it all the same (it never compiles a function it first sees under a dispatch mode, unless told), and the
+    count, which would miss the compiled kernels, is dropped."""
+    clock = FakeClock()
+    inner = torch.compile(torch.nn.Linear(4, 4), backend=timed_backend(clock, 2.0))
+    logged, said = run(tmp_path, lambda x: inner(x), clock, 10)
+    assert said == []
+    assert [m["perf/compile/seconds"] for _, m in logged] == pytest.approx([2.0, 0.0])
+    assert not any("perf/train/tflops" in m for _, m in logged)
+
+
 @pytest.mark.parametrize("slower", [1.0, 1.5])
 def test_the_slowdown_check_skips_compiling_intervals_and_still_catches_a_slowdown_after_them(
         tmp_path: Path, slower: float) -> None:
