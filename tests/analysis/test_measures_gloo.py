@@ -76,3 +76,11 @@ def test_gloo_without_shapes_degrades_to_counts_and_times(gloo_comm: Path) -> No
     text = format_text(result)
     assert "no message size in the trace" in text and "GB/s" not in text.split("collectives (")[1]
     assert result.memory_peak is None and "perf/window/comm_busbw_gbps" not in result.scalars()
+
+
+def test_rank_0s_trace_alone_is_a_distributed_window_with_communication_figures(gloo_comm: Path) -> None:
+    """The window summary reads rank 0's trace alone: its collectives say the run is distributed (single-process
+    windows log no communication figure, tests/analysis/test_scalars.py)."""
+    (rank0,) = [p for p in _window(gloo_comm, SHAPED).iterdir() if p.name.startswith("rank0")]
+    scalars = analyze(rank0, sidecars=False).scalars()
+    assert "perf/window/communication_fraction" in scalars and scalars["perf/window/comm_busbw_gbps"] > 0
