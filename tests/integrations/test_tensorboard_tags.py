@@ -83,3 +83,24 @@ def test_a_transformers_run_shorter_than_one_interval_logs_its_interval_once_at_
     scalars, texts = tags(Path(logging_dir) if logging_dir else cb.engine.layout.run_dir / "tensorboard")
     assert scalars == {**dict.fromkeys(sorted(INTERVAL), [6]), **dict.fromkeys(sorted(WINDOW_TAGS), [5])}
     assert texts == ["perf/window/summary/text_summary"]
+
+
+def test_a_short_transformers_run_reaches_report_to_tensorboard_after_its_writer_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TensorBoardCallback closes its writer at on_train_end, before ours runs: the interval logged then still lands
+    (it opens a writer again), under the integration's own names."""
+    pytest.importorskip("transformers")
+    from transformers import TrainingArguments
+
+    from tests.integrations.hf_helpers import QUIET, make_trainer
+    from tests.integrations.test_transformers import callback
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))  # 5.x; 4.x takes logging_dir
+    four = {"logging_dir": str(tmp_path / "tb")} if "logging_dir" in TrainingArguments.__dataclass_fields__ else {}
+    cb = callback(tmp_path / "perf", **{"schedule": WINDOW, "log_every_n_steps": 50, **QUIET})
+    make_trainer(tmp_path, [cb], max_steps=6, report_to="tensorboard", logging_steps=50, **four).train()
+    scalars, texts = tags(tmp_path / "tb")
+    ours = {tag: steps for tag, steps in scalars.items() if "perf/" in tag}
+    assert ours == {**{f"train/{t}": [6] for t in INTERVAL}, **{f"train/{t}": [5] for t in WINDOW_TAGS}}
+    assert [t for t in texts if "perf" in t] == ["perf/window/summary/text_summary"]  # and the Trainer's own args
