@@ -223,6 +223,8 @@ class PerfEngine:
         self._clean = False
         if self._phase != "validation":  # else already left out as validation time
             self.clock.set_aside(seconds)
+        if self._recording:  # the window's summary says so
+            self.windows.compile_s += seconds
 
     # ---- once per optimizer step -------------------------------------------------------------------------------
     def _begin(self, step: int, t: float) -> None:

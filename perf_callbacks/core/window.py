@@ -78,6 +78,7 @@ class WindowRecorder:
         self.uploads = Uploads(ctx.remote, ctx.output_dir, config.storage_options, self.outputs) if ctx.remote else None
         if self.enabled:
             start_worker()  # the thread that finishes windows, started now rather than at a window's end
+        self.compile_s = 0.0  # torch.compile's seconds in the window's recorded steps (added by the engine)
         self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
         self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
@@ -115,6 +116,7 @@ class WindowRecorder:
                 self.session.preset_meta(FLOPS_META_KEY, self.trace_meta())
             self.session.preset_meta(MACHINE_META_KEY, machine_meta(self.ctx, self.cuda))
             self.steps, self.completed, self._retracted = [], 0, None
+            self.compile_s = 0.0
             if self.mem is not None:
                 self.mem.oom.window_started(step)
         if self.session.stolen:
@@ -200,6 +202,8 @@ class WindowRecorder:
             meta["data_wait"] = "not measured"
         if self.mem is not None and self.mem.headline():
             meta["phase_peak"] = self.mem.headline()
+        if self.compile_s:
+            meta["compile_s"] = round(self.compile_s, 3)
         meta["stall_ms"] = round((time.perf_counter() - self._t_finish) * 1e3, 2)  # up to handing over to the job
         header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
         analyse = self.config.summary and self.enabled and self.outputs.enabled("sidecars")

@@ -251,3 +251,31 @@ def test_an_engine_never_imports_dynamo(tmp_path: Path) -> None:
             "e.batch_start(0); e.batch_end(True); e.close(); print('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "False"
+
+
+def test_a_window_holding_compilation_says_so_in_its_summary(tmp_path: Path) -> None:
+    """Windows at steps 4-5 and 8-9; step 5 compiles a new batch size for 1.5 s (fed), step 0 before any window."""
+    from perf_callbacks.core.background import WindowJob
+    from perf_callbacks.core.summary import window_header
+
+    clock = FakeClock()
+    model = torch.compile(torch.nn.Linear(4, 4), backend=timed_backend(clock, 1.5), dynamic=False)
+    metas: list[dict[str, Any]] = []
+    start = WindowJob.start
+
+    def started(job: WindowJob) -> None:
+        metas.append(job.meta)
+        start(job)
+
+    with mock.patch("time.perf_counter", clock), mock.patch.object(WindowJob, "start", started):
+        engine = PerfEngine(PerfConfig.from_dict({
+            "schedule": {"skip_first": 2, "wait": 1, "warmup": 1, "active": 2, "repeat": 2}, "summary": False}),
+            RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5))
+        engine.attach_model(model)
+        train(engine, clock, model, 10, batch=lambda s: 8 if s < 5 else 9)
+        engine.close()
+    assert [m["window"] for m in metas] == [[4, 5], [8, 9]]
+    assert [m.get("compile_s") for m in metas] == [1.5, None]
+    assert "  torch.compile compiled for 1.50 s in this window's steps: the trace's step times below include it " \
+           "(perf/train/step_time_ms leaves it out)" in window_header(metas[0], 0, 2)
+    assert not any("torch.compile" in line for line in window_header(metas[1], 0, 2))
