@@ -78,6 +78,7 @@ def test_lightning_fit_to_s3_writes_the_files_of_a_local_run(tmp_path: Path, s3:
     assert {"window-000003-000004/rank0.pt.trace.json.gz", "window-000003-000004/rank0.summary.json",
             "window-000003-000004/summary.txt"} <= local
     assert remote_files(s3, "perf-fit/perf") == local
+    assert (staging / "perf-callbacks-staging").is_dir()  # it was staged there
     assert staged(staging) == []  # every local copy removed once its upload was confirmed
     summary = s3.fs().cat_file(next(p for p in s3.fs().find("perf-fit/perf") if p.endswith("summary.txt")))
     assert b"trace: s3://perf-fit/perf/" in summary  # where the user finds it, not the staging folder
@@ -269,3 +270,25 @@ def test_wrong_credentials_warn_once_and_keep_the_files(tmp_path: Path, s3: S3Se
     assert "cannot upload to s3://perf-auth/perf: PermissionError: The AWS Access Key Id you provided does not exist" \
         in message, message
     assert len(staged(staging)) == 3
+
+
+@pytest.mark.multiprocess
+def test_two_accelerate_processes_to_s3(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    s3.fs().mkdir("perf-ddp")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-m", "tests.integrations.remote_two_ranks", str(tmp_path), s3.endpoint],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [(tmp_path / f"rank{r}.steps").read_text() for r in (0, 1)] == ["8", "8"]  # 64 samples, 2 ranks of 4
+    local = relative_files(tmp_path / "local")
+    assert {"window-000003-000004/rank0.pt.trace.json.gz", "window-000003-000004/rank1.pt.trace.json.gz",
+            "window-000003-000004/rank0.summary.json", "window-000003-000004/rank1.summary.json",
+            "window-000003-000004/summary.txt"} <= local
+    assert remote_files(s3, "perf-ddp/perf") == local
+    assert len({p.split("/")[2] for p in s3.fs().find("perf-ddp/perf")}) == 1  # one run folder for both ranks
+    assert (staging / "perf-callbacks-staging").is_dir() and staged(staging) == []  # both ranks staged, emptied
