@@ -3,7 +3,7 @@
 perf-callbacks wraps validation inside training in a ``perf_callbacks.validation`` span and checkpoint saves in a
 ``perf_callbacks.checkpoint`` span. Their time is *set aside*: it is not step time, not data wait, not a cause in the
 time-by-cause breakdown, and not in the GPU utilization window. DataLoader fetches inside them (the validation loader's)
-are never input.
+are never input. torch.compile's compilation (its ``... (dynamo_timed)`` spans) is set aside the same way.
 
 The training loader's ``next()`` is exactly our ``perf_callbacks.data_wait`` spans; where a trace has them they are the
 data wait. Traces written by other tools have none, and their ``enumerate(DataLoader)#...__next__`` events are used.
@@ -19,6 +19,9 @@ ASIDE = {"perf_callbacks.validation": "validation", "perf_callbacks.checkpoint":
          "perf_callbacks.overhead": "perf-callbacks' own logging"}
 """Our span names whose time is set aside, and what each is called in the report's note."""
 DATA_WAIT = "perf_callbacks.data_wait"
+COMPILE_SUFFIX = " (dynamo_timed)"
+"""torch.compile's own spans while it compiles (``_compile.compile_inner (dynamo_timed)``...), nested: set aside."""
+COMPILING = "torch.compile compilation"
 
 Named = tuple[float, float, str]
 

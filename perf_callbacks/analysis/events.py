@@ -8,7 +8,7 @@ from math import isfinite
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.analysis.aside import ASIDE, DATA_WAIT, is_loader_next, training_input
+from perf_callbacks.analysis.aside import ASIDE, COMPILE_SUFFIX, COMPILING, DATA_WAIT, is_loader_next, training_input
 from perf_callbacks.analysis.extra_events import ExtraEvents
 from perf_callbacks.analysis.loader import rank_from_name, read_trace
 
@@ -141,6 +141,9 @@ class _Collector:
             self._annotation(e)  # our phase spans (fast record function), and PyTorch 1.8/1.9's `Operator` ranges
             return
         end = ts + _dur(e)
+        if name.endswith(COMPILE_SUFFIX):  # torch.compile compiling: set aside, as validation, never an operator
+            t.aside_spans.append((ts, end, COMPILING))
+            return
         args = _args(e)
         if name == "record_param_comms" and args.get("Collective name"):
             name = f"record_param_comms ({collective_name(str(args['Collective name']))})"

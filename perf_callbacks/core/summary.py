@@ -33,8 +33,8 @@ def window_header(meta: dict[str, Any], rank: int, completed: int) -> list[str]:
         lines.append(f"  overhead: the training loop waited {meta['stall_ms']:.0f} ms for this window's export; "
                      "compression and analysis ran in the background")
     if meta.get("compile_s"):
-        lines.append(f"  torch.compile compiled for {meta['compile_s']:.2f} s in this window's steps: the trace's step "
-                     "times below include it (perf/train/step_time_ms leaves it out)")
+        lines.append(f"  torch.compile compiled for {meta['compile_s']:.2f} s in this window's steps (set aside from "
+                     "the figures below, as validation is)")
     if meta.get("phase_peak"):
         lines.append(f"  {meta['phase_peak']} (allocator counters, not the trace)")
     lines.append(f"  the figures below come from rank {rank}'s trace of this window")
