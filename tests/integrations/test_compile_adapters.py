@@ -79,6 +79,28 @@ def test_lightning_a_model_compiled_once_logs_its_compile_time_at_the_start(tmp_
     assert rec.series("perf/compile/recompiles") == [0.0] * 4
 
 
+@pytest.mark.parametrize("dynamic", [False, None])
+def test_lightning_epochs_with_a_last_short_batch_and_validation_are_no_storm(tmp_path: Path, dynamic: bool | None) -> None:
+    """4 epochs of 13 batches (the last of 4 rows) with validation after each (8, 8 and 4 rows, in eval mode): torch
+    recompiles training_step and forward for the short batch at step 12 (2 recompilations), then never: no storm."""
+    class WithVal(Net):
+        def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+            self(batch[0])
+
+    g = torch.Generator().manual_seed(0)
+    train = DataLoader(TensorDataset(torch.randn(100, 16, generator=g), torch.randint(0, 4, (100,), generator=g)),
+                       batch_size=8)
+    val = DataLoader(TensorDataset(torch.randn(20, 16, generator=g), torch.randint(0, 4, (20,), generator=g)),
+                     batch_size=8)
+    rec = Recorder()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        trainer(tmp_path, [GPUPerfCallback(**QUIET)], logger=rec, log_every_n_steps=5, max_epochs=4, max_steps=-1,
+                limit_val_batches=None).fit(torch.compile(WithVal(), backend="eager", dynamic=dynamic), train, val)
+    assert [str(w.message) for w in seen if issubclass(w.category, PerfWarning)] == []
+    assert sum(rec.series("perf/compile/recompiles")) == 2
+
+
 def test_lightning_a_batch_size_changing_every_5_steps_is_one_storm_warning(tmp_path: Path) -> None:
     rec, said = fit(tmp_path, torch.compile(Net(), backend="eager", dynamic=False), growing_batches(40, every=5), 40)
     assert len(said) == 1 and said[0].startswith("CompileWarning: perf-callbacks: torch.compile recompiled at 5 of"), said
