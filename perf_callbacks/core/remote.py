@@ -120,7 +120,10 @@ class Uploads:
         self._queue.put(self.staging)
         self._queue.put(None)
         t0 = time.monotonic()
-        finished = self._done.wait(timeout_s)
+        try:
+            finished = self._done.wait(timeout_s)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, say what is left
+            finished = False
         self.report()
         left = _files(self.staging)
         if left:

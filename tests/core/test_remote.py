@@ -142,3 +142,17 @@ def test_finish_waits_no_longer_than_asked(tmp_path: Path, monkeypatch: pytest.M
     gate.set()
     assert len(left) == 3
     assert "not uploaded to s3://bucket/perf (still uploading after 0 s)" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_the_wait_at_close_says_what_is_left(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(Uploads, "_connect", lambda self: Flaky(100, TimeoutError("slow")))  # retried meanwhile
+    _staged(tmp_path / "stage")
+    up = Uploads("s3://bucket/perf", tmp_path / "stage", None, Outputs())
+
+    def interrupted(timeout: float | None = None) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(up._done, "wait", interrupted)
+    left = up.finish(timeout_s=30)  # returns instead of raising out of the engine's close
+    assert len(left) == 3 and "3 file(s) not uploaded to s3://bucket/perf" in capsys.readouterr().err
