@@ -75,6 +75,8 @@ def _function(record: Any) -> str:
     if not name:
         return "the compiled function"
     filename, line = getattr(record, "co_filename", None), getattr(record, "co_firstlineno", None)
+    if filename and Path(str(filename)).parent.name == "_dynamo":  # torch's own wrapper of a compiled module's call
+        return "the compiled module"
     return f"`{name}` ({Path(str(filename)).name}:{line})" if filename else f"`{name}`"
 
 

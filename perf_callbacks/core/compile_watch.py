@@ -163,7 +163,7 @@ class CompileWatch:
             self._first_step = step
         spent, self._pending_s = self._pending_s, 0.0
         for rec in records:
-            if "recompile limit" in str(getattr(rec, "fail_reason", None) or "").replace("_", " ").lower():
+            if _gave_up(rec):
                 self._gave_up = self._gave_up or rec
             elif (getattr(rec, "cache_size", None) or 0) >= 1:
                 self._recompiles += 1
@@ -207,3 +207,9 @@ class CompileWatch:
         self._warn("compile_watch", InstrumentUnavailableWarning,
                    f"torch.compile figures are off for this run: reading torch's compile records failed "
                    f"({type(self._error).__name__}: {self._error}); training goes on")
+
+
+def _gave_up(record: Any) -> bool:
+    """Whether the record is torch declining to compile again: its recompile limit (cache size limit, formerly)."""
+    reason = str(getattr(record, "fail_reason", None) or "").replace("_", " ").lower()
+    return "recompile limit" in reason or "cache size limit" in reason

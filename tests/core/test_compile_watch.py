@@ -170,10 +170,26 @@ def test_a_batch_size_changing_every_5_steps_is_one_storm_warning_naming_the_siz
     storms = [str(w.message) for w in said if w.category is CompileWarning]
     assert len(storms) == 1, storms
     assert "recompiled at 5 of the last 50 steps (steps 5, 10, 15, 20, 25;" in storms[0]
-    assert "size mismatch at index 0. expected 12, actual 13" in storms[0]
+    assert "the compiled module was recompiled because tensor 'args[0]' size mismatch at index 0. expected 12, " \
+           "actual 13" in storms[0]
     assert "dynamic=True" in storms[0] and "mark_dynamic" in storms[0] and "buckets" in storms[0]
     assert [m["perf/compile/recompiles"] for _, m in logged] == [0.0] + [1.0] * 7 + [0.0] * 4  # then the limit
     assert [w for w in said if w.category is not CompileWarning] == []
+
+
+def test_torch_reaching_its_recompile_limit_is_a_storm_said_once(tmp_path: Path) -> None:
+    """Three sizes 20 steps apart (no 5 recompiling steps in 50) against a recompile limit of 2: torch gives up on the
+    third, runs the model eagerly for it, and that is said, once."""
+    clock = FakeClock()
+    model = torch.compile(torch.nn.Linear(4, 4), backend="eager", dynamic=False)
+    with mock.patch.object(torch._dynamo.config, "recompile_limit", 2):
+        logged, said = run(tmp_path, model, clock, 60, batch=lambda s: 8 + s // 20)
+    assert len(said) == 1 and said[0].category is CompileWarning
+    message = str(said[0].message)
+    assert message.startswith("perf-callbacks: torch.compile recompiled at 1 of the last 50 steps (steps 20; ")
+    assert "; torch reached its recompile limit for the compiled module and now runs it eagerly" in message
+    assert "size mismatch at index 0. expected 8, actual 9" in message
+    assert sum(m["perf/compile/recompiles"] for _, m in logged) == 1
 
 
 @pytest.mark.parametrize("sizes", [[8, 16, 24, 32, 8, 16, 24, 32], [8, 9, 10, 11, 12]])
