@@ -104,6 +104,36 @@ def test_a_zero_baseline_never_divides_by_zero() -> None:
     assert d.check(5.0, 2) is None
 
 
+
+def _with_own(owns: list[float | None], threshold: float = 0.2) -> DegradationDetector:
+    """A detector whose baseline is three 2.0 intervals (no noise), each of the own time given; slow at once."""
+    d = DegradationDetector(threshold, warmup_intervals=0, baseline_intervals=3, persist=1)
+    assert [d.check(2.0, 10 * i, own=own) for i, own in enumerate(owns, 1)] == [None] * 3
+    return d
+
+
+def test_a_slow_step_time_is_a_slowdown_only_when_the_own_time_is_slow_by_the_same_rule() -> None:
+    # Own baseline 2.0 from 1.0, 2.0, 3.0: noise 1.4826 x 1.0 / 2.0, so slow needs own/2 - 1 > 3 x 0.7413 (> 6.4478).
+    d = _with_own([1.0, 2.0, 3.0])
+    assert d.own_baseline == 2.0
+    assert d.check(10.0, 100, own=6.4) is None  # 5x the step time, but the run's own time is within its noise
+    assert d.check(10.0, 110, own=6.5) == Slowdown(5.0, 2.0, 10.0, 110, 110, (10, 30), 1)
+    # Without noise the threshold decides, strictly: exactly 25% above is not slow.
+    quiet = _with_own([1.0, 1.0, 1.0], threshold=0.25)
+    assert quiet.check(10.0, 100, own=1.25) is None
+    assert quiet.check(10.0, 110, own=1.3) is not None
+
+
+def test_an_unknown_own_time_leaves_the_step_time_to_decide() -> None:
+    d = _with_own([1.0, 1.0, 1.0])
+    assert d.check(10.0, 100, own=None) is not None  # this interval's own time unknown
+    partial = _with_own([1.0, None, 1.0])  # one baseline interval's own time unknown: no own baseline
+    assert partial.own_baseline is None
+    assert partial.check(10.0, 100, own=1.0) is not None
+    early = DegradationDetector(0.2, warmup_intervals=0, baseline_intervals=3)
+    early.check(2.0, 10, own=1.0)
+    assert early.own_baseline is None  # before the baseline is complete
+
 def test_default_detector_parameters() -> None:
     d = DegradationDetector(0.3)
     assert (d.threshold, d.warmup, d.baseline_intervals, d.persist, d.min_seconds, d.fired) == (0.3, 1, 5, 3, 0.0, False)
