@@ -88,9 +88,10 @@ def main() -> None:
         if engine.exported:
             print("traces:")
             for path in engine.exported:
-                print(f"  {path}")
-            print(f"open them in https://ui.perfetto.dev, or run: perf-callbacks report {engine.layout.run_dir}")
-        print(f"TensorBoard: tensorboard --logdir {engine.layout.run_dir}")
+                print(f"  {engine.locate(path)}")  # its URL once uploaded to a remote output_dir
+            run_dir = engine.locate(engine.layout.run_dir)
+            print(f"open them in https://ui.perfetto.dev, or run: perf-callbacks report {run_dir}")
+        print(f"TensorBoard: tensorboard --logdir {engine.locate(engine.layout.run_dir)}")
     accelerator.end_training()
 
 

@@ -98,9 +98,9 @@ def main() -> None:
     if engine is not None and engine.exported:
         print("traces:")
         for path in engine.exported:
-            print(f"  {path}")
+            print(f"  {engine.locate(path)}")  # its URL once uploaded to a remote output_dir
         print("open them in https://ui.perfetto.dev or chrome://tracing, or run: "
-              f"perf-callbacks report {engine.layout.run_dir}")
+              f"perf-callbacks report {engine.locate(engine.layout.run_dir)}")
     print(f"TensorBoard: tensorboard --logdir {trainer.log_dir}")
 
 

@@ -104,9 +104,10 @@ def main() -> None:
         if engine.exported:
             print("traces:")
             for path in engine.exported:
-                print(f"  {path}")
-            print(f"open them in https://ui.perfetto.dev, or run: perf-callbacks report {engine.layout.run_dir}")
-        logdir = engine.layout.run_dir if args.report_to == "none" else args.output_dir
+                print(f"  {engine.locate(path)}")  # its URL once uploaded to a remote output_dir
+            run_dir = engine.locate(engine.layout.run_dir)
+            print(f"open them in https://ui.perfetto.dev, or run: perf-callbacks report {run_dir}")
+        logdir = engine.locate(engine.layout.run_dir) if args.report_to == "none" else args.output_dir
         print(f"TensorBoard: tensorboard --logdir {logdir}")
 
 

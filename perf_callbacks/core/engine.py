@@ -20,11 +20,13 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import os
 import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -100,8 +102,29 @@ class PerfEngine:
 
     @property
     def exported(self) -> list[Any]:
-        """Trace files written so far (a window's file appears once its background job finished)."""
+        """Trace files written so far, as local paths (a window's file appears once its background job finished).
+
+        With a remote ``output_dir`` these are the staged copies, removed once uploaded: see :attr:`exported_urls`
+        and :meth:`locate`.
+        """
         return self.windows.exported
+
+    @property
+    def exported_urls(self) -> list[str]:
+        """With a remote ``output_dir``, the URL each trace of :attr:`exported` is uploaded to (same order); else []."""
+        uploads = self.windows.uploads
+        return [uploads.url_of(p) for p in self.exported] if uploads is not None else []
+
+    def locate(self, path: str | os.PathLike[str]) -> str:
+        """Where a file or folder this run wrote (``exported``, ``layout.run_dir``...) is now.
+
+        Its local path, except under a remote ``output_dir`` once its upload was confirmed (its staged copy is gone):
+        then its URL. A file whose upload failed stays at its local path, as the warning said.
+        """
+        uploads, path = self.windows.uploads, Path(path)
+        if uploads is None or path.exists() or uploads.staging not in (path, *path.parents):
+            return str(path)
+        return uploads.url_of(path)
 
     @property
     def layout(self) -> TraceLayout:

@@ -96,6 +96,11 @@ class Uploads:
         """``text`` with staged paths named by their URL, where the user will find them."""
         return text.replace(str(self.staging), self.url)
 
+    def url_of(self, local: Path) -> str:
+        """The URL that the staged file or folder ``local`` is uploaded to."""
+        relative = local.relative_to(self.staging).as_posix()
+        return self.url if relative == "." else f"{self.url}/{relative}"
+
     def submit(self, folder: Path) -> None:
         """Upload the finished files under ``folder`` (queued: returns at once)."""
         self._queue.put(folder)
@@ -158,7 +163,7 @@ class Uploads:
 
     def _upload(self, fs: Any, local: Path) -> bool:
         """Upload ``local``, retrying what may pass; False (and ``error`` set) when uploads must stop."""
-        dest = f"{self.url}/{local.relative_to(self.staging).as_posix()}"
+        dest = self.url_of(local)
         err: BaseException | None = None
         for delay in (0.0, *RETRY_DELAYS_S):
             time.sleep(delay)

@@ -274,7 +274,11 @@ class WindowRecorder:
             return
         if job.trace is not None:
             self.exported.append(job.trace)
-            log.info("perf-callbacks: trace written to %s", job.trace)
+            if self.uploads is None:
+                log.info("perf-callbacks: trace written to %s", job.trace)
+            else:  # its upload is not confirmed yet: say both
+                log.info("perf-callbacks: trace written to %s (staged; uploading to %s)", job.trace,
+                         self.uploads.url_of(job.trace))
         if job.summary is None:
             return
         self.summaries.append(job.summary)

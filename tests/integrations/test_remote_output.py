@@ -8,6 +8,7 @@ staging folder that the warning names; a server that takes 2 s per request never
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 import warnings
@@ -292,3 +293,37 @@ def test_two_accelerate_processes_to_s3(tmp_path: Path, s3: S3Server, staging: P
     assert remote_files(s3, "perf-ddp/perf") == local
     assert len({p.split("/")[2] for p in s3.fs().find("perf-ddp/perf")}) == 1  # one run folder for both ranks
     assert (staging / "perf-callbacks-staging").is_dir() and staged(staging) == []  # both ranks staged, emptied
+
+
+def test_what_the_run_names_is_where_its_files_are(tmp_path: Path, s3: S3Server, staging: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """``exported`` stays the local paths written; ``exported_urls`` and ``locate`` name the bucket once uploaded."""
+    s3.fs().mkdir("perf-where")
+    with caplog.at_level(logging.INFO, logger="perf_callbacks"):
+        t = fit(tmp_path, "s3://perf-where/perf", s3.options)
+    (engine,) = [c.engine for c in t.callbacks if isinstance(c, GPUPerfCallback)]  # type: ignore[attr-defined]
+    (trace,) = engine.exported
+    assert isinstance(trace, Path) and staging in trace.parents and not trace.exists()  # staged, removed once uploaded
+    (url,) = engine.exported_urls
+    run_url = f"s3://perf-where/perf/{engine.layout.run_dir.name}"
+    assert url == f"{run_url}/window-000003-000004/rank0.pt.trace.json.gz" and s3.fs().exists(url)
+    assert engine.locate(trace) == url and engine.locate(engine.layout.run_dir) == run_url
+    (line,) = [r.getMessage() for r in caplog.records if "trace written to" in r.getMessage()]
+    assert line == f"perf-callbacks: trace written to {trace} (staged; uploading to {url})"  # before it is confirmed
+
+
+def test_a_file_that_was_not_uploaded_is_named_where_it_stays(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    with pytest.warns(InstrumentUnavailableWarning):
+        t = fit(tmp_path, "s3://no-such-bucket/perf", s3.options)
+    (engine,) = [c.engine for c in t.callbacks if isinstance(c, GPUPerfCallback)]  # type: ignore[attr-defined]
+    (trace,) = engine.exported
+    assert trace.exists() and engine.locate(trace) == str(trace)
+    assert engine.exported_urls == [f"s3://no-such-bucket/perf/{engine.layout.run_dir.name}/window-000003-000004/"
+                                    "rank0.pt.trace.json.gz"]  # where it was to go
+
+
+def test_a_local_run_names_its_paths(tmp_path: Path) -> None:
+    t = fit(tmp_path, str(tmp_path / "local"))
+    (engine,) = [c.engine for c in t.callbacks if isinstance(c, GPUPerfCallback)]  # type: ignore[attr-defined]
+    (trace,) = engine.exported
+    assert trace.exists() and engine.exported_urls == [] and engine.locate(trace) == str(trace)
