@@ -32,8 +32,10 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
@@ -63,10 +65,13 @@ class CompileWatch:
     Args:
         warn: ``warn(key, category, message)``, the engine's warn-once (rank 0).
         on_compile: called with each compilation's seconds as it ends (the engine sets them aside); never raises here.
+            A bound method is held weakly: torch's callbacks, which hold this watch, never keep an engine alive.
     """
 
     def __init__(self, warn: WarnFn, on_compile: Callable[[float], None]) -> None:
-        self._warn, self._on_compile = warn, on_compile
+        self._warn = warn
+        self._on_compile: Callable[[], Callable[[float], None] | None] = (
+            weakref.WeakMethod(on_compile) if inspect.ismethod(on_compile) else lambda: on_compile)
         self.installed = False
         self.dirty = False  # a compilation ended since the last poll
         self.active = False  # something compiled in this run: the interval figures are logged from then on
@@ -116,7 +121,8 @@ class CompileWatch:
         self._pending_s += seconds
         self.active = self.dirty = True
         try:
-            self._on_compile(seconds)
+            if (on_compile := self._on_compile()) is not None:
+                on_compile(seconds)
         except Exception as err:  # noqa: BLE001 - never into torch's compiler
             self._error = err
 

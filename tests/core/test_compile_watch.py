@@ -259,6 +259,17 @@ def test_a_failing_compile_record_turns_the_figures_off_once_and_training_goes_o
     assert not torch._dynamo.callback.callback_handler.start_callbacks
 
 
+def test_an_engine_left_unclosed_is_not_kept_alive_by_torchs_callbacks(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    engine = make_engine(tmp_path, [])
+    ref = weakref.ref(engine)
+    del engine
+    gc.collect()
+    assert ref() is None
+
+
 def test_an_engine_never_imports_dynamo(tmp_path: Path) -> None:
     """Importing torch._dynamo costs about a second: a run that never compiles never pays it."""
     code = ("import sys, pathlib; from perf_callbacks.core.engine import PerfEngine, RunContext; "
