@@ -73,8 +73,8 @@ def _host(event: Any) -> bool:
             and isinstance(event.get("pid"), int) and not _on_device(event))
 
 
-def _on_device(event: dict[str, Any]) -> bool:
-    return event.get("cat") in DEVICE_CATS
+def _on_device(event: Any) -> bool:
+    return isinstance(event, dict) and event.get("cat") in DEVICE_CATS
 
 
 def _correlation(event: dict[str, Any]) -> Any:
