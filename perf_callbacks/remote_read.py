@@ -1,10 +1,11 @@
 """Reading a remote ``output_dir`` (``s3://``, ``gs://``...) for ``perf-callbacks report`` and ``diff``, sidecars first.
 
 The analysis reads local files only (it is standard-library code), so the remote run folders are mirrored into a
-temporary folder, reading as little as possible: every sidecar (``rank{R}.summary.json``, kilobytes), and for each
-window whose traces all have a matching sidecar (the rule ``report`` itself follows) only the first 64 KiB of each
-trace, which tells the report it is a trace, in a sparse file of the trace's size. A window without matching
-sidecars (or ``--no-sidecars``, ``--top`` over 10) gets its traces downloaded whole. Downloads run ``jobs`` at once.
+temporary folder, reading as little as possible. Every sidecar (``rank{R}.summary.json``, kilobytes) is downloaded
+first. A trace that its sidecar names (same file name and byte size: the rule ``report`` itself follows) is not read
+at all: an empty sparse file of its size and time stands for it. Any other ``.json``/``.json.gz`` file has its first
+64 KiB read, to tell whether it is a trace. A window that the report parses (a trace without a matching sidecar,
+``--no-sidecars``, ``--top`` over 10) gets its traces downloaded whole. Downloads run ``jobs`` at once.
 
 Example:
     >>> import fsspec
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
 import shutil
 import tempfile
@@ -64,25 +66,54 @@ def fetched(url: str, storage_options: Mapping[str, Any] | None = None, jobs: in
 
 def _mirror(fs: Any, root: str, infos: dict[str, dict[str, Any]], tmp: Path, jobs: int, sidecars: bool) -> None:
     from perf_callbacks.analysis.collect import from_sidecar
+    from perf_callbacks.analysis.discover import not_a_trace
 
     def local(path: str) -> Path:
         return tmp / PurePosixPath(path).relative_to(root)
 
     wanted = {p: i for p, i in infos.items() if not _hidden(p, root) and p.endswith(_TRACE_ENDS)}
     side = [p for p in wanted if p.endswith(_SIDECAR_END)]
-    traces = [p for p in wanted if not p.endswith(_SIDECAR_END)]
+    files = [p for p in wanted if not p.endswith(_SIDECAR_END)]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(lambda p: _get(fs, p, local(p), wanted[p]), side))
-        heads = [p for p in traces if sidecars and wanted[p].get("size", 0) > HEAD_BYTES]
+        named = [p for p in files if sidecars and _named_by_sidecar(local(p), wanted[p])]
+        for p in named:  # a matching sidecar says it is a trace, and what the report needs of it: nothing downloaded
+            _placeholder(local(p), wanted[p])
+        rest = [p for p in files if p not in named]
+        heads = [p for p in rest if sidecars and wanted[p].get("size", 0) > HEAD_BYTES]  # enough to tell a trace
         list(pool.map(lambda p: _get(fs, p, local(p), wanted[p], head=True), heads))
-        folders: dict[str, list[str]] = {}
-        for p in traces:
-            folders.setdefault(str(PurePosixPath(p).parent), []).append(p)
-        whole = [p for p in traces if p not in heads]
-        for files in folders.values():  # a window the report would parse gets its traces whole
-            if any(p in heads for p in files) and not all(from_sidecar(local(p)) for p in files):
-                whole += [p for p in files if p in heads]
+        whole = [p for p in rest if p not in heads]
         list(pool.map(lambda p: _get(fs, p, local(p), wanted[p]), whole))
+        folders: dict[str, list[str]] = {}
+        for p in files:
+            if not_a_trace(local(p), sidecars) is None:
+                folders.setdefault(str(PurePosixPath(p).parent), []).append(p)
+        more = [p for traces in folders.values() if not all(from_sidecar(local(p)) for p in traces)  # parsed
+                for p in traces if p in named or p in heads]
+        list(pool.map(lambda p: _get(fs, p, local(p), wanted[p]), more))
+
+
+def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:
+    """The (already fetched) sidecar that the report would read for ``trace`` names it, with its remote size."""
+    from perf_callbacks.analysis.loader import rank_from_name
+    from perf_callbacks.analysis.sidecar_store import FORMAT
+
+    rank = rank_from_name(trace)
+    path = trace.with_name(f"rank{rank}.summary.json" if rank is not None else f"{trace.name}.summary.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return (isinstance(data, dict) and data.get("format") == FORMAT and data.get("trace") == trace.name
+            and data.get("trace_bytes") == info.get("size"))
+
+
+def _placeholder(dest: Path, info: dict[str, Any]) -> None:
+    """An empty sparse file of the trace's size and time, standing for a trace its sidecar summarises."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with dest.open("wb") as out:
+        out.truncate(int(info["size"]))
+    _keep_mtime(dest, info)
 
 
 def _get(fs: Any, path: str, dest: Path, info: dict[str, Any], head: bool = False) -> None:
@@ -94,6 +125,10 @@ def _get(fs: Any, path: str, dest: Path, info: dict[str, Any], head: bool = Fals
             out.truncate(int(info["size"]))
     else:
         fs.get_file(path, str(dest))
+    _keep_mtime(dest, info)
+
+
+def _keep_mtime(dest: Path, info: dict[str, Any]) -> None:
     mtime = _mtime(info)
     if mtime is not None:
         os.utime(dest, (mtime, mtime))

@@ -2,9 +2,9 @@
 
 ``diff`` parses the windows it compares, so it downloads their traces whole.
 
-A 64-rank window whose every trace has its sidecar is reported from the sidecars and the first 64 KiB of each trace
-(no trace downloaded whole), with the same text as the report of the same folder on local disk; a window missing a
-sidecar gets its traces downloaded whole, as the report then parses them.
+A 64-rank window whose every trace has its sidecar is reported from the sidecars alone (no request for any trace
+object), with the same text as the report of the same folder on local disk; a file no sidecar names has its first
+64 KiB read; a window missing a sidecar gets its traces downloaded whole, as the report then parses them.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ def _trace_gets(s3: S3Server) -> tuple[int, int]:
     return sum(1 for r in gets if r is None or r != head), sum(1 for r in gets if r == head)
 
 
+def _trace_requests(s3: S3Server) -> list[tuple[str, str, str | None]]:
+    return [r for r in s3.requests if r[1].endswith(".pt.trace.json.gz")]
+
+
 def test_report_of_a_64_rank_run_on_s3_reads_sidecars_and_no_trace(tmp_path: Path, s3: S3Server,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     local = _run(tmp_path)
@@ -65,7 +69,7 @@ def test_report_of_a_64_rank_run_on_s3_reads_sidecars_and_no_trace(tmp_path: Pat
     assert code == remote_code == 0
     assert f"{RANKS} ranks" in here
     assert there == here.replace(str(local), "s3://perf-report/perf")
-    assert _trace_gets(s3) == (0, RANKS)  # the first 64 KiB of each trace, nothing more
+    assert _trace_requests(s3) == []  # the sidecars name the traces: nothing of them is read
 
 
 def test_a_window_without_all_its_sidecars_gets_its_traces_whole(tmp_path: Path, s3: S3Server,
@@ -80,7 +84,7 @@ def test_a_window_without_all_its_sidecars_gets_its_traces_whole(tmp_path: Path,
     s3.requests.clear()
     _, there = _report(capsys, "s3://perf-parse/perf", "--storage-options", options)
     assert there == here.replace(str(local), "s3://perf-parse/perf")
-    assert _trace_gets(s3) == (2, 2)  # a look at each, then each whole
+    assert _trace_gets(s3) == (2, 1)  # a look at the one no sidecar names, then both whole
 
 
 def test_diff_of_two_remote_runs(tmp_path: Path, s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,3 +106,24 @@ def test_report_of_a_url_with_nothing_there_says_so(s3: S3Server, capsys: pytest
     options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
     assert main(["report", "s3://perf-empty/perf", "--storage-options", options]) == 2
     assert "no file under s3://perf-empty/perf" in capsys.readouterr().err
+
+
+def test_a_file_no_sidecar_names_is_still_looked_at(tmp_path: Path, s3: S3Server,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Sidecars are trusted for the traces they name; other files are read to tell what they are."""
+    local = _run(tmp_path, ranks=4)
+    (local / WINDOW / "config.json").write_text(json.dumps({"lr": 0.1}))  # not a trace: left out, as locally
+    (local / "run" / "window-000008-000010").mkdir()
+    shutil.copy(fixture_trace("launch_bound_tiny_kernels"), local / "run" / "window-000008-000010" / "trace.json.gz")
+    fs = s3.fs()
+    fs.mkdir("perf-mixed")
+    fs.put(str(local) + "/", "perf-mixed/perf", recursive=True)
+    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    _, here = _report(capsys, str(local))
+    s3.requests.clear()
+    _, there = _report(capsys, "s3://perf-mixed/perf", "--storage-options", options)
+    assert "config.json" in here and "window-000008-000010" in here
+    assert there == here.replace(str(local), "s3://perf-mixed/perf")
+    assert _trace_requests(s3) == []  # the window with sidecars: none of its traces read
+    looked_at = {path.rsplit("/", 1)[1] for method, path, _ in s3.requests if method == "GET"}
+    assert {"config.json", "trace.json.gz"} <= looked_at

@@ -38,7 +38,7 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
         FileNotFoundError: when no trace is found under ``path`` (the message says what was found).
         ValueError: when no trace could be analysed (the message gives each file's reason).
     """
-    found = discover(path)
+    found = discover(path, sidecars)
     files = [f for w in found.windows for f in w.files]
     loaded = load_all([w.files for w in found.windows], top_k, jobs, sidecars)
     errors = [loaded[f].error or "" for f in files if loaded[f].error]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perf_callbacks.analysis.loader import is_candidate, is_tensorboard_events, sniff
+from perf_callbacks.analysis.sidecar_store import read_sidecar
 
 _WINDOW = re.compile(r"window-(\d+)-(\d+)")
 WHERE_TRACES_ARE = ("perf-callbacks writes its traces to output_dir, by default <log_dir>/perf (Accelerate: "
@@ -54,11 +55,12 @@ class Discovery:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def discover(path: str | Path) -> Discovery:
+def discover(path: str | Path, sidecars: bool = True) -> Discovery:
     """List the windows under ``path``, most recent first (newest trace file modification time, then name).
 
     Args:
         path: a trace file, a window folder of traces, or an ``output_dir`` holding window folders.
+        sidecars: a file that a matching sidecar names is a trace, unread (see :func:`not_a_trace`).
 
     Raises:
         FileNotFoundError: when ``path`` does not exist or holds no trace; the message says what was found instead.
@@ -73,8 +75,8 @@ def discover(path: str | Path) -> Discovery:
     groups: dict[Path, list[Path]] = {}
     skipped: list[tuple[Path, str]] = []
     for f in sorted(p for p in root.rglob("*") if p.is_file() and is_candidate(p) and not _hidden(p, root)):
-        why = sniff(f)
-        if why is None or why.startswith("unreadable") or ".trace.json" in f.name:  # a broken trace is an error
+        why = not_a_trace(f, sidecars)
+        if why is None:
             groups.setdefault(f.parent, []).append(f)
         else:
             skipped.append((f, why))
@@ -83,6 +85,19 @@ def discover(path: str | Path) -> Discovery:
     windows = [Window(folder, files) for folder, files in groups.items()]
     windows.sort(key=lambda w: (max(f.stat().st_mtime for f in w.files), str(w.path)), reverse=True)
     return Discovery(windows, skipped)
+
+
+def not_a_trace(path: Path, sidecars: bool = True) -> str | None:
+    """Why the candidate ``path`` is not a trace, or None when it is one.
+
+    A file that a matching sidecar names (``sidecars``) is one without being read: on object storage, its report
+    downloads nothing of it. Otherwise its start is read: a file that cannot be read, or is named
+    ``*.trace.json[.gz]``, counts as a trace (reading it then fails with the reason the report prints).
+    """
+    if sidecars and read_sidecar(path) is not None:
+        return None
+    why = sniff(path)
+    return None if why is None or why.startswith("unreadable") or ".trace.json" in path.name else why
 
 
 def find_windows(path: str | Path) -> list[Window]:

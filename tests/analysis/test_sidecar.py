@@ -223,3 +223,19 @@ def test_sidecar_of_a_rank_with_two_devices_is_used(tmp_path: Path) -> None:
     trace.write_bytes(b"\0" * trace.stat().st_size)
     via = analyze(tmp_path)
     assert len(via.devices) == 2 and via.devices == direct.devices
+
+
+def test_a_file_its_sidecar_names_is_a_trace_without_being_read(tmp_path: Path) -> None:
+    """What a remote report's mirror holds: a trace named by its matching sidecar, its bytes never downloaded."""
+    import gzip
+
+    folder = tmp_path / "window-000004-000006"
+    folder.mkdir()
+    trace = folder / "rank0.json"  # nothing in the name says it is a trace: only its start, or its sidecar
+    trace.write_bytes(gzip.decompress(fixture_trace("sync_bound").read_bytes()))
+    write_sidecar(trace)
+    direct = analyze(trace, sidecars=False)
+    trace.write_bytes(b"\0" * trace.stat().st_size)
+    assert analyze(tmp_path).verdict == direct.verdict == "sync_bound"
+    with pytest.raises(FileNotFoundError, match="none is a trace"):
+        analyze(tmp_path, sidecars=False)
