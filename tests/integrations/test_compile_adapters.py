@@ -119,6 +119,7 @@ def test_lightning_a_data_dependent_if_is_one_graph_break_report(tmp_path: Path)
     assert not issubclass(CompileWarning, UserWarning)  # a RuntimeWarning, as the slowdown warning
 
 
+@pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 def test_accelerate_a_model_compiled_once_logs_its_compile_time_and_a_storm_once(tmp_path: Path) -> None:
     from accelerate import Accelerator
 
@@ -157,6 +158,7 @@ def scalars(logdir: Path, prefix: str) -> dict[str, list[float]]:
     return out
 
 
+@pytest.mark.usefixtures("fresh_accelerate_state")  # the Trainer's Accelerator keeps torch_compile's backend else
 def test_transformers_torch_compile_logs_its_compile_time_at_the_start(tmp_path: Path) -> None:
     """``TrainingArguments(torch_compile=True)`` compiles the model after the callback sees it: it compiles still."""
     from perf_callbacks import TransformersPerfCallback
