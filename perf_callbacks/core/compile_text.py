@@ -44,11 +44,11 @@ def break_line(record: Any) -> str:
 def graph_break_message(counts: Counter[str], step: int | None) -> str:
     """The graph-break report: how many, where, why (the 3 most frequent), and the fixes."""
     total = sum(counts.values())
-    where = f"step {step}" if step is not None else "validation"
+    where = f"at step {step}" if step is not None else "during validation"
     reasons = "; ".join(f"{reason} ({n}x)" for reason, n in counts.most_common(3))
     more = f"; and {len(counts) - 3} more" if len(counts) > 3 else ""
     places = f"{len(counts)} place{'s' if len(counts) != 1 else ''}"
-    return (f"torch.compile: {total} graph break{'s' if total != 1 else ''} in the compilation at {where}, at "
+    return (f"torch.compile: {total} graph break{'s' if total != 1 else ''} in the compilation {where}, at "
             f"{places} in the code: {reasons}{more}. Counted in perf/compile/graph_breaks and said once: "
             f"{BREAK_FIXES}")
 

@@ -331,3 +331,17 @@ def test_report_sets_compilation_aside_and_says_how_long(tmp_path: Path) -> None
     compiled_ms = float(note.split("torch.compile compilation ")[1].split(" ms")[0])
     assert compiled_ms >= 1000.0
     assert result.step_time_ms is not None and result.step_time_ms < compiled_ms / 4  # half of it, were it step time
+
+
+def test_graph_break_and_storm_words() -> None:
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from perf_callbacks.core.compile_text import graph_break_message, storm_message
+
+    assert graph_break_message(Counter({"a": 2, "b": 1}), None).startswith(
+        "torch.compile: 3 graph breaks in the compilation during validation, at 2 places in the code: a (2x); b (1x).")
+    record = SimpleNamespace(co_name="step", co_filename="/src/train.py", co_firstlineno=7, recompile_reason=None)
+    assert storm_message([(5, 0.25), (6, 0.5)], 50, record, None).startswith(
+        "torch.compile recompiled at 2 of the last 50 steps (steps 5, 6; 0.8 s of compilation); `step` (train.py:7) was "
+        "recompiled (torch recorded no reason: run with TORCH_LOGS=recompiles to see it). ")
