@@ -129,17 +129,27 @@ def _get(fs: Any, path: str, dest: Path, info: dict[str, Any], head: bool = Fals
 
 
 def _keep_mtime(dest: Path, info: dict[str, Any]) -> None:
+    """Give ``dest`` the object's time, which orders the windows as a local run's file times do.
+
+    Without one, every file gets the same time (the epoch), so that windows are ordered by name as ties are locally,
+    never by which download finished first.
+    """
     mtime = _mtime(info)
-    if mtime is not None:
-        os.utime(dest, (mtime, mtime))
+    os.utime(dest, (mtime or 0.0, mtime or 0.0))
 
 
 def _mtime(info: dict[str, Any]) -> float | None:
-    for key in ("LastModified", "mtime", "created", "last_modified", "updated"):
+    """The object's modification time: a datetime, a number or an ISO 8601 text (gcsfs' ``updated``)."""
+    for key in ("LastModified", "mtime", "last_modified", "updated", "created"):
         value = info.get(key)
+        if isinstance(value, str):
+            try:
+                value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
         if isinstance(value, datetime.datetime):
             return value.timestamp()
-        if isinstance(value, (int, float)):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     return None
 

@@ -9,15 +9,17 @@ object), with the same text as the report of the same folder on local disk; a fi
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
-from perf_callbacks.remote_read import HEAD_BYTES
+from perf_callbacks.remote_read import HEAD_BYTES, _keep_mtime
 from tests.analysis.conftest import fixture_trace
 from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
 
@@ -127,3 +129,16 @@ def test_a_file_no_sidecar_names_is_still_looked_at(tmp_path: Path, s3: S3Server
     assert _trace_requests(s3) == []  # the window with sidecars: none of its traces read
     looked_at = {path.rsplit("/", 1)[1] for method, path, _ in s3.requests if method == "GET"}
     assert {"config.json", "trace.json.gz"} <= looked_at
+
+
+@pytest.mark.parametrize(("info", "expected"), [
+    ({"LastModified": datetime.datetime(2026, 12, 1, 12, 0, 1, tzinfo=datetime.timezone.utc)}, 1796126401.0),
+    ({"updated": "2026-12-01T12:00:01.000Z", "created": 5.0}, 1796126401.0),  # gcsfs: ISO text
+    ({"mtime": 1796126401.5}, 1796126401.5),
+    ({"size": 3}, 0.0),  # no time: all alike, windows ordered by name, never by which download ended first
+])
+def test_a_mirrored_file_keeps_the_objects_time(tmp_path: Path, info: dict[str, Any], expected: float) -> None:
+    dest = tmp_path / "rank0.pt.trace.json.gz"
+    dest.write_bytes(b"")
+    _keep_mtime(dest, info)
+    assert dest.stat().st_mtime == expected

@@ -327,3 +327,39 @@ def test_a_local_run_names_its_paths(tmp_path: Path) -> None:
     (engine,) = [c.engine for c in t.callbacks if isinstance(c, GPUPerfCallback)]  # type: ignore[attr-defined]
     (trace,) = engine.exported
     assert trace.exists() and engine.exported_urls == [] and engine.locate(trace) == str(trace)
+
+
+def _windows(report: dict[str, Any], root: str) -> list[tuple[int, str, bool]]:
+    """The report's windows in its order (the headline first): which run (0: the first), which window, partial."""
+    named = [w["path"].replace(root, "").strip("/").split("/") for w in report["windows"]]
+    runs = sorted({run for run, _ in named})
+    return [(runs.index(run), window, w["partial"]) for (run, window), w in zip(named, report["windows"], strict=True)]
+
+
+def test_report_of_several_windows_picks_and_orders_them_as_locally(tmp_path: Path, s3: S3Server,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs in one output_dir, three windows each, the last one partial: the same headline and order.
+
+    The runs start in the same second, so their names sort against their order: only the files' times tell.
+    """
+    from perf_callbacks.integrations import lightning
+
+    s3.fs().mkdir("perf-order")
+    schedule = {"skip_first": 2, "wait": 2, "warmup": 1, "active": 2, "repeat": 3}  # 5-6, 10-11, then 15 of 15-16
+    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    reports = []
+    for n, out in enumerate((str(tmp_path / "local"), "s3://perf-order/perf")):
+        names = iter(["20261201-120000-ffffff", "20261201-120000-000000"])  # the first, then the second run
+        monkeypatch.setattr(lightning, "new_run_name", names.__next__)
+        for run in range(2):
+            time.sleep(1.1)  # object stores keep times to the second: the runs' files a second apart, at least
+            fit(tmp_path / f"{n}{run}", out, None if n == 0 else s3.options, steps=16, schedule=schedule)
+        capsys.readouterr()
+        assert main(["report", out, "--json", *(["--storage-options", options] if n else [])]) == 0
+        reports.append(_windows(json.loads(capsys.readouterr().out), out))
+    here, there = reports
+    assert here == [(0, "window-000010-000011", False), (0, "window-000015-000015", True),
+                    (0, "window-000005-000006", False), (1, "window-000015-000015", True),
+                    (1, "window-000010-000011", False), (1, "window-000005-000006", False)]  # run 0: "...-000000"
+    assert there == here
