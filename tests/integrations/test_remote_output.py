@@ -363,3 +363,24 @@ def test_report_of_several_windows_picks_and_orders_them_as_locally(tmp_path: Pa
                     (0, "window-000005-000006", False), (1, "window-000015-000015", True),
                     (1, "window-000010-000011", False), (1, "window-000005-000006", False)]  # run 0: "...-000000"
     assert there == here
+
+
+def test_an_oom_folder_ends_up_in_the_bucket(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    """The out-of-memory evidence, written at close after the window's upload, is uploaded by the close sweep."""
+    from perf_callbacks.core.memory import OutOfMemoryError
+    from tests.integrations.test_oom import OOMModel
+
+    s3.fs().mkdir("perf-oom")
+    cb = GPUPerfCallback(output_dir="s3://perf-oom/perf", storage_options=s3.options, schedule=WINDOW,
+                         check_dataloaders=False)
+    t = trainer(tmp_path, [cb], max_steps=8)
+    model = OOMModel("forward", at=6)  # after the window of steps 3-4
+    with pytest.raises(OutOfMemoryError) as info:
+        t.fit(model, loader())
+    assert info.value is model.error
+    assert remote_files(s3, "perf-oom/perf") == {"oom-rank0/summary.txt", "window-000003-000004/rank0.pt.trace.json.gz",
+                                                  "window-000003-000004/rank0.summary.json",
+                                                  "window-000003-000004/summary.txt"}
+    (summary,) = [p for p in s3.fs().find("perf-oom/perf") if p.endswith("oom-rank0/summary.txt")]
+    assert s3.fs().cat_file(summary).startswith(b"out of memory on rank 0 at step 6, phase forward\n")
+    assert staged(staging) == []  # nothing left behind on local disk
