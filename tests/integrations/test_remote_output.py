@@ -384,3 +384,28 @@ def test_an_oom_folder_ends_up_in_the_bucket(tmp_path: Path, s3: S3Server, stagi
     (summary,) = [p for p in s3.fs().find("perf-oom/perf") if p.endswith("oom-rank0/summary.txt")]
     assert s3.fs().cat_file(summary).startswith(b"out of memory on rank 0 at step 6, phase forward\n")
     assert staged(staging) == []  # nothing left behind on local disk
+
+
+def test_a_windows_allocator_snapshot_ends_up_in_the_bucket(tmp_path: Path, s3: S3Server, staging: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rank{R}.snapshot.pickle`` beside the window's trace (CUDA's allocator history, stood in for on CPU)."""
+    import pickle
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda device=None: {"segments": [], "device_traces": [[]]})
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", lambda *args, **kwargs: None)
+
+    class Recording(L.Callback):  # as OOMForensics.start_history leaves it on a CUDA device with memory_history
+        def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
+            assert cb.engine is not None
+            cb.engine.mem.oom.recording = True
+
+    s3.fs().mkdir("perf-snap")
+    cb = GPUPerfCallback(output_dir="s3://perf-snap/perf", storage_options=s3.options, schedule=WINDOW)
+    t = trainer(tmp_path, [cb, Recording()], max_steps=8)
+    t.fit(TinyModel(), loader())
+    assert "window-000003-000004/rank0.snapshot.pickle" in remote_files(s3, "perf-snap/perf")
+    (snapshot,) = [p for p in s3.fs().find("perf-snap/perf") if p.endswith("rank0.snapshot.pickle")]
+    assert pickle.loads(s3.fs().cat_file(snapshot)) == {"segments": [], "device_traces": [[]]}
+    assert staged(staging) == []
