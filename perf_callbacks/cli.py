@@ -194,6 +194,8 @@ def _add_diff(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="exit 1 when step time is significantly slower by more than PCT percent")
     p.add_argument("--window", action="append", metavar="W", default=[],
                    help="window index (0 = latest) or folder name; once for both sides, twice for BASE then NEW")
+    p.add_argument("--jobs", type=_positive, default=8, metavar="N",
+                   help="download up to N files at once from a URL (default: %(default)s)")
     _add_storage_options(p)
     p.set_defaults(func=_run_diff)
 
@@ -242,12 +244,15 @@ def _local_copies(stack: contextlib.ExitStack, args: argparse.Namespace) -> tupl
     """BASE and NEW as local paths (a URL's sidecars and needed traces fetched), and what names them in the output."""
     names: dict[str, str] = {}
     paths = []
-    for path in (args.base, args.new):
+    windows = (args.window * 2)[:2] if args.window else [None, None]
+    for path, window in zip((args.base, args.new), windows, strict=True):
         if _remote(path):
-            from perf_callbacks.remote_read import fetched
+            from perf_callbacks.analysis.diff_windows import windows_read
+            from perf_callbacks.remote_read import mirrored
 
-            local = str(stack.enter_context(fetched(path, args.storage_options, sidecars=False)))  # diff parses
-            names[local], path = path.rstrip("/"), local
+            mirror = stack.enter_context(mirrored(path, args.storage_options, args.jobs))  # sidecars, stand-ins
+            mirror.fill(f for w in windows_read(mirror.path, window) for f in w.files)  # the traces diff parses
+            names[str(mirror.path)], path = path.rstrip("/"), str(mirror.path)
         paths.append(path)
 
     def shown(text: str) -> str:

@@ -24,14 +24,15 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from perf_callbacks.core.remote import is_remote
 
-__all__ = ["fetched", "is_remote"]
+__all__ = ["Mirror", "fetched", "is_remote", "mirrored"]
 HEAD_BYTES = 64 << 10
 _TRACE_ENDS = (".json", ".json.gz")
 _SIDECAR_END = ".summary.json"
@@ -45,6 +46,45 @@ def fetched(url: str, storage_options: Mapping[str, Any] | None = None, jobs: in
     Raises:
         FileNotFoundError: nothing at ``url``.
     """
+    with mirrored(url, storage_options, jobs, sidecars) as mirror:
+        yield mirror.path
+
+
+@dataclass
+class Mirror:
+    """A local stand-in for a URL, whose traces that sidecars summarise are empty stand-ins until :meth:`fill`.
+
+    Args:
+        path: the local file or folder standing for the URL.
+        fs: the URL's file system; ``root``: its path there.
+        partial: the remote files whose local copy is not whole yet (a stand-in or their first bytes), with info.
+        jobs: downloads at once.
+    """
+
+    path: Path
+    fs: Any
+    root: str
+    partial: dict[str, dict[str, Any]] = field(default_factory=dict)
+    jobs: int = 8
+
+    def fill(self, files: Iterable[Path]) -> None:
+        """Download whole those of ``files`` (local paths under :attr:`path`) that are not yet."""
+        todo = [(f"{self.root}/{f.relative_to(self.path).as_posix()}", f) for f in files]
+        todo = [(remote, local) for remote, local in todo if remote in self.partial]
+        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+            list(pool.map(lambda job: _get(self.fs, job[0], job[1], self.partial[job[0]]), todo))
+        for remote, _ in todo:
+            del self.partial[remote]
+
+
+@contextlib.contextmanager
+def mirrored(url: str, storage_options: Mapping[str, Any] | None = None, jobs: int = 8,
+             sidecars: bool = True) -> Iterator[Mirror]:
+    """:func:`fetched`, as a :class:`Mirror` whose stand-ins can be downloaded whole later.
+
+    Raises:
+        FileNotFoundError: nothing at ``url``.
+    """
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
@@ -53,18 +93,20 @@ def fetched(url: str, storage_options: Mapping[str, Any] | None = None, jobs: in
         if fs.isfile(root):
             local = tmp / PurePosixPath(root).name
             fs.get_file(root, str(local))
-            yield local
+            yield Mirror(local, fs, root, jobs=jobs)
             return
         infos = {p: i for p, i in fs.find(root, detail=True).items() if i.get("type") != "directory"}
         if not infos:
             raise FileNotFoundError(f"no file under {url}")
-        _mirror(fs, root.rstrip("/"), infos, tmp, jobs, sidecars)
-        yield tmp
+        partial = _mirror(fs, root.rstrip("/"), infos, tmp, jobs, sidecars)
+        yield Mirror(tmp, fs, root.rstrip("/"), partial, jobs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _mirror(fs: Any, root: str, infos: dict[str, dict[str, Any]], tmp: Path, jobs: int, sidecars: bool) -> None:
+def _mirror(fs: Any, root: str, infos: dict[str, dict[str, Any]], tmp: Path, jobs: int,
+            sidecars: bool) -> dict[str, dict[str, Any]]:
+    """Mirror ``infos`` under ``tmp`` (see the module's text); returns the files whose copy is not whole."""
     from perf_callbacks.analysis.collect import from_sidecar
     from perf_callbacks.analysis.discover import not_a_trace
 
@@ -91,6 +133,7 @@ def _mirror(fs: Any, root: str, infos: dict[str, dict[str, Any]], tmp: Path, job
         more = [p for traces in folders.values() if not all(from_sidecar(local(p)) for p in traces)  # parsed
                 for p in traces if p in named or p in heads]
         list(pool.map(lambda p: _get(fs, p, local(p), wanted[p]), more))
+    return {p: wanted[p] for p in (*named, *heads) if p not in more}
 
 
 def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,37 @@ def test_a_mirrored_file_keeps_the_objects_time(tmp_path: Path, info: dict[str, 
     dest.write_bytes(b"")
     _keep_mtime(dest, info)
     assert dest.stat().st_mtime == expected
+
+
+def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path: Path, s3: S3Server,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    local = _run(tmp_path, ranks=2)
+    older = local / "run" / "window-000001-000003"  # an older complete window, with its sidecars: not compared
+    shutil.copytree(local / WINDOW, older)
+    for f in older.iterdir():
+        os.utime(f, (1e9, 1e9))
+    fs = s3.fs()
+    fs.mkdir("perf-diff-some")
+    for name in ("a", "b"):
+        fs.put(str(local) + "/", f"perf-diff-some/{name}", recursive=True)
+    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    assert main(["diff", str(local), str(local)]) == 0
+    here = capsys.readouterr().out
+    s3.requests.clear()
+    assert main(["diff", "s3://perf-diff-some/a", "s3://perf-diff-some/b", "--storage-options", options]) == 0
+    there = capsys.readouterr().out
+    assert there.replace("s3://perf-diff-some/a", str(local)).replace("s3://perf-diff-some/b", str(local)) == here
+    assert WINDOW in here
+    got = sorted(path.split("/", 3)[2:] for method, path, _ in s3.requests  # type: ignore[misc]
+                 if method == "GET" and path.endswith(".pt.trace.json.gz"))
+    assert got == [[side, f"{WINDOW}/rank{r}.pt.trace.json.gz"] for side in "ab" for r in (0, 1)], got
+    assert main(["diff", str(local), str(local), "--window", "1"]) == 0
+    here = capsys.readouterr().out
+    s3.requests.clear()
+    assert main(["diff", "s3://perf-diff-some/a", "s3://perf-diff-some/b", "--window", "1", "--storage-options",
+                 options]) == 0
+    there = capsys.readouterr().out
+    assert there.replace("s3://perf-diff-some/a", str(local)).replace("s3://perf-diff-some/b", str(local)) == here
+    got = sorted(path.split("/", 3)[2:] for method, path, _ in s3.requests  # type: ignore[misc]
+                 if method == "GET" and path.endswith(".pt.trace.json.gz"))
+    assert got == [[side, f"run/window-000001-000003/rank{r}.pt.trace.json.gz"] for side in "ab" for r in (0, 1)]

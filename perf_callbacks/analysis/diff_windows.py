@@ -107,6 +107,24 @@ def load_side(path: str | Path, window: str | None = None) -> tuple[AnalysisResu
     raise ValueError(f"no usable window under {path}: " + "; ".join(skipped))
 
 
+def windows_read(path: str | Path, window: str | None = None) -> list[Window]:
+    """The windows whose traces :func:`load_side` parses, where sidecars say as much without the traces.
+
+    A window whose sidecars say it is complete is the one chosen; one without them is parsed here to know (a remote
+    mirror holds such traces whole). With no complete window, every window is read.
+    """
+    windows = find_windows(path)
+    if window is not None:
+        return [windows[pick_window(windows, window)]]
+    for w in windows:
+        cheap = window_from_sidecars(w)
+        if cheap is not None and is_complete(w, cheap):
+            return [w]
+        if cheap is None and (result := _usable(w, [])) is not None and is_complete(w, result):
+            return [w]
+    return windows
+
+
 def _usable(window: Window, skipped: list[str]) -> AnalysisResult | None:
     """The window's result, or None (with the reason added to ``skipped``) when a file of it cannot be read."""
     try:
