@@ -20,7 +20,7 @@ WORK=${MUTATION_DIR:-/tmp/perf-callbacks-mutation}
 JOBS=${MUTATION_JOBS:-2}
 
 MODULES=(perf_callbacks/core/schedule.py perf_callbacks/core/traces.py perf_callbacks/core/trace_cut.py
-         perf_callbacks/core/stats.py perf_callbacks/core/clock.py perf_callbacks/core/engine.py
+         perf_callbacks/core/stats.py perf_callbacks/core/clock.py perf_callbacks/core/engine.py perf_callbacks/core/engine_aside.py
          perf_callbacks/core/window.py perf_callbacks/analysis/verdict.py perf_callbacks/analysis/noise.py
          perf_callbacks/analysis/cluster.py perf_callbacks/analysis/timeline.py)
 [ $# -gt 0 ] && MODULES=("$@")

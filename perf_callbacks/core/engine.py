@@ -11,7 +11,8 @@ An adapter maps its framework's hooks onto::
 A step begins at its first activity (the fetch of its first micro-batch, or the batch) and lasts until the next one
 begins: its NVTX range and ``ProfilerStep#N`` span hold its data wait, its work and the framework's work after it
 (the ``framework`` phase); no step is opened before it runs. Validation, checkpoint saves and our own export and
-logging are left out of step time and data wait (``core/clock.py``). Outside windows a micro-batch costs a few
+logging are left out of step time and data wait (``core/clock.py``, ``core/engine_aside.py``); the files written
+and where they are now: ``core/engine_files.py``. Outside windows a micro-batch costs a few
 ``perf_counter`` reads and compares; memory is read at logging steps only; nothing syncs with the device.
 """
 
@@ -20,13 +21,10 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
-import os
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,13 +35,14 @@ from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.compile_watch import CompileWatch
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.dataloader import Finding
+from perf_callbacks.core.engine_aside import SetAside
+from perf_callbacks.core.engine_files import RunFiles
 from perf_callbacks.core.flops import StepFlops
 from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.monitor import StepMonitor
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.spans import enter_span, exit_span
-from perf_callbacks.core.traces import TraceLayout
 from perf_callbacks.core.warn import WarnOnce
 from perf_callbacks.core.window import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
@@ -53,7 +52,7 @@ log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 120.0
 
 
-class PerfEngine:
+class PerfEngine(SetAside, RunFiles):
     """Composes the step clock, profiler windows, NVTX ranges, memory sampling and step statistics.
 
     Args:
@@ -100,36 +99,9 @@ class PerfEngine:
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
 
-    @property
-    def exported(self) -> list[Any]:
-        """Trace files written so far, as local paths (a window's file appears once its background job finished).
-
-        With a remote ``output_dir`` these are the staged copies, removed once uploaded: see :attr:`exported_urls`
-        and :meth:`locate`.
-        """
-        return self.windows.exported
-
-    @property
-    def exported_urls(self) -> list[str]:
-        """With a remote ``output_dir``, the URL each trace of :attr:`exported` is uploaded to (same order); else []."""
-        uploads = self.windows.uploads
-        return [uploads.url_of(p) for p in self.exported] if uploads is not None else []
-
-    def locate(self, path: str | os.PathLike[str]) -> str:
-        """Where a file or folder this run wrote (``exported``, ``layout.run_dir``...) is now.
-
-        Its local path, except under a remote ``output_dir`` once its upload was confirmed (its staged copy is gone):
-        then its URL. A file whose upload failed stays at its local path, as the warning said.
-        """
-        uploads, path = self.windows.uploads, Path(path)
-        if uploads is None or path.exists() or uploads.staging not in (path, *path.parents):
-            return str(path)
-        return uploads.url_of(path)
-
-    @property
-    def layout(self) -> TraceLayout:
-        """Where this run's windows go."""
-        return self.windows.layout
+    def _now(self) -> float:
+        """``time.perf_counter`` for the time set aside (``core/engine_aside.py``), read where the hot path reads it."""
+        return time.perf_counter()
 
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
@@ -208,47 +180,6 @@ class PerfEngine:
             rf, self._phase_rf = self._phase_rf, None
             exit_span(rf)
 
-    # ---- time set aside: validation and checkpoints ---------------------------------------------------------
-    def validation_start(self) -> None:
-        """Validation inside training: its own range, and its time is left out of step time and data wait."""
-        self._t_aside = time.perf_counter()
-        self._clean = False
-        self.phase("validation")
-
-    def validation_end(self) -> None:
-        """Validation finished."""
-        self.clock.set_aside(time.perf_counter() - self._t_aside)
-        if self.compile.dirty:  # it compiled (e.g. for eval mode): never a recompile storm
-            self.compile.poll(None)
-        self.phase("framework")
-
-    def checkpoint_start(self) -> None:
-        """A checkpoint save begins: a range nested in the current phase; its time is left out of step and wait."""
-        self._t_ckpt = time.perf_counter()
-        self._clean = False
-        if self._nvtx_on:
-            self.nvtx.push("checkpoint")
-        if self._recording:
-            self._ckpt_rf = enter_span("perf_callbacks.checkpoint")
-
-    def checkpoint_end(self) -> None:
-        """The checkpoint save finished (or raised)."""
-        if self._ckpt_rf is not None:
-            rf, self._ckpt_rf = self._ckpt_rf, None
-            exit_span(rf)
-        if self._nvtx_on:
-            self.nvtx.pop()
-        if self._phase != "validation":  # else already left out as validation time
-            self.clock.set_aside(time.perf_counter() - self._t_ckpt)
-
-    def _compiled(self, seconds: float) -> None:
-        """torch.compile compiled for ``seconds`` (core/compile_watch.py): set aside like validation."""
-        self._clean = False
-        if self._phase != "validation":  # else already left out as validation time
-            self.clock.set_aside(seconds)
-        if self._recording:  # the window's summary says so
-            self.windows.compile_s += seconds
-
     # ---- once per optimizer step -------------------------------------------------------------------------------
     def _begin(self, step: int, t: float) -> None:
         carry = self._pending_t is not None
@@ -295,18 +226,6 @@ class PerfEngine:
     def report_findings(self, findings: list[Finding]) -> None:
         """Warn once (rank 0) for each DataLoader finding (see :meth:`StepMonitor.findings`)."""
         self.monitor.findings(findings)
-
-    @contextmanager
-    def tool_time(self, kind: str = "log") -> Iterator[None]:
-        """Our own work (export, logging, a metric flush): not step time, but overhead; in windows, a span set aside."""
-        rf = enter_span("perf_callbacks.overhead") if self._recording and kind == "log" else None
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            exit_span(rf)
-            self.clock.set_aside(spent := time.perf_counter() - t0)
-            self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + spent
 
     def log_short_run(self) -> bool:
         """A run that ends before its first logging step logs its interval once, at its last step; True if it did.
