@@ -561,3 +561,43 @@ def test_a_run_that_logged_an_interval_or_failed_logs_nothing_at_close(tmp_path:
     run_steps(engine, 3)
     engine.close(ValueError("user error"))
     assert logged == []
+
+
+class FakeNvtxDomain:
+    """Records the ranges the engine opens and closes, as an attached NVTX tool (Nsight Systems) would see them."""
+
+    def __init__(self) -> None:
+        self.ranges: list[str] = []
+
+    def get_event_attributes(self, message: str, color: str, category: str, payload: int | None = None) -> str:
+        return message if payload is None else f"{message}#{payload}"
+
+    def push_range(self, attrs: str) -> None:
+        self.ranges.append(attrs)
+
+    def pop_range(self) -> None:
+        self.ranges.append("pop")
+
+
+def test_nvtx_ranges_nest_steps_phases_and_checkpoints(tmp_path: Path) -> None:
+    """With a tool attached: each step's range holds its phases, is closed when the next step begins, and a
+    checkpoint nests in the open phase; a short run's interval logged before close leaves the last step's range to
+    close. The fast tests otherwise run with no tool, where every NVTX call is skipped."""
+    engine = make_engine(tmp_path, schedule={"skip_first": 1000})
+    engine.nvtx._domain = domain = FakeNvtxDomain()
+    engine._nvtx_on = True
+    run_steps(engine, 2)
+    engine.validation_start()
+    engine.checkpoint_start()
+    engine.checkpoint_end()
+    engine.validation_end()
+    engine.checkpoint_start()
+    engine.checkpoint_end()
+    assert engine.log_short_run()  # as the Accelerate adapter does before its close-time flush
+    engine.close()
+    fetch = ["data_wait", "pop", "framework", "pop"]  # step 0's number is not known before its batch starts
+    batch = ["forward", "pop", "framework"]
+    assert domain.ranges == ([*fetch, "step#0", *batch, "pop", "pop", "step#1", *fetch, *batch]
+                             + ["pop", "validation", "checkpoint", "pop", "pop", "framework", "checkpoint", "pop"]
+                             + ["pop", "pop"])  # close: the framework phase, then step 1
+    assert engine.nvtx.depth == 0
