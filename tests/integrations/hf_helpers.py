@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,10 @@ class FailAt(TrainerCallback):
 
 
 def make_trainer(out: Path, callbacks: list[Any], *, max_steps: int = 8, ga: int = 1, n: int = 96,
-                 sleep_ms: float = 0.0, eval_steps: int | None = None, **args: Any) -> Trainer:
+                 sleep_ms: float = 0.0, eval_steps: int | None = None, model: nn.Module | None = None,
+                 collator: Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]] | None = None,
+                 **args: Any) -> Trainer:
+    """A Trainer of ``model`` (default: :class:`Tiny`) on :class:`Samples`; ``args`` go to ``TrainingArguments``."""
     defaults: dict[str, Any] = {
         "per_device_train_batch_size": 4, "use_cpu": True, "report_to": "none", "logging_steps": 2,
         "save_strategy": "no", "disable_tqdm": True, "dataloader_num_workers": 0,
@@ -63,8 +67,9 @@ def make_trainer(out: Path, callbacks: list[Any], *, max_steps: int = 8, ga: int
     if eval_steps is not None:
         defaults.update(eval_strategy="steps", eval_steps=eval_steps, per_device_eval_batch_size=8)
     targs = TrainingArguments(str(out), max_steps=max_steps, gradient_accumulation_steps=ga, **{**defaults, **args})
-    return Trainer(Tiny(), targs, train_dataset=Samples(n, sleep_ms),
-                   eval_dataset=Samples(16) if eval_steps is not None else None, callbacks=callbacks)
+    return Trainer(Tiny() if model is None else model, targs, train_dataset=Samples(n, sleep_ms),
+                   eval_dataset=Samples(16) if eval_steps is not None else None, callbacks=callbacks,
+                   data_collator=collator)
 
 
 def trace_events(path: Path) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import pytest
@@ -119,15 +120,38 @@ def test_lightning_a_data_dependent_if_is_one_graph_break_report(tmp_path: Path)
     assert not issubclass(CompileWarning, UserWarning)  # a RuntimeWarning, as the slowdown warning
 
 
-@pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
-def test_accelerate_a_model_compiled_once_logs_its_compile_time_and_a_storm_once(tmp_path: Path) -> None:
+class Plain(nn.Module):
+    """An ``nn.Module`` for Accelerate and transformers; ``branch``: a data-dependent ``if``, a graph break."""
+
+    def __init__(self, inputs: int = 16, outputs: int = 4, branch: bool = False) -> None:
+        super().__init__()
+        self.layer, self.branch = nn.Linear(inputs, outputs), branch
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None, **_: Any) -> Any:  # num_items_in_batch
+        out = self.layer(x)
+        if self.branch and out.mean() > 0:  # data-dependent
+            out = out * 2
+        return out if labels is None else {"loss": nn.functional.mse_loss(out, labels), "logits": out}
+
+
+def break_at(code: str) -> str:
+    """How a graph break report names the line of this file that starts with ``code``: ``file:line `the line```."""
+    line, text = next((i, text.strip()) for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                      if text.strip().startswith(code))
+    return f"data-dependent control flow (a Python if/while on a tensor's value) at test_compile_adapters.py:{line} `{text}`"
+
+
+BRANCH = break_at("if self.branch and out.mean() > 0:")
+
+
+def accelerate_fit(tmp_path: Path, model: nn.Module, data: DataLoader) -> tuple[list[dict[str, float]], list[str]]:
+    """Train ``model`` (compiled) through Accelerate with the hook; ``(the logged figures, the PerfWarnings said)``."""
     from accelerate import Accelerator
 
     from perf_callbacks import AcceleratePerfHook
 
     acc = Accelerator(cpu=True)
-    model = torch.compile(nn.Linear(16, 4), backend="eager", dynamic=False)
-    model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), growing_batches(40, every=5))
+    model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), data)
     logged: list[tuple[int, dict[str, float]]] = []
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -138,10 +162,39 @@ def test_accelerate_a_model_compiled_once_logs_its_compile_time_and_a_storm_once
                 acc.backward(nn.functional.cross_entropy(model(x), y))
                 opt.step()
                 opt.zero_grad()
-    said = [str(w.message) for w in seen if issubclass(w.category, PerfWarning)]
-    assert len(said) == 1 and "torch.compile recompiled at 5 of the last 50 steps" in said[0], said
-    seconds = [m["perf/compile/seconds"] for _, m in logged]
-    assert seconds[0] > 0 and sum(m["perf/compile/recompiles"] for _, m in logged) == 7
+    return [m for _, m in sorted(logged, key=lambda sm: sm[0])], [
+        f"{w.category.__name__}: {w.message}" for w in seen if issubclass(w.category, PerfWarning)]
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
+def test_accelerate_a_model_compiled_once_logs_its_compile_time_at_the_start(tmp_path: Path) -> None:
+    logged, said = accelerate_fit(tmp_path, torch.compile(nn.Linear(16, 4), backend="eager"),
+                                  growing_batches(20, every=1000))
+    assert said == []
+    seconds = [m["perf/compile/seconds"] for m in logged]
+    assert len(seconds) == 4 and seconds[0] > 0 and seconds[1:] == [0.0, 0.0, 0.0]
+    assert [m["perf/compile/recompiles"] for m in logged] == [0.0] * 4
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_accelerate_a_model_compiled_once_logs_its_compile_time_and_a_storm_once(tmp_path: Path) -> None:
+    logged, said = accelerate_fit(tmp_path, torch.compile(nn.Linear(16, 4), backend="eager", dynamic=False),
+                                  growing_batches(40, every=5))
+    assert len(said) == 1 and said[0].startswith("CompileWarning: perf-callbacks: torch.compile recompiled at 5 of "
+                                                 "the last 50 steps"), said
+    assert "size mismatch at index 0. expected 12, actual 13" in said[0] and "mark_dynamic" in said[0]
+    seconds = [m["perf/compile/seconds"] for m in logged]
+    assert seconds[0] > 0 and sum(m["perf/compile/recompiles"] for m in logged) == 7
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_accelerate_a_data_dependent_if_is_one_graph_break_report(tmp_path: Path) -> None:
+    logged, said = accelerate_fit(tmp_path, torch.compile(Plain(branch=True), backend="eager"),
+                                  growing_batches(10, every=1000))
+    assert len(said) == 1 and said[0].startswith("CompileWarning: perf-callbacks: torch.compile: 1 graph break in "
+                                                 "the compilation at step 0, at 1 place in the code"), said
+    assert f"{BRANCH} (1x)" in said[0]
+    assert [m["perf/compile/graph_breaks"] for m in logged] == [1.0, 0.0]
 
 
 def scalars(logdir: Path, prefix: str) -> dict[str, list[float]]:
@@ -174,3 +227,74 @@ def test_transformers_torch_compile_logs_its_compile_time_at_the_start(tmp_path:
     seconds = figures["perf/compile/seconds"]
     assert len(seconds) == 3 and seconds[0] > 0 and seconds[1:] == [0.0, 0.0]
     assert figures["perf/compile/recompiles"] == [0.0] * 3
+
+
+class Shrinking:
+    """A data collator that keeps ``8 + i // every`` rows of its ``i``-th batch: a new batch size every ``every``."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.calls = every, 0
+
+    def __call__(self, features: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        from transformers import default_data_collator
+
+        rows, self.calls = 8 + self.calls // self.every, self.calls + 1
+        assert len(features) >= rows
+        return dict(default_data_collator(features[:rows]))
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_transformers_a_batch_size_changing_every_5_steps_is_one_storm_warning(tmp_path: Path) -> None:
+    """A model compiled by the user (``dynamic=False``: the Trainer's own ``torch_compile`` leaves ``dynamic`` to
+    torch, which makes the size dynamic at its first change) and a batch size growing every 5 steps. The compiled
+    module's signature is ``(*args, **kwargs)``: the Trainer would drop every column without remove_unused_columns."""
+    from perf_callbacks import TransformersPerfCallback
+    from tests.integrations.hf_helpers import make_trainer
+
+    cb = TransformersPerfCallback(log_every_n_steps=5, **QUIET)
+    model = torch.compile(Plain(8, 1), backend="eager", dynamic=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        make_trainer(tmp_path, [cb], max_steps=40, n=640, model=model, collator=Shrinking(every=5),
+                     per_device_train_batch_size=16, remove_unused_columns=False).train()
+    said = [f"{w.category.__name__}: {w.message}" for w in seen if issubclass(w.category, PerfWarning)]
+    assert len(said) == 1 and said[0].startswith("CompileWarning: perf-callbacks: torch.compile recompiled at 5 of"), said
+    assert "size mismatch at index 0. expected 12, actual 13" in said[0] and "mark_dynamic" in said[0]
+    assert cb.engine is not None
+    figures = scalars(cb.engine.layout.run_dir, "perf/compile/")
+    assert figures["perf/compile/seconds"][0] > 0 and sum(figures["perf/compile/recompiles"]) == 7
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_transformers_a_data_dependent_if_is_one_graph_break_report(tmp_path: Path) -> None:
+    from perf_callbacks import TransformersPerfCallback
+    from tests.integrations.hf_helpers import make_trainer
+
+    cb = TransformersPerfCallback(log_every_n_steps=5, **QUIET)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        make_trainer(tmp_path, [cb], max_steps=10, model=Plain(8, 1, branch=True), torch_compile=True,
+                     torch_compile_backend="eager").train()
+    said = [f"{w.category.__name__}: {w.message}" for w in seen if issubclass(w.category, PerfWarning)]
+    assert len(said) == 1 and said[0].startswith("CompileWarning: perf-callbacks: torch.compile: 1 graph break in "
+                                                 "the compilation at step 0, at 1 place in the code"), said
+    assert f"{BRANCH} (1x)" in said[0]
+    assert cb.engine is not None
+    assert scalars(cb.engine.layout.run_dir, "perf/compile/")["perf/compile/graph_breaks"] == [1.0, 0.0]
+
+
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_transformers_torch_compile_makes_a_changing_batch_size_dynamic_and_is_no_storm(tmp_path: Path) -> None:
+    """``TrainingArguments(torch_compile=True)`` leaves ``dynamic`` to torch: it recompiles once, at the first new size
+    (step 5), with the size dynamic, and never again: nothing to warn about."""
+    from perf_callbacks import TransformersPerfCallback
+    from tests.integrations.hf_helpers import make_trainer
+
+    cb = TransformersPerfCallback(log_every_n_steps=5, **QUIET)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        make_trainer(tmp_path, [cb], max_steps=40, n=640, model=Plain(8, 1), collator=Shrinking(every=5),
+                     per_device_train_batch_size=16, torch_compile=True, torch_compile_backend="eager").train()
+    assert [str(w.message) for w in seen if issubclass(w.category, PerfWarning)] == []
+    assert cb.engine is not None
+    assert scalars(cb.engine.layout.run_dir, "perf/compile/")["perf/compile/recompiles"] == [0.0, 1.0] + [0.0] * 6
