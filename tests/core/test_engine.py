@@ -317,6 +317,7 @@ def test_a_profiler_started_during_our_warm_up_makes_us_stand_aside_for_that_win
     engine.close()
     ours = [str(w.message) for w in caught if issubclass(w.category, InstrumentUnavailableWarning)]
     assert len(ours) == 1 and "stands aside and records no trace for steps 4-5" in ours[0], ours
+    assert "already running at step 4 " in ours[0]  # found at the window's first step, after our warm-up
     assert [trace_steps(p) for p in engine.exported] == [[8, 9]]
 
 
@@ -553,7 +554,9 @@ def test_a_run_shorter_than_one_interval_logs_it_once_at_a_clean_close(tmp_path:
 def test_a_run_that_logged_an_interval_or_failed_logs_nothing_at_close(tmp_path: Path) -> None:
     logged: list = []
     engine = make_engine(tmp_path, logged, schedule={"skip_first": 1000}, flops=False)
+    assert engine.log_short_run() is False  # no step ran yet: nothing to log (the Accelerate adapter reads this)
     run_steps(engine, 7)  # logged at 5; steps 5-6 are the tail of an interval, not a short run
+    assert engine.log_short_run() is False
     engine.close()
     assert [s for s, _ in logged] == [5]
     logged.clear()

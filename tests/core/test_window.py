@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
 
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.core.test_engine import make_engine, run_steps, trace_steps
 
@@ -100,4 +103,49 @@ def test_standing_aside_for_another_profiler_is_not_a_run_too_short(tmp_path: Pa
         run_steps(engine, 8)
     engine.close()
     assert engine.exported == [] and engine.windows.stood_aside
+    assert "no profiling window was recorded" not in capsys.readouterr().err
+
+
+def test_standing_aside_is_said_on_every_rank_and_in_full(tmp_path: Path) -> None:
+    """A user's profiler may run on one rank only: the rank that stands aside says so itself, not only rank 0."""
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 2, "wait": 1, "warmup": 1, "active": 2}, "summary": False})
+    engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", rank=1, world_size=2, log_every_n_steps=5))
+    with warnings.catch_warnings(record=True) as caught, \
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        warnings.simplefilter("always")
+        run_steps(engine, 6)  # found at step 3, our warm-up for the window 4-5
+    engine.close()
+    ours = [str(w.message) for w in caught if issubclass(w.category, InstrumentUnavailableWarning)]
+    assert ours == ["perf-callbacks: another torch.profiler is already running at step 3 (your own "
+                    "torch.profiler.profile, Trainer(profiler='pytorch'), or a second perf-callbacks instance); "
+                    "perf-callbacks stands aside and records no trace for steps 4-5. NVTX ranges and metrics go on"]
+
+
+@pytest.mark.parametrize("end", ["exception-in-warm-up", "clean-close-after-the-windows-first-fetch"])
+def test_a_window_with_no_step_to_export_exports_nothing_and_says_nothing(tmp_path: Path, end: str) -> None:
+    """A warm-up step interrupted by an exception (the session was only prepared), or a clean close whose window's only
+    step never completed (retracted): nothing to export, and no 'profiler disabled' failure either."""
+    engine = make_engine(tmp_path)  # warm-up at 3, window 4-5
+    run_steps(engine, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if end == "exception-in-warm-up":
+            engine.data_start()
+            engine.data_end()
+            engine.batch_start(3)
+            engine.close(RuntimeError("in the warm-up step"))
+        else:
+            run_steps(engine, 1, start=3)
+            engine.data_start()  # step 4, the window's first, begins at its fetch, which finds no batch
+            engine.close()
+    assert [str(w.message) for w in caught if issubclass(w.category, InstrumentUnavailableWarning)] == []
+    assert engine.exported == [] and not list(tmp_path.rglob("*.gz"))
+
+
+def test_a_run_whose_windows_were_all_exported_prints_no_nothing_recorded_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    engine = make_engine(tmp_path)  # one window: 4-5, exported (its job done) by the time close() asks
+    run_steps(engine, 8)
+    engine.close()
+    assert len(engine.exported) == 1 and engine.windows.jobs == []
     assert "no profiling window was recorded" not in capsys.readouterr().err
