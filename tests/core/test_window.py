@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core import window as window_module
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.core.test_engine import make_engine, run_steps, trace_steps
@@ -149,3 +150,47 @@ def test_a_run_whose_windows_were_all_exported_prints_no_nothing_recorded_line(
     engine.close()
     assert len(engine.exported) == 1 and engine.windows.jobs == []
     assert "no profiling window was recorded" not in capsys.readouterr().err
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("fetch", [True, False], ids=["fetch-timed", "no-loader-timing"])
+def test_a_windows_metadata_holds_its_steps_rank_stall_and_data_wait(tmp_path: Path, fetch: bool) -> None:
+    """The metadata handed to the window's job (stored in its sidecar): a full window is not partial; the export's
+    fed 250.4321 ms is its stall (to 2 decimals); without loader timing, data wait is 'not measured'."""
+    engine = make_engine(tmp_path)  # warm-up at 3, window 4-5
+    clock = FakeClock()
+    real_export_raw = window_module.export_raw
+
+    def slow_export_raw(*args: object) -> Path:
+        clock.t += 0.2504321  # a large trace's export
+        return real_export_raw(*args)  # type: ignore[arg-type]
+
+    with mock.patch("time.perf_counter", clock), mock.patch.object(window_module, "export_raw", slow_export_raw):
+        for step in range(6):
+            if fetch:
+                engine.data_start()
+                engine.data_end()
+            engine.batch_start(step)
+            clock.t += 0.1
+            engine.batch_end(stepped=True, samples=8)
+    meta = engine.windows.jobs[-1].meta  # handed over at step 5's end; the next step's begin would collect it
+    engine.close()
+    expected = {"window": [4, 5], "planned": [4, 5], "steps": [4, 5], "partial": False, "interrupted": None,
+                "rank": 0, "stall_ms": 250.43}
+    assert meta == (expected if fetch else {**expected, "data_wait": "not measured"})
+
+
+def test_a_window_that_starts_after_its_planned_first_step_is_partial(tmp_path: Path) -> None:
+    """A run resumed at step 5 holds only the last step of the window 4-5."""
+    engine = make_engine(tmp_path)
+    run_steps(engine, 1, start=5)
+    meta = engine.windows.jobs[-1].meta
+    engine.close()
+    assert (meta["window"], meta["planned"], meta["partial"]) == ([5, 5], [4, 5], True)
