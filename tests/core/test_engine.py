@@ -604,3 +604,18 @@ def test_nvtx_ranges_nest_steps_phases_and_checkpoints(tmp_path: Path) -> None:
                              + ["pop", "validation", "checkpoint", "pop", "pop", "framework", "checkpoint", "pop"]
                              + ["pop", "pop"])  # close: the framework phase, then step 1
     assert engine.nvtx.depth == 0
+
+
+def test_a_short_runs_logging_at_close_is_log_overhead(tmp_path: Path) -> None:
+    """The interval a short run logs at close goes through a 2 s (fed) metrics logger: counted as logging overhead."""
+    engine = make_engine(tmp_path, schedule={"skip_first": 1000}, flops=False)
+    clock = FakeClock()
+
+    def slow_logger(metrics: dict, step: int) -> None:
+        clock.t += 2.0
+
+    engine.ctx.log_metrics = slow_logger
+    with mock.patch("time.perf_counter", clock):
+        fake_steps(engine, clock, 3, wait=0.01, work=0.09)
+        engine.close()
+    assert engine.monitor.overhead == {"window": 0.0, "log": pytest.approx(2.0)}

@@ -194,3 +194,34 @@ def test_a_window_that_starts_after_its_planned_first_step_is_partial(tmp_path: 
     meta = engine.windows.jobs[-1].meta
     engine.close()
     assert (meta["window"], meta["planned"], meta["partial"]) == ([5, 5], [4, 5], True)
+
+
+class HeldJob:
+    """A window's background job that never finishes (a summary stuck on a slow disk): ``join`` waits its whole timeout."""
+
+    def __init__(self, dest: Path, clock: FakeClock) -> None:
+        self.dest, self.clock, self.joins = dest, clock, []
+
+    def join(self, timeout: float | None = None) -> None:
+        self.joins.append(timeout)
+        self.clock.t += timeout or 0.0
+
+    def is_alive(self) -> bool:
+        return True
+
+
+def test_waiting_for_jobs_is_bounded_in_all_and_names_the_jobs_left(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    engine = make_engine(tmp_path)
+    clock = FakeClock()
+    jobs = [HeldJob(tmp_path / f"window-00000{i}-00000{i}" / "rank0.pt.trace.json.gz", clock) for i in (4, 8)]
+    engine.windows.jobs = list(jobs)
+    with mock.patch("time.monotonic", clock):
+        engine.windows.wait(5.0)
+    assert [j.joins for j in jobs] == [[5.0], [0.0]]  # the second gets what is left of the 5 s: nothing
+    err = capsys.readouterr().err
+    for i in (4, 8):
+        assert (f"perf-callbacks: the summary of {tmp_path / f'window-00000{i}-00000{i}'} is still being written in "
+                "the background\n") in err
+    engine.windows.jobs = []  # nothing real to wait for at close
+    engine.close()
