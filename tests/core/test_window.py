@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -225,3 +226,13 @@ def test_waiting_for_jobs_is_bounded_in_all_and_names_the_jobs_left(tmp_path: Pa
                 "the background\n") in err
     engine.windows.jobs = []  # nothing real to wait for at close
     engine.close()
+
+
+def test_each_exported_trace_is_logged_at_info(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    engine = make_engine(tmp_path)  # one window: 4-5
+    with caplog.at_level(logging.INFO, logger="perf_callbacks.core.window"):
+        run_steps(engine, 7)
+        engine.close()
+    (path,) = engine.exported
+    assert [r.getMessage() for r in caplog.records if r.name == "perf_callbacks.core.window"] == [
+        f"perf-callbacks: trace written to {path}"]
