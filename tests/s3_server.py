@@ -66,8 +66,14 @@ def s3_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+    import s3fs
+
+    # fsspec keeps one S3FileSystem per set of arguments, made with the environment of its time: a Lightning logger's
+    # S3FileSystem() from an earlier test would reach that test's endpoint with its credentials, not this server
+    s3fs.S3FileSystem.clear_instance_cache()
     server = S3Server()
     try:
         yield server
     finally:
         server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
