@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
-from perf_callbacks.core.cpu_wait import SCHEDSTAT, CpuWait, run_delay_s
+from perf_callbacks.core.cpu_wait import SCHEDSTAT, CpuWait, ThreadWait, run_delay_s
 from perf_callbacks.core.monitor import StepMonitor
 from perf_callbacks.core.stats import DegradationDetector
 
@@ -72,3 +73,27 @@ def test_steps_longer_by_their_wait_for_a_cpu_are_not_a_slowdown() -> None:
     assert feed([(0.1, 0.02)] * 100 + [(0.15, 0.07)] * 300) == []  # a machine already busy that got busier
     (message,) = feed([(0.1, 0.02)] * 100 + [(0.15, 0.02)] * 300)  # the same wait: the run's own work grew
     assert message.startswith("median step time has been 50% above"), message
+
+
+def test_the_kept_file_reads_what_the_kernel_says_now_and_follows_the_thread() -> None:
+    read = ThreadWait()
+    first = read()
+    if not Path(SCHEDSTAT).exists():
+        assert first is None
+        return
+    files = len(os.listdir("/proc/self/fd"))
+    x = 0
+    for i in range(200_000):
+        x += i
+    reference = run_delay_s()
+    second = read()
+    assert first is not None and second is not None and reference is not None
+    assert first <= reference <= second  # the kept file, read anew: this thread's figure now
+    other: list[float | None] = []
+    thread = threading.Thread(target=lambda: (other.append(read()), other.append(run_delay_s())))
+    thread.start()
+    thread.join()
+    assert other[0] is not None and other[1] is not None and other[0] <= other[1]  # the new thread's own wait
+    assert len(os.listdir("/proc/self/fd")) == files  # the first thread's file closed when the second's opened
+    ThreadWait()()  # opens its file, and is gone
+    assert len(os.listdir("/proc/self/fd")) == files  # closed with its reader
