@@ -50,3 +50,18 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
 def _reason(longrepr: Any) -> str:
     """The reason of a skip report: pytest stores ``(path, line, "Skipped: reason")``."""
     return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
+@pytest.fixture(autouse=True)
+def _accelerate_environment() -> Generator[None, None, None]:
+    """Each test leaves the ``ACCELERATE_*`` environment as it found it.
+
+    transformers 4.x's ``TrainingArguments`` writes its choices there (``torch_compile=True`` sets
+    ``ACCELERATE_DYNAMO_BACKEND``), and every later ``Accelerator`` in the process read them: the models of the tests
+    after one compiled run were compiled too.
+    """
+    before = {k: v for k, v in os.environ.items() if k.startswith("ACCELERATE_")}
+    yield
+    for key in [k for k in os.environ if k.startswith("ACCELERATE_") and k not in before]:
+        del os.environ[key]
+    os.environ.update(before)

@@ -198,7 +198,11 @@ def test_accelerate_a_data_dependent_if_is_one_graph_break_report(tmp_path: Path
 
 
 def scalars(logdir: Path, prefix: str) -> dict[str, list[float]]:
-    """``{tag: [values by step]}`` of the TensorBoard scalars under ``logdir`` whose tag starts with ``prefix``."""
+    """``{tag: [values by step]}`` of the TensorBoard scalars under ``logdir`` whose tag starts with ``prefix``.
+
+    For transformers, ``logdir`` is the Trainer's whole output folder: our events go to ``args.logging_dir`` where
+    the Trainer has one (4.x), else to the run folder.
+    """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out: dict[str, list[float]] = {}
@@ -223,7 +227,7 @@ def test_transformers_torch_compile_logs_its_compile_time_at_the_start(tmp_path:
         make_trainer(tmp_path, [cb], max_steps=15, torch_compile=True, torch_compile_backend="eager").train()
     assert [str(w.message) for w in seen if issubclass(w.category, PerfWarning)] == []
     assert cb.engine is not None
-    figures = scalars(cb.engine.layout.run_dir, "perf/compile/")
+    figures = scalars(tmp_path, "perf/compile/")
     seconds = figures["perf/compile/seconds"]
     assert len(seconds) == 3 and seconds[0] > 0 and seconds[1:] == [0.0, 0.0]
     assert figures["perf/compile/recompiles"] == [0.0] * 3
@@ -261,7 +265,7 @@ def test_transformers_a_batch_size_changing_every_5_steps_is_one_storm_warning(t
     assert len(said) == 1 and said[0].startswith("CompileWarning: perf-callbacks: torch.compile recompiled at 5 of"), said
     assert "size mismatch at index 0. expected 12, actual 13" in said[0] and "mark_dynamic" in said[0]
     assert cb.engine is not None
-    figures = scalars(cb.engine.layout.run_dir, "perf/compile/")
+    figures = scalars(tmp_path, "perf/compile/")
     assert figures["perf/compile/seconds"][0] > 0 and sum(figures["perf/compile/recompiles"]) == 7
 
 
@@ -280,7 +284,7 @@ def test_transformers_a_data_dependent_if_is_one_graph_break_report(tmp_path: Pa
                                                  "the compilation at step 0, at 1 place in the code"), said
     assert f"{BRANCH} (1x)" in said[0]
     assert cb.engine is not None
-    assert scalars(cb.engine.layout.run_dir, "perf/compile/")["perf/compile/graph_breaks"] == [1.0, 0.0]
+    assert scalars(tmp_path, "perf/compile/")["perf/compile/graph_breaks"] == [1.0, 0.0]
 
 
 @pytest.mark.usefixtures("fresh_accelerate_state")
@@ -297,4 +301,4 @@ def test_transformers_torch_compile_makes_a_changing_batch_size_dynamic_and_is_n
                      per_device_train_batch_size=16, torch_compile=True, torch_compile_backend="eager").train()
     assert [str(w.message) for w in seen if issubclass(w.category, PerfWarning)] == []
     assert cb.engine is not None
-    assert scalars(cb.engine.layout.run_dir, "perf/compile/")["perf/compile/recompiles"] == [0.0, 1.0] + [0.0] * 6
+    assert scalars(tmp_path, "perf/compile/")["perf/compile/recompiles"] == [0.0, 1.0] + [0.0] * 6
