@@ -43,6 +43,15 @@ def _run(tmp_path: Path, ranks: int = RANKS) -> Path:
     return tmp_path / "perf"
 
 
+def _upload(s3: S3Server, local: Path, bucket: str, *names: str) -> str:
+    """Copy the run folder ``local`` to ``bucket/<name>`` for each name; the --storage-options that reach the server."""
+    fs = s3.fs()
+    fs.mkdir(bucket)
+    for name in names:
+        fs.put(str(local) + "/", f"{bucket}/{name}", recursive=True)
+    return json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+
+
 def _report(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     code = main(["report", *args])
     return code, capsys.readouterr().out
@@ -62,10 +71,7 @@ def _trace_requests(s3: S3Server) -> list[tuple[str, str, str | None]]:
 def test_report_of_a_64_rank_run_on_s3_reads_sidecars_and_no_trace(tmp_path: Path, s3: S3Server,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     local = _run(tmp_path)
-    fs = s3.fs()
-    fs.mkdir("perf-report")
-    fs.put(str(local) + "/", "perf-report/perf", recursive=True)
-    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    options = _upload(s3, local, "perf-report", "perf")
     code, here = _report(capsys, str(local))
     s3.requests.clear()
     remote_code, there = _report(capsys, "s3://perf-report/perf", "--storage-options", options, "--jobs", "4")
@@ -79,10 +85,7 @@ def test_a_window_without_all_its_sidecars_gets_its_traces_whole(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     local = _run(tmp_path, ranks=2)
     (local / WINDOW / "rank1.summary.json").unlink()  # the report parses this window
-    fs = s3.fs()
-    fs.mkdir("perf-parse")
-    fs.put(str(local) + "/", "perf-parse/perf", recursive=True)
-    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    options = _upload(s3, local, "perf-parse", "perf")
     _, here = _report(capsys, str(local))
     s3.requests.clear()
     _, there = _report(capsys, "s3://perf-parse/perf", "--storage-options", options)
@@ -92,11 +95,7 @@ def test_a_window_without_all_its_sidecars_gets_its_traces_whole(tmp_path: Path,
 
 def test_diff_of_two_remote_runs(tmp_path: Path, s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     local = _run(tmp_path, ranks=2)
-    fs = s3.fs()
-    fs.mkdir("perf-diff")
-    for name in ("a", "b"):
-        fs.put(str(local) + "/", f"perf-diff/{name}", recursive=True)
-    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    options = _upload(s3, local, "perf-diff", "a", "b")
     assert main(["diff", str(local), str(local)]) == 0
     here = capsys.readouterr().out
     assert main(["diff", "s3://perf-diff/a", "s3://perf-diff/b", "--storage-options", options]) == 0
@@ -118,10 +117,7 @@ def test_a_file_no_sidecar_names_is_still_looked_at(tmp_path: Path, s3: S3Server
     (local / WINDOW / "config.json").write_text(json.dumps({"lr": 0.1}))  # not a trace: left out, as locally
     (local / "run" / "window-000008-000010").mkdir()
     shutil.copy(fixture_trace("launch_bound_tiny_kernels"), local / "run" / "window-000008-000010" / "trace.json.gz")
-    fs = s3.fs()
-    fs.mkdir("perf-mixed")
-    fs.put(str(local) + "/", "perf-mixed/perf", recursive=True)
-    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    options = _upload(s3, local, "perf-mixed", "perf")
     _, here = _report(capsys, str(local))
     s3.requests.clear()
     _, there = _report(capsys, "s3://perf-mixed/perf", "--storage-options", options)
@@ -152,11 +148,7 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     shutil.copytree(local / WINDOW, older)
     for f in older.iterdir():
         os.utime(f, (1e9, 1e9))
-    fs = s3.fs()
-    fs.mkdir("perf-diff-some")
-    for name in ("a", "b"):
-        fs.put(str(local) + "/", f"perf-diff-some/{name}", recursive=True)
-    options = json.dumps({"client_kwargs": s3.options["client_kwargs"]})
+    options = _upload(s3, local, "perf-diff-some", "a", "b")
     assert main(["diff", str(local), str(local)]) == 0
     here = capsys.readouterr().out
     s3.requests.clear()
