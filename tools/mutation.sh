@@ -30,7 +30,8 @@ MODULES=(perf_callbacks/core/schedule.py perf_callbacks/core/traces.py perf_call
 # e.g. to measure what older tests killed.
 read -r -a TESTS <<< "${MUTATION_TESTS:-tests/core/test_schedule.py tests/core/test_traces.py \
 tests/core/test_trace_cut.py tests/core/test_stats.py tests/core/test_clock.py tests/core/test_monitor.py \
-tests/core/test_engine.py tests/core/test_window.py tests/analysis/test_verdict.py tests/analysis/test_noise.py \
+tests/core/test_engine.py tests/core/test_window.py tests/core/test_engine_survivors.py \
+tests/analysis/test_verdict.py tests/analysis/test_noise.py \
 tests/analysis/test_cluster.py tests/analysis/test_stragglers.py tests/analysis/test_timeline.py \
 tests/analysis/test_units.py tests/analysis/test_idle.py tests/analysis/test_set_aside.py}"
 
