@@ -14,6 +14,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core import engine as engine_module
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.profiler import ProfilerSession
+from perf_callbacks.core.summary import console_text, window_line
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, TraceSizeWarning
 from tests.core.test_engine import FakeClock, fake_steps, make_engine, run_steps, trace_events
 
@@ -145,3 +146,48 @@ def test_a_window_that_fails_to_start_stops_its_session_and_records_nothing(tmp_
         assert engine._recording is False and not engine.windows.enabled
     engine.close()
     assert engine.exported == []
+
+
+def summary_engine(tmp_path: Path, rank: int = 0, **options: object) -> tuple[PerfEngine, list, list]:
+    texts: list = []
+    scalars: list = []
+    cfg = PerfConfig.from_dict({"schedule": SCHEDULE, "summary": True, **options})
+    ctx = RunContext(output_dir=tmp_path, run_name="run", rank=rank, world_size=2 if rank else 1,
+                     log_every_n_steps=1000, log_summary=lambda m, s: scalars.append((s, m)),
+                     log_text=lambda tag, text, s: texts.append((tag, text, s)))
+    return PerfEngine(cfg, ctx), texts, scalars
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_reporting_rank_publishes_its_windows_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          verbose: bool) -> None:
+    """One line on the console (the whole summary when verbose), the text and scalars logged at the step after."""
+    engine, texts, scalars = summary_engine(tmp_path, verbose=verbose)
+    run_steps(engine, 7)
+    engine.close()
+    (path,) = engine.exported
+    summary = (path.parent / "summary.txt").read_text()
+    assert engine.windows.summaries == [summary]
+    assert texts == [("perf/window/summary", f"```\n{summary}```", 6)]
+    ((step, figures),) = scalars
+    assert step == 6 and figures and all(k.startswith("perf/window/") for k in figures)
+    line = window_line(summary, figures, {"window": [4, 5], "partial": False}, path.parent)
+    assert capsys.readouterr().out == (console_text(summary) if verbose else line) + "\n"
+
+
+def test_a_summary_logger_that_raises_turns_the_engines_metrics_writer_off(tmp_path: Path) -> None:
+    engine, _, _ = summary_engine(tmp_path)
+    engine.ctx.log_text = mock.Mock(side_effect=OSError("tracker gone"))
+    with pytest.warns(InstrumentUnavailableWarning, match="tracker gone"):
+        run_steps(engine, 7)
+        engine.close()
+    assert not engine.outputs.enabled("metrics")
+
+
+def test_only_the_lowest_rank_traced_reports_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    engine, texts, scalars = summary_engine(tmp_path, rank=1)
+    run_steps(engine, 7)
+    engine.close()
+    (path,) = engine.exported  # rank 1 records its window, analysed for its sidecar...
+    assert not (path.parent / "summary.txt").exists()  # ...but rank 0 reports
+    assert engine.windows.summaries == texts == scalars == [] and capsys.readouterr().out == ""
