@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 from pathlib import Path
 from unittest import mock
@@ -191,3 +192,36 @@ def test_only_the_lowest_rank_traced_reports_the_summary(tmp_path: Path, capsys:
     (path,) = engine.exported  # rank 1 records its window, analysed for its sidecar...
     assert not (path.parent / "summary.txt").exists()  # ...but rank 0 reports
     assert engine.windows.summaries == texts == scalars == [] and capsys.readouterr().out == ""
+
+
+def test_the_exit_handler_closes_an_engine_never_closed_with_the_exception_ending_the_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handler given to atexit, called as the interpreter would (no process exits here): step 5 was interrupted
+    by an uncaught exception (``sys.last_value``), so it stays in the window's trace, as close(exc) keeps it."""
+    with mock.patch.object(engine_module.atexit, "register") as register:
+        engine = make_engine(tmp_path)
+    (handler,), _ = register.call_args
+    run_steps(engine, 5)
+    engine.batch_start(5)
+    monkeypatch.setattr(sys, "last_value", RuntimeError("uncaught"), raising=False)
+    handler()
+    assert [p.parent.name for p in engine.exported] == ["window-000004-000005"]
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_a_step_whose_number_is_not_yet_known_begins_at_its_first_fetch(tmp_path: Path) -> None:
+    """Two fetches before the first batch (the loader's first try came back empty): step 0 lasts from the first."""
+    engine = make_engine(tmp_path, schedule={"skip_first": 1000}, data_wait_steps=1000, flops=False)
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock):
+        engine.data_start()
+        clock.t += 1.0
+        engine.data_end()
+        engine.data_start()
+        clock.t += 0.01
+        engine.data_end()
+        engine.batch_start(0)
+        clock.t += 0.1
+        engine.batch_end(stepped=True)
+        engine.data_start()  # step 1 begins
+    assert engine.monitor.stats.step_times == [pytest.approx(1.11)]
