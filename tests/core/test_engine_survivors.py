@@ -225,3 +225,14 @@ def test_a_step_whose_number_is_not_yet_known_begins_at_its_first_fetch(tmp_path
         engine.batch_end(stepped=True)
         engine.data_start()  # step 1 begins
     assert engine.monitor.stats.step_times == [pytest.approx(1.11)]
+
+
+def test_a_memory_reading_that_raises_turns_the_metrics_off_with_one_warning(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path, [], schedule={"skip_first": 1000}, flops=False)
+    assert engine.memory is not None
+    with mock.patch.object(engine.memory, "sample", side_effect=OSError("NVML gone")), \
+            pytest.warns(InstrumentUnavailableWarning) as caught:
+        run_steps(engine, 6)  # logged at step 5
+    assert [str(w.message) for w in caught] == [
+        "perf-callbacks: metrics disabled: OSError: NVML gone; training continues"]
+    assert engine.memory is None and not engine.outputs.enabled("metrics")
