@@ -216,3 +216,54 @@ def test_process_exits_0_with_the_trace_written(tmp_path: Path, script: str) -> 
     (trace,) = (tmp_path / "perf").rglob("rank0.pt.trace.json.gz")
     assert profiler_steps(trace)
     assert not list(tmp_path.rglob("*.partial"))
+
+
+# ---- the optimizers' hooks: each hooked once, all removed at close, a closure reaches the optimizer ---------------
+def hook_count(opt: Any) -> tuple[int, int]:
+    inner = opt.optimizer  # the torch optimizer inside the AcceleratedOptimizer
+    return len(inner._optimizer_step_pre_hooks), len(inner._optimizer_step_post_hooks)
+
+
+def test_each_optimizer_is_hooked_once_whenever_it_was_prepared_and_unhooked_at_close(tmp_path: Path) -> None:
+    acc = Accelerator(cpu=True)
+    model, dl = acc.prepare(nn.Linear(8, 1), data(32))
+    first = acc.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.01))
+    hook = AcceleratePerfHook(output_dir=str(tmp_path / "perf"), schedule=SCHEDULE).register(acc)
+    second = acc.prepare_optimizer(torch.optim.SGD(model.parameters(), lr=0.01))  # after register()
+    for _ in range(2):  # each hook.iter() looks for new optimizers
+        for x, y in hook.iter(dl):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            second.step()  # only the later one steps
+            second.zero_grad()
+    assert hook.optimizer_steps == 16
+    assert hook_count(first) == hook_count(second) == (1, 1)
+    hook.close()
+    assert hook_count(first) == hook_count(second) == (0, 0)
+
+
+@pytest.mark.parametrize("positional", [True, False])
+def test_a_closure_reaches_the_optimizer(tmp_path: Path, positional: bool) -> None:
+    acc = Accelerator(cpu=True)
+    model = nn.Linear(8, 1)
+    model, opt, dl = acc.prepare(model, torch.optim.LBFGS(model.parameters(), max_iter=2), data(32))
+    calls = []
+    with AcceleratePerfHook(output_dir=str(tmp_path / "perf"), schedule=SCHEDULE).register(acc) as hook:
+        for x, y in hook.iter(dl):
+            def closure(x: torch.Tensor = x, y: torch.Tensor = y) -> torch.Tensor:
+                calls.append(1)
+                opt.zero_grad()
+                loss = nn.functional.mse_loss(model(x), y)
+                acc.backward(loss)
+                return loss
+
+            opt.step(closure) if positional else opt.step(closure=closure)
+    assert hook.optimizer_steps == 8 and len(calls) >= 8
+
+
+def test_close_leaves_a_step_wrapper_installed_after_ours(tmp_path: Path) -> None:
+    acc, hook, (model, opt, dl) = setup(tmp_path)
+    theirs = opt.step  # another tool wraps the optimizer's step after register()
+    opt.step = lambda *a, **k: theirs(*a, **k)
+    wrapper = opt.step
+    hook.close()
+    assert opt.step is wrapper
