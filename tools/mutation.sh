@@ -22,7 +22,8 @@ JOBS=${MUTATION_JOBS:-2}
 MODULES=(perf_callbacks/core/schedule.py perf_callbacks/core/traces.py perf_callbacks/core/trace_cut.py
          perf_callbacks/core/stats.py perf_callbacks/core/clock.py perf_callbacks/core/engine.py perf_callbacks/core/engine_aside.py
          perf_callbacks/core/window.py perf_callbacks/analysis/verdict.py perf_callbacks/analysis/noise.py
-         perf_callbacks/analysis/cluster.py perf_callbacks/analysis/timeline.py)
+         perf_callbacks/analysis/cluster.py perf_callbacks/analysis/timeline.py
+         perf_callbacks/integrations/_accelerate_steps.py)
 [ $# -gt 0 ] && MODULES=("$@")
 # The fast tests that exercise these modules (found with grep; they drive the engine by hand, no framework), plus
 # doctests; tests marked slow, multiprocess or gpu are left out. Not all of tests/core: some of its files hang in
@@ -34,6 +35,12 @@ tests/core/test_engine.py tests/core/test_window.py tests/core/test_engine_survi
 tests/analysis/test_verdict.py tests/analysis/test_noise.py \
 tests/analysis/test_cluster.py tests/analysis/test_stragglers.py tests/analysis/test_timeline.py \
 tests/analysis/test_units.py tests/analysis/test_idle.py tests/analysis/test_set_aside.py}"
+# The adapters' step counting is exercised by the in-process Accelerate tests (a real Accelerator on CPU, seconds per
+# mutant); they join the list only when an adapter module is mutated (every mutant of the engine would run them too).
+if [ -z "${MUTATION_TESTS:-}" ] && [[ " ${MODULES[*]}" == *" perf_callbacks/integrations/"* ]]; then
+  TESTS+=(tests/integrations/test_accelerate.py tests/integrations/test_accelerate_loops.py
+          tests/integrations/test_accelerate_intervals.py tests/integrations/test_accelerate_faults.py)
+fi
 
 "$PYTHON" -c "import mutmut, pytest, torch" 2>/dev/null \
   || { echo "needs mutmut 3, pytest and torch in $PYTHON: pip install 'mutmut>=3.8,<4'" >&2; exit 2; }
@@ -42,7 +49,7 @@ if [ -e "$WORK" ] && [ ! -e "$WORK/.perf-callbacks-mutation" ]; then
   echo "$WORK exists and was not made by this script; set MUTATION_DIR to a new folder" >&2; exit 2
 fi
 rm -rf "$WORK" && mkdir -p "$WORK" && touch "$WORK/.perf-callbacks-mutation"
-cp -r "$ROOT/perf_callbacks" "$ROOT/tests" "$ROOT/pyproject.toml" "$WORK/"
+cp -r "$ROOT/perf_callbacks" "$ROOT/tests" "$ROOT/examples" "$ROOT/pyproject.toml" "$WORK/"  # examples: configs the adapters' tests read
 # mutmut calls every function of a mutated module through its trampoline (a frame of module `mutmut...`); in the
 # copy, core/warn.py skips it like a framework's frame, or the tests that check which line a warning points at fail.
 sed -i 's/"contextlib", "threading",/"contextlib", "threading", "mutmut",/' "$WORK/perf_callbacks/core/warn.py"
@@ -50,6 +57,7 @@ grep -q '"mutmut"' "$WORK/perf_callbacks/core/warn.py" || { echo "core/warn.py c
 {
   echo "[mutmut]"
   echo "source_paths = perf_callbacks"
+  echo "also_copy ="; echo "    examples"
   echo "only_mutate ="; printf '    %s\n' "${MODULES[@]}"
   echo "pytest_add_cli_args ="
   printf '    %s\n' -p no:cacheprovider --doctest-modules -m "not slow and not multiprocess and not gpu"
@@ -58,7 +66,9 @@ grep -q '"mutmut"' "$WORK/perf_callbacks/core/warn.py" || { echo "core/warn.py c
 
 cd "$WORK"
 unset PYTHONPATH  # the mutated copy under mutants/ must be the one imported
-"${MUTMUT[@]}" run --max-children "$JOBS" >mutmut-run.log 2>&1 || { tail -30 mutmut-run.log; exit 1; }
+if ! "${MUTMUT[@]}" run --max-children "$JOBS" >mutmut-run.log 2>&1; then  # non-zero also after a complete run
+  grep -q "mutations/second" mutmut-run.log || { tail -30 mutmut-run.log; exit 1; }  # it stopped before the mutants
+fi
 "${MUTMUT[@]}" results --all true >results.txt 2>&1 || true
 "$PYTHON" - "${MODULES[@]}" <<'PY'
 import re, sys
