@@ -20,6 +20,7 @@ from tests.integrations.test_accelerate import (
     data,
     profiler_steps,
     setup,
+    trace_events,
     windows,
 )
 
@@ -267,3 +268,33 @@ def test_close_leaves_a_step_wrapper_installed_after_ours(tmp_path: Path) -> Non
     wrapper = opt.step
     hook.close()
     assert opt.step is wrapper
+
+
+def spans(path: Path, prefix: str) -> list[dict[str, Any]]:
+    return sorted((e for e in trace_events(path) if e.get("name", "").startswith(prefix)), key=lambda e: e["ts"])
+
+
+def test_the_optimizer_step_span_ends_at_the_optimizer_step(tmp_path: Path) -> None:
+    acc, hook, (model, opt, dl) = setup(tmp_path)
+    with hook:
+        for x, y in hook.iter(dl):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            opt.step()
+            with torch.profiler.record_function("user.after_step"):  # not the optimizer's time
+                opt.zero_grad()
+    for path in hook.engine.exported:
+        steps, after = spans(path, "perf_callbacks.optimizer_step"), spans(path, "user.after_step")
+        assert len(steps) == len(after) == 2
+        for step, user in zip(steps, after, strict=True):
+            assert step["ts"] + step["dur"] <= user["ts"]
+
+
+def test_a_plain_loop_marks_no_forward_or_data_wait_it_cannot_see(tmp_path: Path) -> None:
+    """Without hook.iter() a step begins at the previous optimizer step: its data loading and forward are unmarked."""
+    acc, hook, parts = setup(tmp_path)
+    with hook:
+        plain_loop(acc, parts)
+    for path in hook.engine.exported:
+        names = {e["name"] for e in spans(path, "perf_callbacks.")}
+        assert {"perf_callbacks.backward", "perf_callbacks.optimizer_step"} <= names
+        assert not names & {"perf_callbacks.forward", "perf_callbacks.data_wait"}, names
