@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from perf_callbacks import GPUPerfCallback, InstrumentUnavailableWarning
-from tests.integrations.lit_helpers import TinyModel, loader, profiler_steps, trainer
+from tests.integrations.lit_helpers import TinyModel, events, loader, profiler_steps, trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = {"degradation_threshold": 1e6, "data_wait_steps": 100_000, "check_dataloaders": False}
@@ -63,6 +63,30 @@ def test_manual_optimization_with_two_optimizers_counts_training_steps(tmp_path:
         assert sorted(p.name for p in w.glob("*.gz")) == ["rank0.pt.trace.json.gz"]
     assert [profiler_steps(p) for p in cb.engine.exported] == [[3, 4], [6, 7]]
     assert logged == [4, 8, 12]  # every log_every_n_steps training steps (global_step only takes even values)
+
+
+class AccumulatingGan(GanModel):
+    """The two optimizers step every second batch: a batch that only accumulates moves neither global_step nor ours."""
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, _ = batch
+        opt_g, opt_d = self.optimizers()  # type: ignore[misc]
+        self.manual_backward(self.d(self.g(x).detach()).mean() - self.d(self.g(x)).mean())
+        if batch_idx % 2 == 1:
+            for opt in (opt_d, opt_g):
+                opt.step()
+                opt.zero_grad()
+
+
+def test_manual_optimization_with_two_optimizers_and_accumulation_counts_stepping_batches(tmp_path: Path) -> None:
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"),
+                         schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2, "repeat": 2}, **QUIET)
+    t = trainer(tmp_path, [cb], max_steps=24)  # 12 training steps of 2 batches each
+    t.fit(AccumulatingGan(), loader())
+    assert t.global_step == 24
+    assert [profiler_steps(p) for p in cb.engine.exported] == [[3, 4], [6, 7]]
+    for path in cb.engine.exported:  # each recorded step holds its two batches
+        assert sum(e.get("name") == "perf_callbacks.backward" for e in events(path)) == 4
 
 
 def test_a_second_callback_on_one_trainer_stands_aside(tmp_path: Path) -> None:
