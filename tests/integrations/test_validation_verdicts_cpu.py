@@ -60,7 +60,9 @@ def _window(out: Path) -> tuple[AnalysisResult, str]:
 def _check(result: AnalysisResult, summary: str, aside: set[str]) -> None:
     (rank,) = result.ranks
     assert result.verdict != "input_bound", (result.verdict, result.data_wait_fraction, result.notes)
-    assert result.data_wait_fraction < 0.10, result.data_wait_fraction
+    # counted, the validation's fetches (VAL_MS of them) would be over 90% of the window; the training fetches' own
+    # share is machine-dependent (10.4% seen under burn.py 2 with the whole suite running), so the bound is far from both
+    assert result.data_wait_fraction < 0.5, result.data_wait_fraction
     ours = {"perf-callbacks' own logging"}  # a logging step inside the window may add it
     assert set(rank.set_aside_ms) - ours == aside and rank.set_aside_ms["validation"] >= VAL_MS, rank.set_aside_ms
     # the step that ran the validation is no longer than the others: counted in, it would be VAL_MS longer, while a
