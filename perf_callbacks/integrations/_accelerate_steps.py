@@ -73,8 +73,8 @@ class StepCounting:
             finally:
                 if not hooked and self._synced():
                     self._after_step(inner, args, kwargs)
-                elif not hooked and self.engine is not None and self._in_batch:
-                    self.engine.end_phase()
+                elif not hooked and self.engine is not None and not self._closed:  # a micro-batch that does not
+                    self.engine.end_phase()  # sync: the phase _before_step opened ends here (in a plain loop too)
             if hooked and self._synced() and getattr(opt, "step_was_skipped", False):  # GradScaler skipped it
                 self._after_step(inner, args, kwargs)
             return out
