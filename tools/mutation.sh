@@ -39,7 +39,8 @@ tests/analysis/test_units.py tests/analysis/test_idle.py tests/analysis/test_set
 # mutant); they join the list only when an adapter module is mutated (every mutant of the engine would run them too).
 if [ -z "${MUTATION_TESTS:-}" ] && [[ " ${MODULES[*]}" == *" perf_callbacks/integrations/"* ]]; then
   TESTS+=(tests/integrations/test_accelerate.py tests/integrations/test_accelerate_loops.py
-          tests/integrations/test_accelerate_intervals.py tests/integrations/test_accelerate_faults.py)
+          tests/integrations/test_accelerate_steps.py tests/integrations/test_accelerate_intervals.py
+          tests/integrations/test_accelerate_faults.py)
 fi
 
 "$PYTHON" -c "import mutmut, pytest, torch" 2>/dev/null \
