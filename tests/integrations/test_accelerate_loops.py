@@ -63,11 +63,14 @@ def test_register_before_prepare_still_counts_a_plain_loop(tmp_path: Path) -> No
     assert [profiler_steps(p) for p in hook.engine.exported] == [{3, 4}, {6, 7}]
 
 
-def test_several_optimizers_without_hook_iter_count_one_step_per_iteration(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hooks", [True, False], ids=["torch-optimizers", "optimizers-without-step-hooks"])
+def test_several_optimizers_without_hook_iter_count_one_step_per_iteration(tmp_path: Path, hooks: bool) -> None:
+    """The first optimizer to step marks the steps; without torch step hooks it is told apart from the others by id."""
     acc = Accelerator(cpu=True)
     g, d = nn.Linear(8, 8), nn.Linear(8, 1)
-    g, d, opt_g, opt_d, dl = acc.prepare(g, d, torch.optim.SGD(g.parameters(), lr=0.01),
-                                         torch.optim.SGD(d.parameters(), lr=0.01), data(64))
+    g, d, dl = acc.prepare(g, d, data(64))
+    make = torch.optim.SGD if hooks else PlainOptimizer
+    opt_g, opt_d = (acc.prepare_optimizer(make(m.parameters(), lr=0.01)) for m in (g, d))
     with AcceleratePerfHook(output_dir=str(tmp_path / "perf"), schedule=SCHEDULE).register(acc) as hook:
         for x, _ in dl:  # GAN style: two optimizers step per iteration
             acc.backward(d(g(x).detach()).mean())

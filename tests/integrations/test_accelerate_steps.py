@@ -72,24 +72,6 @@ def test_an_optimizer_without_step_hooks_has_its_optimizer_step_span(tmp_path: P
             assert step["ts"] + step["dur"] <= user["ts"], (loop, step, user)
 
 
-def test_several_optimizers_without_step_hooks_in_a_plain_loop_make_one_step_per_iteration(tmp_path: Path) -> None:
-    """Without hook.iter() the first optimizer to step marks the steps; it is told apart from the others by id."""
-    acc = Accelerator(cpu=True)
-    g, d = nn.Linear(8, 8), nn.Linear(8, 1)
-    g, d, dl = acc.prepare(g, d, data(64))
-    opt_g, opt_d = (acc.prepare_optimizer(PlainOptimizer(m.parameters())) for m in (g, d))
-    with hook_on(acc, tmp_path) as hook:
-        for x, _ in dl:  # GAN style: two optimizers step per iteration
-            acc.backward(d(g(x).detach()).mean())
-            opt_d.step()
-            opt_d.zero_grad()
-            acc.backward(-d(g(x)).mean())
-            opt_g.step()
-            opt_g.zero_grad()
-    assert hook.optimizer_steps == 16
-    assert [profiler_steps(p) for p in hook.engine.exported] == [{3, 4}]
-
-
 @pytest.mark.parametrize("loop", ["iter", "plain"])
 def test_the_metrics_flush_is_set_aside_as_our_own_time(tmp_path: Path, loop: str) -> None:
     """The interval's flush (a gather across ranks) is our own time: in a window, inside a perf_callbacks.overhead
