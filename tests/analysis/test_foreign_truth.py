@@ -9,13 +9,11 @@ report (the host-only start-up before it is reported apart): on those traces the
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from perf_callbacks.analysis import analyze
-
-ROOT = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "foreign_traces"
+from tests.foreign import FOREIGN_ROOT as ROOT
 
 
 def truth_table(steps: str | None = None) -> list[tuple[str, str]]:

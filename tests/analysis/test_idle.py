@@ -12,10 +12,10 @@ from perf_callbacks.analysis import analyze, format_text
 from perf_callbacks.analysis.events import load_rank
 from perf_callbacks.analysis.timeline import build_timeline
 from tests.analysis.conftest import kernel, launch, load_doc, save_doc, write_trace, x
+from tests.foreign import HTA as FOREIGN
+from tests.foreign import needs_foreign
 
 DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
-FOREIGN = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "foreign_traces" / "hta"
-needs_foreign = pytest.mark.skipif(not FOREIGN.is_dir(), reason=f"foreign traces not present at {FOREIGN}")
 
 
 def _steps(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

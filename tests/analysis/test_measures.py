@@ -18,11 +18,11 @@ from perf_callbacks.analysis.measures import window_advice
 from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
 from tests.analysis import measure_truth as truth
-from tests.analysis.conftest import save_doc
+from tests.analysis.conftest import DATA, save_doc
+from tests.foreign import HTA, needs_foreign
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
-NCCL = SHARED / "foreign_traces" / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
-H200 = SHARED / "gpu_traces"
+NCCL = HTA / "nccl_parser_config" / "nccl_data.json.gz"  # HTA's: tests that read it are marked needs_foreign
+H200 = DATA  # this project's own four H200 windows, in the repository
 SCENARIOS = ("compute_bound", "input_bound", "launch_bound_tiny_kernels", "sync_bound")
 REL = 0.01
 
@@ -46,6 +46,7 @@ def raw(path: Path) -> list[dict[str, Any]]:
     return truth.events(path)
 
 
+@needs_foreign
 def test_nccl_collectives_match_independent_count() -> None:
     result = analyzed(NCCL)
     expected = truth.nccl_figures(raw(NCCL))
@@ -61,6 +62,7 @@ def test_nccl_collectives_match_independent_count() -> None:
     assert result.scalars()["perf/window/comm_busbw_gbps"] == approx(expected["AllReduce"]["busbw_gbps"])
 
 
+@needs_foreign
 def test_nccl_busbw_factor_follows_nccl_tests(tmp_path: Path) -> None:
     """Eight ranks: AllReduce busbw = algbw x 2(n-1)/n = 1.75 x algbw; AllGather sized by its output, x (n-1)/n."""
     doc = json.loads(json.dumps(_doc(NCCL)))
@@ -83,6 +85,7 @@ def test_nccl_busbw_factor_follows_nccl_tests(tmp_path: Path) -> None:
     assert rows["AllGather"]["busbw_gbps"] == approx(rows["AllGather"]["algbw_gbps"] * 7 / 8)
 
 
+@needs_foreign
 def test_group_of_one_moves_no_data(tmp_path: Path) -> None:
     doc = _doc(NCCL)
     for e in doc["traceEvents"]:
@@ -94,6 +97,7 @@ def test_group_of_one_moves_no_data(tmp_path: Path) -> None:
     assert "no data moved (busbw 0)" in format_text(result)
 
 
+@needs_foreign
 def test_nccl_sizes_from_record_param_comms_when_kernels_carry_none(tmp_path: Path) -> None:
     """An older trace: the kernels carry no collective arguments, the record_param_comms op that launched them does."""
     doc = _doc(NCCL)
@@ -107,6 +111,7 @@ def test_nccl_sizes_from_record_param_comms_when_kernels_carry_none(tmp_path: Pa
     assert rows["AllReduce"]["busbw_gbps"] == approx(expected["AllReduce"]["busbw_gbps"])
 
 
+@needs_foreign
 def test_collectives_without_sizes_degrade_to_counts_and_times(tmp_path: Path) -> None:
     doc = _doc(NCCL)
     for e in doc["traceEvents"]:
@@ -211,6 +216,7 @@ def test_copies_without_bytes_are_counted_without_a_rate(tmp_path: Path) -> None
     assert "no byte count in the trace" in format_text(result)
 
 
+@needs_foreign
 def test_trace_without_memory_events_has_no_memory_figures() -> None:
     result = analyzed(NCCL)
     assert (result.memory_by_op, result.memory_peak) == ([], None)
@@ -229,6 +235,7 @@ def test_sidecar_keeps_every_figure(tmp_path: Path) -> None:
     assert read.ranks[0].memory_curve == parsed.ranks[0].memory_curve
 
 
+@needs_foreign
 def test_window_summary_and_scalars_carry_the_headline_figures(tmp_path: Path) -> None:
     """The window summary is the sidecar's text and its TensorBoard scalars are the sidecar's scalars."""
     trace = tmp_path / "rank0.pt.trace.json.gz"
@@ -285,11 +292,15 @@ def test_report_sort_by_memory_and_self_cpu(capsys: pytest.CaptureFixture[str]) 
     assert "top ops by self CPU time:" in capsys.readouterr().out
 
 
+@needs_foreign
 def test_text_shows_each_figure() -> None:
     text = format_text(analyzed(NCCL))
     assert "AllReduce x15, " in text and "exposed, busbw " in text and "p50 of calls" in text
     assert "DtoD x960" in text
     assert "launch to kernel start p50" in text
+
+
+def test_text_shows_memory_and_small_kernels() -> None:
     text = format_text(analyzed(h200("launch_bound_tiny_kernels")))
     assert "device memory: peak 70.2 MB allocated in aten::empty_strided" in text
     assert "1872 kernels under 10 us (100% of kernel time)" in text

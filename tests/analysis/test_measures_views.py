@@ -12,6 +12,7 @@ from perf_callbacks.analysis.diff_html import render_diff_html
 from perf_callbacks.analysis.diff_text import format_diff
 from tests.analysis import measure_truth as truth
 from tests.analysis.test_measures import H200, NCCL, analyzed, approx, h200
+from tests.foreign import needs_foreign
 
 
 def _two_ranks(tmp_path: Path, source: Path, slow_copies: float = 1.0) -> Path:
@@ -37,6 +38,10 @@ def test_html_has_memory_curve_tables_and_no_network() -> None:
     assert "<h2>Transfers</h2>" in page and "<h2>Kernel launch</h2>" in page
     assert "aten::empty_strided" in page
     assert "http" not in page and "<script" not in page
+
+
+@needs_foreign
+def test_html_has_collectives() -> None:
     page = render_html(analyzed(NCCL))
     assert "<h2>Collectives</h2>" in page and "AllReduce x15" in page
     assert '<svg class="memory"' not in page  # no [memory] events in that trace
@@ -81,6 +86,7 @@ def test_diff_compares_bandwidth_latency_and_memory() -> None:
     assert "<h2>Collectives, transfers and launch</h2>" in page and "DtoH pageable rate" in page
 
 
+@needs_foreign
 def test_diff_compares_collectives_per_step() -> None:
     r = analyzed(NCCL)
     d = compare(r, r)
@@ -92,12 +98,16 @@ def test_diff_compares_collectives_per_step() -> None:
     assert "AllReduce (default_pg) busbw" in format_diff(d)
 
 
+@needs_foreign
 def test_window_scalars_carry_the_headline_figures() -> None:
     scalars = analyzed(NCCL).scalars()
     allreduce = next(c for c in analyzed(NCCL).communication if c["name"] == "AllReduce")
     assert scalars["perf/window/comm_busbw_gbps"] == allreduce["busbw_gbps"]
     launch = truth.launch_figures(truth.events(NCCL))
     assert scalars["perf/window/launch_p95_us"] == approx(launch["p95_us"])
+
+
+def test_window_scalars_carry_the_copy_rate() -> None:
     scalars = analyzed(h200("input_bound")).scalars()
     want = truth.copy_figures(truth.events(H200 / "input_bound.pt.trace.json.gz"))[("HtoD", "pageable")]
     assert scalars["perf/window/htod_gbps"] == approx(want["gbps"])

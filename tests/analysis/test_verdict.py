@@ -19,6 +19,8 @@ from perf_callbacks.analysis.verdict import (
     window_verdict,
 )
 from tests.analysis.conftest import load_doc, save_doc, write_trace, x
+from tests.foreign import HTA as FOREIGN
+from tests.foreign import needs_foreign
 
 
 def rank(**fields: Any) -> RankResult:
@@ -403,10 +405,7 @@ def test_the_html_page_of_a_trace_without_a_device(tmp_path: Path) -> None:
     assert "compute_bound (host compute, no device in the trace)" in page and "GPU utilization" not in page
 
 
-FOREIGN = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "foreign_traces" / "hta"
-
-
-@pytest.mark.skipif(not FOREIGN.is_dir(), reason=f"foreign traces not present at {FOREIGN}")
+@needs_foreign
 @pytest.mark.parametrize(("folder", "verdict", "cuda"), [
     ("rank_non_gpu", "compute_bound", False),  # no GPU anywhere in the trace: no CUDA profiling advice
     ("rank_unavailable", "compute_bound", False),

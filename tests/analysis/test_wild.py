@@ -14,9 +14,9 @@ import pytest
 from perf_callbacks.analysis import analyze, format_text
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from tests.analysis.conftest import device_busy, kernel, launch, write_trace, x
+from tests.foreign import HTA as FOREIGN
+from tests.foreign import needs_foreign
 
-FOREIGN = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "foreign_traces" / "hta"
-needs_foreign = pytest.mark.skipif(not FOREIGN.is_dir(), reason=f"foreign traces not present at {FOREIGN}")
 TORCH18 = Path(__file__).parents[1] / "data" / "torch18" / "worker0.pt.trace.json"
 
 
