@@ -92,3 +92,12 @@ def test_ci_script_runs_the_readme_test_command_in_ci_mode() -> None:
     assert f"```bash\n{command}\n```" in readme  # the README's test command, word for word
     assert 'export CI="${CI:-true}"' in script
     assert "exit 1" in "\n".join(script)  # a missing compiler or Chromium stops CI instead of skipping tests
+
+
+def test_only_tests_foreign_reads_beside_the_repository() -> None:
+    """A plain clone has no ``../shared``: the one module that looks there is ``tests/foreign.py``, whose mark skips
+    with the reason outside CI. A test that built its own path to ``shared`` would fail in a plain clone."""
+    tests = Path(__file__).parent
+    offenders = [str(p.relative_to(tests)) for p in tests.rglob("*.py")
+                 if p.name not in ("foreign.py", Path(__file__).name) and '"shared"' in p.read_text()]
+    assert offenders == []
