@@ -18,13 +18,19 @@ def _pct(x: float) -> str:
     return f"{x:.0%}" if x >= 0.01 else f"{x:.1%}"
 
 
+def _num_workers(r: RankResult) -> int | None:
+    """The loader's ``num_workers``: as our callbacks recorded it, 0 for torch's single-process iterator, else None."""
+    workers = r.machine.get("num_workers") if r.machine else None
+    if workers is None and (r.data_loader or "").startswith("enumerate(DataLoader)#_SingleProcess"):
+        return 0
+    return workers if isinstance(workers, int) else None
+
+
 def _input_advice(r: RankResult, share: float) -> str:
     loader = r.data_loader or "data loading"
     where = f"{loader} took {_pct(r.data_wait_fraction)} of step time"
     idle = f"device idle {_pct(share)}" if r.gpu_utilization is not None else f"{_pct(share)} of the window"
-    workers = r.machine.get("num_workers") if r.machine else None
-    if workers is None and loader.startswith("enumerate(DataLoader)#_SingleProcess"):
-        workers = 0
+    workers = _num_workers(r)
     fix = loader_fix(workers, cores_per_rank(r.machine))
     if workers == 0:
         pin = "pin_memory=True, " if r.gpu_utilization is not None and r.device_kind in (None, "cuda") else ""
@@ -137,20 +143,45 @@ def compute_advice(r: RankResult) -> str:
 
 
 def profiler_caveat(r: RankResult) -> str | None:
-    """A caveat when ``with_stack``/``record_shapes`` inflated the host-side figures, else None.
+    """A caveat when ``with_stack``/``record_shapes`` inflated figures the verdict rests on, else None.
 
-    None for a ``compute_bound`` verdict on the device: host overhead can only hide such a verdict, not make it.
+    Both add host time to every op this process runs. What that inflates depends on the verdict: the host figures of a
+    ``host_bound`` window, the relaunch after each sync of a ``sync_bound`` one, the loading of an ``input_bound`` one
+    only when it runs in this process (``num_workers=0``); never the device time behind a copy, communication or
+    device-compute verdict (None for ``compute_bound`` on a device: host overhead can only hide it).
     """
     flags = [f for f in r.profiler_flags if f in ("with_stack", "record_shapes")]
     if not flags or (r.verdict == "compute_bound" and r.gpu_utilization is not None):
         return None
     opts = " and ".join(f"{f}=True" for f in flags)
     verb = "were" if len(flags) > 1 else "was"
-    if r.verdict == "compute_bound":
-        return f"{opts} {verb} on in this window: it adds host time to every op, so the host op times are inflated; " \
-               "profile again without it to time the host code"
-    return f"{opts} {verb} on in this window: it adds host time to every op, so host-side figures are inflated; " \
-           "profile again without it to confirm a host-bound verdict"
+    return f"{opts} {verb} on in this window: it adds host time to every op this process runs, {_inflated(r)}"
+
+
+def _inflated(r: RankResult) -> str:
+    """What the profiler's host overhead inflates for ``r``'s verdict, and what to do about it."""
+    verdict = r.verdict
+    if verdict == "host_bound":
+        return "so host-side figures are inflated; profile again without it to confirm a host-bound verdict"
+    if verdict == "compute_bound":  # no device in the trace: the host op times are the compute
+        return "so the host op times are inflated; profile again without it to time the host code"
+    if verdict == "sync_bound":
+        return "and after each sync the device idles until the host launches again, so the sync time is inflated " \
+               "with it; profile again without it to measure what the syncs cost"
+    if verdict == "input_bound":
+        if _num_workers(r) == 0:
+            return "and with num_workers=0 the loading runs in this process, so the data wait is inflated with it; " \
+                   "profile again without it to time the loading"
+        return "not the DataLoader's worker processes, so the wait for data behind this verdict is not inflated " \
+               "(unless num_workers=0, where loading runs here); only the host op times are"
+    if verdict in ("copy_bound", "communication_bound"):
+        what = "copies" if verdict == "copy_bound" else "collectives"
+        return f"not the device's {what}, so the {what}' time behind this verdict is not inflated; only the host " \
+               "op times are"
+    if verdict == "unexplained_idle":
+        return "so host op times are inflated, and part of the unexplained idle may be that host time; profile " \
+               "again without it"
+    return f"so host op times are inflated; the {verdict} verdict does not rest on them"
 
 
 def memory_note(r: RankResult) -> str | None:

@@ -63,6 +63,14 @@ def test_profiler_overhead_is_reported(results) -> None:  # type: ignore[no-unty
     # the compute-bound window had with_stack=True, but host overhead can only hide a compute-bound verdict: no
     # "profile again without it to confirm a host-bound verdict" (it was its second recommendation)
     assert not any("with_stack=True" in t for t in results["compute_bound"].recommendations)
+    # only a host-bound verdict is to "confirm": the input-bound window's loading ran in the training process
+    # (num_workers=0), the sync-bound window's relaunch after each sync is host time
+    assert results["input_bound"].recommendations[1].endswith(
+        "and with num_workers=0 the loading runs in this process, so the data wait is inflated with it; profile "
+        "again without it to time the loading")
+    assert "the sync time is inflated with it" in results["sync_bound"].recommendations[1]
+    assert not any("confirm a host-bound verdict" in t for name in ("input_bound", "sync_bound")
+                   for t in results[name].recommendations)
 
 
 def test_memory_and_steps(results) -> None:  # type: ignore[no-untyped-def]

@@ -130,13 +130,32 @@ def test_backlog_note_from_two_percent() -> None:
         "steps (schedule.active) to see the steady state")
 
 
-@pytest.mark.parametrize(("verdict_cause", "at"), [("host", 1), ("sync", 1), ("input", 2)])
-def test_profiler_caveat_follows_a_host_side_verdict_else_comes_last(verdict_cause: str, at: int) -> None:
-    r = rank(losses={verdict_cause: 0.4, "copy": 0.2}, copies_ms={"memset": 1.0}, profiler_flags=["with_stack"],
-             peak_memory_bytes=95, device_memory_bytes=100)
-    assert r.recommendations[at] == (
-        "with_stack=True was on in this window: it adds host time to every op, so host-side figures are inflated; "
-        "profile again without it to confirm a host-bound verdict")
+CAVEAT = "with_stack=True was on in this window: it adds host time to every op this process runs, "
+
+
+@pytest.mark.parametrize(("verdict_cause", "at", "machine", "effect"), [
+    ("host", 1, {}, "so host-side figures are inflated; profile again without it to confirm a host-bound verdict"),
+    ("sync", 1, {}, "and after each sync the device idles until the host launches again, so the sync time is "
+                    "inflated with it; profile again without it to measure what the syncs cost"),
+    ("input", 2, {"num_workers": 2, "cpu_cores": 4, "local_world_size": 1}, "not the DataLoader's worker processes, so the wait for data behind this verdict "
+                                     "is not inflated (unless num_workers=0, where loading runs here); only the host "
+                                     "op times are"),
+    ("input", 2, {"num_workers": 0, "cpu_cores": 4, "local_world_size": 1}, "and with num_workers=0 the loading runs in this process, so the data wait is "
+                                     "inflated with it; profile again without it to time the loading"),
+    ("copy", 2, {}, "not the device's copies, so the copies' time behind this verdict is not inflated; only the host "
+                    "op times are"),
+    ("communication", 2, {}, "not the device's collectives, so the collectives' time behind this verdict is not "
+                             "inflated; only the host op times are"),
+    ("other", 2, {}, "so host op times are inflated, and part of the unexplained idle may be that host time; profile "
+                     "again without it"),
+])
+def test_profiler_caveat_says_what_it_inflates_for_the_verdict(verdict_cause: str, at: int, machine: dict[str, Any],
+                                                               effect: str) -> None:
+    """Host overhead inflates what each verdict rests on differently: only a host-bound verdict is to "confirm"."""
+    second = "copy" if verdict_cause != "copy" else "sync"
+    r = rank(losses={verdict_cause: 0.4, second: 0.2}, copies_ms={"memset": 1.0}, profiler_flags=["with_stack"],
+             peak_memory_bytes=95, device_memory_bytes=100, machine=machine)
+    assert r.recommendations[at] == CAVEAT + effect
     assert r.recommendations[-1] == "peak memory 0.00 of 0 GB (95%): close to OOM; use activation checkpointing or a " \
                                     "smaller batch"
     assert len(r.recommendations) == 4
@@ -154,8 +173,9 @@ def test_profiler_caveat_of_a_compute_bound_verdict() -> None:
     trace without a device the host op times themselves are inflated."""
     assert rank(profiler_flags=["record_shapes"]).recommendations == rank().recommendations
     host = rank(gpu_utilization=None, profiler_flags=["record_shapes"])
-    assert host.recommendations[1] == "record_shapes=True was on in this window: it adds host time to every op, so " \
-                                      "the host op times are inflated; profile again without it to time the host code"
+    assert host.recommendations[1] == "record_shapes=True was on in this window: it adds host time to every op this " \
+                                      "process runs, so the host op times are inflated; profile again without it to " \
+                                      "time the host code"
 
 
 @pytest.mark.parametrize(("peak", "total", "verdict_cause", "note"), [
