@@ -16,7 +16,8 @@ from typing import Any
 
 from perf_callbacks.analysis.measures_text import rate, size
 
-_LAUNCH = ("p50_us", "p95_us", "launch_call_p50_us", "small_kernels", "small_kernel_fraction")
+_LAUNCH = ("p50_us", "p95_us", "idle_p50_us", "queued_fraction", "launch_call_p50_us", "small_kernels",
+           "small_kernel_fraction")
 
 
 def compare_measures(base: dict[str, Any], new: dict[str, Any], base_steps: int, new_steps: int) -> dict[str, Any]:
@@ -57,7 +58,8 @@ def measure_diff_lines(m: dict[str, Any]) -> list[str]:
         memory = f" {c['memory']}" if c["memory"] != "device" else ""
         lines.append(_row(f"{c['kind']}{memory} rate", c, "gbps", rate, _pct))
     launch = m.get("launch") or {}
-    for key, label in (("p50_us", "launch p50"), ("p95_us", "launch p95")):
+    labels = (("p50_us", "launch p50"), ("p95_us", "launch p95"), ("idle_p50_us", "launch p50 on a free device"))
+    for key, label in labels:
         if key in launch and (launch[key]["base"] is not None or launch[key]["new"] is not None):
             v = launch[key]
             lines.append(_line(label, _us(v["base"]), _us(v["new"]), _pct(v["base"], v["new"])))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from perf_callbacks.analysis.measures_text import comm_line, duration, rate, size
+from perf_callbacks.analysis.measures_text import comm_line, duration, queue_note, rate, size
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
 _WIDTH, _HEIGHT = 1000, 160
@@ -27,8 +27,9 @@ def measure_sections(result: AnalysisResult) -> list[str]:
              for c in result.copies]))
     launch = result.launch
     if launch and launch["p50_us"] is not None:
-        parts.append(f"<h2>Kernel launch</h2><p>launch to start p50 {duration(launch['p50_us'])}, p95 "
-                     f"{duration(launch['p95_us'])}; {launch['small_kernels']} kernels under 10 us "
+        parts.append(f"<h2>Kernel launch</h2><p>launch-call end to kernel start p50 {duration(launch['p50_us'])}, p95 "
+                     f"{duration(launch['p95_us'])}{escape(queue_note(launch))}; {launch['small_kernels']} kernels "
+                     "under 10 us "
                      f"({launch['small_kernel_fraction']:.0%} of kernel time)</p>")
     parts += _memory(result)
     if len(result.ranks) > 1:

@@ -99,7 +99,28 @@ def _launch(result: AnalysisResult) -> list[str]:
     if x["p50_us"] is None:
         return [f"launch: {small}; launch latency unknown (no launch call traced)"]
     call = "" if x["launch_call_p50_us"] is None else f"; launch call p50 {duration(x['launch_call_p50_us'])}"
-    return [f"launch: launch to kernel start p50 {duration(x['p50_us'])}, p95 {duration(x['p95_us'])}{call}; {small}"]
+    return [f"launch: launch-call end to kernel start p50 {duration(x['p50_us'])}, p95 {duration(x['p95_us'])} "
+            f"(as HTA measures it){queue_note(x)}{call}; {small}"]
+
+
+def queue_note(x: dict[str, Any]) -> str:
+    """What the launch delay means: queue depth on a busy device, or launch cost on a free one.
+
+    Example:
+        >>> queue_note({"queued_fraction": 1.0, "idle_p50_us": None})
+        ': queue depth, not launch cost (100% of kernels waited behind earlier work on a busy device)'
+        >>> queue_note({"queued_fraction": 0.2, "idle_p50_us": 4.5})
+        '; 20% of kernels queued behind earlier work (kernels that found the device free: p50 4.5 us)'
+    """
+    queued, free = x.get("queued_fraction"), x.get("idle_p50_us")
+    if not queued:
+        return ""
+    cost = f"; kernels that found the device free: p50 {duration(free)}" if free is not None else ""
+    if queued >= 0.5:
+        return f": queue depth, not launch cost ({queued:.0%} of kernels waited behind earlier work on a busy " \
+               f"device{cost})"
+    return f"; {queued:.0%} of kernels queued behind earlier work ({cost[2:]})" if cost else \
+        f"; {queued:.0%} of kernels queued behind earlier work"
 
 
 def duration(us: float) -> str:

@@ -135,15 +135,30 @@ def copy_figures(ev: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, An
 
 
 def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
-    """Launch-to-start delays (p50, p95 by nearest rank), launch call p50, kernels under 10 us and their time share."""
+    """Launch-to-start delays from the launch call's end (p50, p95 by nearest rank), the p50 of kernels that found
+    the device free and the share that queued behind earlier work, launch call p50, kernels under 10 us and their
+    time share."""
     lo, hi = window(ev)
     calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
              and re.search(r"Launch\w*Kernel", e["name"]) and "correlation" in e.get("args", {})}
     kernels = [e for e in ev if e.get("cat") == "kernel" and inside(e, lo, hi)]
-    delays = sorted(e["ts"] - calls[e["args"]["correlation"]]["ts"] for e in kernels
-                    if e["args"].get("correlation") in calls)
+    ended = {e["args"]["correlation"]: e["ts"] + e["dur"] for e in calls.values()}  # HTA: from the call's end
+    delays = sorted(e["ts"] - ended[e["args"]["correlation"]] for e in kernels if e["args"].get("correlation") in ended)
+    free = []  # kernels that did not start the moment the device's earlier work ended, after their launch returned
+    device_ops = sorted((e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                        key=lambda e: (e["ts"], e["ts"] + e["dur"]))
+    last_end: dict[Any, float] = {}
+    for e in device_ops:
+        dev = e["args"].get("device")
+        before = last_end.get(dev, -math.inf)
+        last_end[dev] = max(before, e["ts"] + e["dur"])
+        corr = e["args"].get("correlation")
+        queued = corr in ended and ended[corr] < before and abs(e["ts"] - before) <= 5.0
+        if e["cat"] == "kernel" and inside(e, lo, hi) and corr in ended and not queued:
+            free.append(e["ts"] - ended[corr])
     small = [e["dur"] for e in kernels if e["dur"] < 10]
     return {"p50_us": median(delays), "p95_us": delays[math.ceil(0.95 * len(delays)) - 1],
+            "idle_p50_us": median(free) if free else None, "queued_fraction": 1 - len(free) / len(delays),
             "launch_call_p50_us": median(e["dur"] for e in calls.values() if inside(e, lo, hi)),
             "small_kernels": len(small), "small_kernel_fraction": sum(small) / sum(e["dur"] for e in kernels)}
 

@@ -9,6 +9,7 @@ import copy
 import json
 from functools import cache
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from perf_callbacks.analysis.measures import window_advice
 from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
 from tests.analysis import measure_truth as truth
-from tests.analysis.conftest import DATA, save_doc
+from tests.analysis.conftest import DATA, kernel, launch, save_doc, write_trace, x
 from tests.foreign import HTA, needs_foreign
 
 NCCL = HTA / "nccl_parser_config" / "nccl_data.json.gz"  # HTA's: tests that read it are marked needs_foreign
@@ -143,8 +144,9 @@ def test_h200_copies_launch_and_memory_match_independent_count(name: str) -> Non
     launch = truth.launch_figures(ev)
     assert result.launch is not None
     assert result.launch["small_kernels"] == launch["small_kernels"]
-    for key in ("p50_us", "p95_us", "launch_call_p50_us", "small_kernel_fraction"):
+    for key in ("p50_us", "p95_us", "launch_call_p50_us", "small_kernel_fraction", "queued_fraction"):
         assert result.launch[key] == approx(launch[key]), key
+    assert result.launch["idle_p50_us"] == (None if launch["idle_p50_us"] is None else approx(launch["idle_p50_us"]))
     memory = truth.memory_figures(ev)
     assert result.memory_peak is not None
     assert result.memory_peak["bytes"] == memory["peak"]["bytes"] == result.peak_memory_bytes
@@ -242,7 +244,7 @@ def test_window_summary_and_scalars_carry_the_headline_figures(tmp_path: Path) -
     trace.write_bytes(NCCL.read_bytes())
     side = write_sidecar(trace)
     allreduce = next(c for c in analyzed(NCCL).communication if c["name"] == "AllReduce")
-    assert "AllReduce x15, " in side["text"] and "launch to kernel start p50" in side["text"]
+    assert "AllReduce x15, " in side["text"] and "launch-call end to kernel start p50" in side["text"]
     assert side["scalars"]["perf/window/comm_busbw_gbps"] == pytest.approx(allreduce["busbw_gbps"])
     assert side["scalars"]["perf/window/launch_p95_us"] == pytest.approx(truth.launch_figures(raw(NCCL))["p95_us"], rel=REL)
 
@@ -297,7 +299,7 @@ def test_text_shows_each_figure() -> None:
     text = format_text(analyzed(NCCL))
     assert "AllReduce x15, " in text and "exposed, busbw " in text and "p50 of calls" in text
     assert "DtoD x960" in text
-    assert "launch to kernel start p50" in text
+    assert "launch-call end to kernel start p50" in text
 
 
 def test_text_shows_memory_and_small_kernels() -> None:
@@ -310,3 +312,21 @@ def _doc(path: Path) -> dict[str, Any]:
     with truth.gzip.open(path, "rt") as f:
         doc: dict[str, Any] = json.load(f)
     return doc
+
+
+def test_launch_delay_on_a_busy_device_is_queue_depth_not_launch_cost(tmp_path: Path) -> None:
+    """Four kernels launched while a 1 ms kernel runs each start when the one before ends (queued); two launched on a
+    free device start 3 us after their launch call returned: that is the launch cost, reported apart."""
+    events = [x("user_annotation", "ProfilerStep#1", 0, 10_000)]
+    events += [launch(10, 1), kernel(20, 1000, 1)]  # found the device free: 20 - (10 + 5) = 5 us
+    for i in range(4):  # launched at 100 + 10 i, each starts right after its predecessor ends
+        events += [launch(100 + 10 * i, 2 + i), kernel(1020 + 1000 * i, 1000, 2 + i)]
+    events += [launch(8000, 9), kernel(8008, 100, 9)]  # free again: 8008 - 8005 = 3 us
+    result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
+    assert result.launch is not None
+    assert result.launch["queued_fraction"] == pytest.approx(4 / 6)
+    assert result.launch["idle_p50_us"] == pytest.approx(4.0)  # median of 5 and 3
+    assert result.launch["p50_us"] == pytest.approx(median([5, 3] + [1020 + 1000 * i - (105 + 10 * i) for i in range(4)]))
+    text = format_text(result)
+    assert "queue depth, not launch cost (67% of kernels waited behind earlier work on a busy device; kernels that " \
+           "found the device free: p50 4.0 us)" in text
