@@ -103,6 +103,23 @@ def test_lightning_defaults_train_bit_identically(tmp_path: Path, part: str) -> 
     twice(run)
 
 
+def test_lightning_defaults_train_bit_identically_through_a_profiling_window(tmp_path: Path) -> None:
+    """Past the default schedule's first window (steps 12-14, its summary analysed in another process)."""
+    from tests.integrations.lit_helpers import trainer
+
+    def run(instrumented: bool) -> nn.Module:
+        model = Net("silu")
+        callbacks = [GPUPerfCallback()] if instrumented else []
+        fit = trainer(tmp_path / str(instrumented), callbacks, max_steps=16, limit_val_batches=0)
+        fit.fit(model, DataLoader(samples(n=128), batch_size=8))
+        if instrumented:
+            assert_counted(callbacks[0].engine)
+            assert callbacks[0].engine is not None and len(callbacks[0].engine.exported) == 1
+        return model
+
+    twice(run)
+
+
 # ---- Accelerate -------------------------------------------------------------------------------------------------
 @pytest.fixture
 def fresh_accelerators() -> Iterator[Callable[[], Accelerator]]:
