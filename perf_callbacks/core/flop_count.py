@@ -141,8 +141,8 @@ class StepCounter:
     def count_decomposed(self, func: torch._ops.OpOverload, out: Any, args: Any, kwargs: Any) -> None:
         """Count an op that ran whole as ``FlopCounterMode`` counts it: by its decomposition, run on meta tensors.
 
-        When the decomposition cannot run on meta tensors (it reads values, say), the op is counted as itself: it
-        has no formula, and is noted as uncounted if it looks like matrix math.
+        When the decomposition cannot run on meta tensors (it reads values, say), the op is counted as itself: by
+        its formula if it has one, else noted as uncounted if it looks like matrix math (as any op without one).
         """
         shadow = StepCounter(shadow=True)
         try:
