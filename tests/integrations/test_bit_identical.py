@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback, TransformersPerfCallback
 from perf_callbacks.core.engine import PerfEngine
 
-STEPS = 4  # the defaults count FLOPs on step 0 and open no profiling window before step 10
+STEPS = 4  # the defaults count FLOPs on step 0, and start no profiler before step 11 (its warm-up)
 
 
 class Attention(nn.Module):
