@@ -1,20 +1,24 @@
-"""Counting the model FLOPs of one training step with ``torch.utils.flop_counter.FlopCounterMode``.
+"""Counting the model FLOPs of one training step with torch's FLOP formulas, in a dispatch mode that only observes.
 
-:class:`StepCounter` is a ``FlopCounterMode`` that is entered in one hook and left in another (the engine's
-``batch_start`` of a step's first micro-batch and the ``batch_end`` that completes its optimizer step), so that it
-sees the forward and backward of every micro-batch of that step, however the framework runs them. It differs from
-the plain ``FlopCounterMode`` in three ways:
+:class:`StepCounter` is entered in one hook and left in another (the engine's ``batch_start`` of a step's first
+micro-batch and the ``batch_end`` that completes its optimizer step), so that it sees the forward and backward of
+every micro-batch of that step, however the framework runs them. It counts what
+``torch.utils.flop_counter.FlopCounterMode`` counts (the same formulas, ``flop_registry``), but it never changes
+what runs:
 
-- no per-module breakdown: the plain one installs global module hooks (and gradient hooks on activations) to
-  attribute FLOPs to modules, which the total does not need;
+- every op runs as called, ``func(*args, **kwargs)``. ``FlopCounterMode`` (torch >= 2.6) runs an op without a FLOP
+  formula through its composite decomposition when it has one, and ``aten.silu_backward`` (every SwiGLU MLP: LLaMA,
+  Mistral, Qwen) and ``aten.mish_backward`` decomposed round differently from their kernels: the weights of a run
+  would differ from the same run without us. Such an op is counted on a shadow instead: its decomposition runs on
+  meta tensors of the same shapes (no data, no kernels, no random numbers), and its FLOPs are those of the ops in
+  the decomposition, as ``FlopCounterMode`` counts them;
 - formulas for the CPU flash-attention ops (``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward),
   the same as torch's for the CUDA flash-attention ops, which torch's registry lacks (see :func:`extra_formulas`);
+- no per-module breakdown (``FlopCounterMode`` installs global module hooks for it, which the total does not need);
 - it records the dtype of each counted op's first input (the compute dtype: bf16 under autocast, for example) and
-  the ops that look like matrix math but have no FLOP formula (an LSTM, a custom attention kernel), whose work the
-  count would miss.
-
-Entering it changes no numerics: each op runs as it would, with the same inputs; only ops without a formula that
-have a composite decomposition run decomposed, exactly as ``FlopCounterMode`` runs them.
+  the ops whose work the count would miss: ops that look like matrix math but have no FLOP formula (an LSTM, a
+  custom attention kernel), and higher-order operators without one (``torch.cond``, a Triton kernel), which run
+  as called and are not looked into.
 
 Example:
     >>> import torch
@@ -29,13 +33,15 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import _get_current_dispatch_mode
-from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._pytree import tree_map_only
+from torch.utils.flop_counter import flop_registry
 
 _MATH_LIKE = re.compile(r"mm|matmul|conv|attention|attn|linear|einsum|rnn|lstm|gru|triton", re.IGNORECASE)
 """Op names that suggest heavy math: run without a FLOP formula, the count would miss their work."""
@@ -43,6 +49,10 @@ _CPU_TWINS = {
     "_scaled_dot_product_flash_attention_for_cpu": "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_flash_attention_for_cpu_backward": "_scaled_dot_product_flash_attention_backward",
 }
+_QUERIES = ("sym_is_contiguous", "is_contiguous", "is_strides_like_format", "is_non_overlapping_and_dense", "size",
+            "sym_size", "stride", "sym_stride", "storage_offset", "sym_storage_offset", "numel", "sym_numel", "dim")
+"""Metadata queries that tensor subclasses (nested tensors) answer themselves: left to them, as FlopCounterMode does."""
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
 
 
 def extra_formulas() -> dict[Any, Any]:
@@ -59,24 +69,27 @@ def extra_formulas() -> dict[Any, Any]:
     return out
 
 
-class StepCounter(FlopCounterMode):
-    """A ``FlopCounterMode`` without module tracking, that also records the compute dtype and uncounted math ops."""
+class StepCounter:
+    """FLOPs of the ops run between :meth:`start` and :meth:`stop`, by torch's formulas; nothing runs differently.
 
-    def __init__(self) -> None:
-        super().__init__(display=False, custom_mapping=extra_formulas())
-        self.mod_tracker = _NoModules()  # type: ignore[assignment]
-        self.by_dtype: dict[torch.dtype, int] = defaultdict(int)
+    Args:
+        shadow: a counter of decompositions on meta tensors (see :meth:`count_decomposed`), not of a real step.
+    """
+
+    def __init__(self, *, shadow: bool = False) -> None:
+        self.formulas = _formulas()
+        self.flops: Counter[Any] = Counter()  # by op (OpOverloadPacket, or higher-order operator)
+        self.by_dtype: Counter[torch.dtype] = Counter()
         self.uncounted: Counter[str] = Counter()
         self.ops = 0  # ops that ran through the mode (each one paid a Python dispatch)
+        self.mode = _Observer(self, shadow)
         self.entered = False
+        self.error: Exception | None = None  # the first failure of counting (a formula that raised): nothing counted
 
     def start(self) -> None:
         """Enter the mode: every op from now on is counted, on this thread (and autograd's, for the backward)."""
-        self.__enter__()  # type: ignore[no-untyped-call]
+        self.mode.__enter__()  # type: ignore[no-untyped-call]
         self.entered = True
-        mode = getattr(self, "mode", None)  # the dispatch mode on the stack (FlopCounterMode's own, in torch 2.13)
-        if mode is not None:  # torch.compile compiles as usual under it: else torch never compiles a function it
-            mode.ignore_compile_internals = _true  # first sees under a dispatch mode (torch < 2.6?: no effect)
 
     def stop(self) -> bool:
         """Leave the mode if it is the innermost one (True); else leave it in place (False) and try again later.
@@ -88,45 +101,131 @@ class StepCounter(FlopCounterMode):
             return True
         if _get_current_dispatch_mode() is not self.mode:
             return False
-        self.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        self.mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
         self.entered = False
         return True
 
     @property
     def total(self) -> int:
         """FLOPs counted so far."""
-        return int(self.get_total_flops())
+        return sum(self.flops.values())
 
     @property
     def dtype(self) -> torch.dtype | None:
         """The dtype of the inputs that carried most of the counted FLOPs, None before any."""
-        return max(self.by_dtype.items(), key=lambda kv: kv[1])[0] if self.by_dtype else None
+        return self.by_dtype.most_common(1)[0][0] if self.by_dtype else None
 
-    def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
+    def observe(self, func: Any, out: Any, args: Any, kwargs: Any) -> None:
+        """Count an op that ran: by its formula, else (outside a shadow) by its decomposition if it has one."""
+        if not isinstance(func, torch._ops.OpOverload):  # a higher-order operator
+            self.count(func, out, args, kwargs)
+        elif not self.mode.shadow and _decomposes(func):
+            self.count_decomposed(func, out, args, kwargs)
+        else:
+            self.count(func._overloadpacket, out, args, kwargs)
+
+    def count(self, op: Any, out: Any, args: Any, kwargs: Any) -> None:
+        """Count one op that ran (``op``: its overload packet, or a higher-order operator) from its shapes."""
         self.ops += 1
-        if func_packet not in self.flop_registry:
-            if _MATH_LIKE.search(str(func_packet)):
-                self.uncounted[str(func_packet)] += 1
-            return out
-        global_counts = self.flop_counts["Global"]
-        before = global_counts[func_packet]
-        result = super()._count_flops(func_packet, out, args, kwargs)  # type: ignore[no-untyped-call]
+        formula = self.formulas.get(op)
+        if formula is None:
+            if isinstance(op, torch._ops.HigherOrderOperator) or _MATH_LIKE.search(str(op)):
+                self.uncounted[_name(op)] += 1
+            return
+        flops = int(formula(*args, **kwargs, out_val=out))
+        self.flops[op] += flops
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if first is not None:
-            self.by_dtype[first.dtype] += global_counts[func_packet] - before
-        return result
+            self.by_dtype[first.dtype] += flops
+
+    def count_decomposed(self, func: torch._ops.OpOverload, out: Any, args: Any, kwargs: Any) -> None:
+        """Count an op that ran whole as ``FlopCounterMode`` counts it: by its decomposition, run on meta tensors.
+
+        When the decomposition cannot run on meta tensors (it reads values, say), the op is counted as itself: by
+        its formula if it has one, else noted as uncounted if it looks like matrix math (as any op without one).
+        """
+        shadow = StepCounter(shadow=True)
+        try:
+            meta_args, meta_kwargs = tree_map_only(torch.Tensor, _on_meta, (args, kwargs))
+            with shadow.mode:
+                done = func.decompose(*meta_args, **meta_kwargs) is not NotImplemented
+        except Exception:  # noqa: BLE001 - no meta kernel, or the decomposition needs values
+            done = False
+        if not done:
+            self.count(func._overloadpacket, out, args, kwargs)
+            return
+        self.ops += 1
+        self.flops.update(shadow.flops)
+        self.by_dtype.update(shadow.by_dtype)
+        self.uncounted.update(shadow.uncounted)
 
 
-class _NoModules:
-    """Stands in for ``FlopCounterMode``'s module tracker: every FLOP goes to ``Global``, no hooks are installed."""
+class _Observer(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Runs every op as called and hands it to its counter; a shadow's decomposes ops (on meta tensors) as torch's.
 
-    parents = frozenset({"Global"})
+    Args:
+        counter: what counts each op.
+        shadow: decompose ops that have a composite kernel, as ``FlopCounterMode`` does; only on meta tensors.
+    """
 
-    def __enter__(self) -> _NoModules:
-        return self
+    supports_higher_order_operators = True
 
-    def __exit__(self, *args: object) -> None:
-        return None
+    def __init__(self, counter: StepCounter, shadow: bool) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.counter, self.shadow = counter, shadow
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """torch.compile compiles as usual under it (else torch never compiles a function it first sees under it)."""
+        return True
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _queries():
+            return NotImplemented
+        if self.shadow and isinstance(func, torch._ops.OpOverload) and _decomposes(func):  # meta tensors only
+            with self:
+                result = func.decompose(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        out = func(*args, **kwargs)  # the op as called: its errors are the user's, and propagate unchanged
+        if self.shadow:  # a failure here is the decomposition's: count_decomposed catches it
+            self.counter.observe(func, out, args, kwargs)
+        else:
+            try:
+                self.counter.observe(func, out, args, kwargs)
+            except Exception as err:  # noqa: BLE001 - a failing count never fails the step: the engine says why
+                self.counter.error = self.counter.error or err
+        return out
+
+
+@functools.cache
+def _formulas() -> dict[Any, Any]:
+    return {**flop_registry, **extra_formulas()}
+
+
+@functools.cache
+def _queries() -> frozenset[Any]:
+    ops = {getattr(torch.ops.aten, name).default for name in _QUERIES if hasattr(torch.ops.aten, name)}
+    return frozenset(ops | {torch.ops.aten.is_contiguous.memory_format, torch.ops.prim.layout.default})
+
+
+@functools.cache
+def _decomposes(func: torch._ops.OpOverload) -> bool:
+    """Whether ``FlopCounterMode`` (torch >= 2.6) would run ``func`` decomposed: it has a composite kernel."""
+    if func is torch.ops.prim.device.default:
+        return False
+    name = func.name()  # type: ignore[no-untyped-call]
+    return _COMPOSITE in func.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(name, _COMPOSITE)
+
+
+def _on_meta(t: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``t``'s shape, strides and dtype on the meta device: no data, and no kernel runs on it."""
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta")
+
+
+def _name(op: Any) -> str:
+    return str(getattr(op, "_name", None) or op) if isinstance(op, torch._ops.HigherOrderOperator) else str(op)
 
 
 def _raw(formula: Any) -> Any:
@@ -137,7 +236,3 @@ def _raw(formula: Any) -> Any:
 
     counted._get_raw = True  # type: ignore[attr-defined]
     return counted
-
-
-def _true() -> bool:
-    return True

@@ -5,14 +5,16 @@ Where the FLOPs of a step come from, the first that applies:
 1. the ``flops_per_step`` config key;
 2. a ``flops_per_batch`` attribute on the model (as Lightning's ``ThroughputMonitor`` reads it from the
    LightningModule), times the micro-batches of the first completed step;
-3. counted once with :class:`~perf_callbacks.core.flop_count.StepCounter` (``FlopCounterMode``) over one real
-   training step: from the ``batch_start`` of its first micro-batch to the ``batch_end`` that completes its optimizer
-   step, so every micro-batch's forward and backward is in it. The step is the first one that no profiling window
-   (warm-up included) or Nsight capture touches, step 0 with the default schedule (whose time holds one-time costs
-   anyway); it is left out of step time and of the slowdown check, like a profiled step, and stands for the
-   data-wait check's warm-up step. It is skipped, with a note that says why, when ``flops: false``, when no op with a
-   FLOP formula ran, or when ops that look like matrix math ran without one (an LSTM, a custom attention kernel):
-   the count would miss their work.
+3. counted once with :class:`~perf_callbacks.core.flop_count.StepCounter` (``FlopCounterMode``'s formulas, in a
+   dispatch mode that only observes: every op runs as it would without us, so the run's weights are bit-identical)
+   over one real training step: from the ``batch_start`` of its first micro-batch to the ``batch_end`` that
+   completes its optimizer step, so every micro-batch's forward and backward is in it. The step is the first one
+   that no profiling window (warm-up included) or Nsight capture touches, step 0 with the default schedule (whose
+   time holds one-time costs anyway); it is left out of step time and of the slowdown check, like a profiled step,
+   and stands for the data-wait check's warm-up step. It is skipped, with a note that says why, when
+   ``flops: false``, when no op with a FLOP formula ran, or when ops ran whose work the count cannot see without
+   running them differently: ops that look like matrix math without a formula (an LSTM, a custom attention kernel),
+   higher-order operators without one (``torch.cond``, a Triton kernel).
 
 Outside that one step the engine pays one attribute check per micro-batch, and nothing once the FLOPs are known.
 The peak comes from :func:`~perf_callbacks.core.peak.peak_flops` for the compute dtype: the one that carried most of
@@ -172,6 +174,8 @@ class StepFlops:
             self._tries = MAX_TRIES
             self.note = "not measured: another TorchDispatchMode was entered inside the counting step and left open"
             return True
+        if counter.error is not None:  # a formula failed on an op of the step: the step ran all the same
+            return self._fail(counter.error)
         if self.compiling():  # compiled kernels bypass the mode: their FLOPs would be missing
             self.note = (f"not measured: torch.compile compiled code in this run (by step {self.counted_step}), "
                          "whose kernels FlopCounterMode does not see: set flops_per_step (or a flops_per_batch "

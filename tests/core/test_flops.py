@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.flop_count import extra_formulas
+from perf_callbacks.core.flop_count import StepCounter, extra_formulas
 from perf_callbacks.core.flops import META_KEY
 from perf_callbacks.core.peak import peak_flops
 
@@ -111,13 +111,95 @@ def test_the_attention_of_a_cpu_transformer_block_is_counted(tmp_path: Path) -> 
     assert engine.flops.per_step == plain.get_total_flops() + attention
 
 
-def test_counting_changes_no_numerics(tmp_path: Path) -> None:
+class SwiGLU(nn.Module):
+    """A LLaMA/Mistral/Qwen MLP: ``down(silu(gate(x)) * up(x))``; its backward runs ``aten.silu_backward``."""
+
+    def __init__(self, dim: int = 32, hidden: int = 64) -> None:
+        super().__init__()
+        self.gate, self.up, self.down = nn.Linear(dim, hidden), nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+def mish_mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(32, 64), nn.Mish(), nn.Linear(64, 32))
+
+
+@pytest.mark.parametrize("make", [block, SwiGLU, mish_mlp], ids=["transformer_block", "swiglu", "mish"])
+def test_counting_changes_no_numerics(tmp_path: Path, make: Callable[[], nn.Module]) -> None:
+    """FlopCounterMode runs ``silu_backward`` and ``mish_backward`` decomposed, which rounds differently: ours not."""
     torch.manual_seed(0)
-    a, x = block(), torch.randn(4, 6, 32)
+    a, x = make(), torch.randn(4, 6, 32)
     b = copy.deepcopy(a)
-    train(make_engine(tmp_path / "a"), a, x, steps=4)
+    counted = make_engine(tmp_path / "a")
+    train(counted, a, x, steps=4)
     train(make_engine(tmp_path / "b", flops=False), b, x, steps=4)
+    assert counted.flops.per_step == counted_by_test(b, x)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+class Distilled(nn.Module):
+    """A student trained against a frozen teacher run under ``torch.inference_mode`` (its ops skip autograd)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.student, self.teacher = mlp(), mlp().requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            target = self.teacher(x)
+        return self.student(x) - target.clone()
+
+
+def test_an_op_flop_counter_mode_decomposes_is_counted_on_meta_tensors_and_runs_whole(tmp_path: Path) -> None:
+    """Under inference mode ``aten.linear`` reaches the mode whole: FlopCounterMode counts its decomposition."""
+    torch.manual_seed(0)
+    model, x = Distilled(), torch.randn(8, 32)
+    engine = make_engine(tmp_path)
+    train(engine, model, x, steps=2)
+    assert engine.flops.per_step == counted_by_test(model, x)
+    assert engine.flops.per_step == counted_by_test(model.student, x) + 2 * 8 * (32 * 64 + 64 * 16)  # + teacher
+
+
+def test_an_op_whose_decomposition_reads_values_runs_whole_and_skips_the_count_with_a_note(tmp_path: Path) -> None:
+    """Its decomposition cannot run on meta tensors, and running it on the real ones could change numerics."""
+    lib = torch.library.Library("perf_callbacks_test", "FRAGMENT")  # a test op, freed below
+    lib.define("scaled_matmul(Tensor a, Tensor b) -> Tensor")
+    lib.impl("scaled_matmul", lambda a, b: (a @ b) / max(float(a.abs().max().item()), 1.0),
+             "CompositeImplicitAutograd")
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = mlp()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.inference_mode():
+                scale = torch.ops.perf_callbacks_test.scaled_matmul(x, x.T).sum()
+            return self.net(x) * scale.clone()
+
+    engine = make_engine(tmp_path)
+    try:
+        train(engine, Scaled(), torch.randn(8, 32), steps=2)
+    finally:
+        del lib
+    assert engine.flops.per_step is None and not engine._flops_on
+    assert engine.flops.note.startswith(
+        "not measured: ops without a FLOP formula ran in step 0 (perf_callbacks_test.scaled_matmul x1)")
+
+
+def test_a_higher_order_operator_without_a_formula_runs_as_called_and_is_noted() -> None:
+    """``torch.cond``: FlopCounterMode runs both branches (and counts the larger); ours runs the op as called."""
+    x, w = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4)
+    counter = StepCounter()
+    counter.start()
+    try:
+        out = torch.cond(x.sum() > -1e9, lambda v: (v @ w).relu(), lambda v: v * 2, (x,))
+    finally:
+        assert counter.stop()
+    assert torch.equal(out, (x @ w).relu())
+    assert counter.uncounted == {"cond": 1} and counter.total == 0
 
 
 def test_after_the_counted_step_the_hot_path_never_calls_the_counter(tmp_path: Path) -> None:
@@ -300,6 +382,23 @@ def test_a_failing_counter_disables_itself_and_training_goes_on(tmp_path: Path) 
             pytest.warns(InstrumentUnavailableWarning, match="FLOP counting disabled: RuntimeError: no dispatch"):
         train(engine, mlp(), torch.randn(8, 32), steps=4)
     assert not engine._flops_on and engine.flops.per_step is None and engine.steps_run == 4
+
+
+def test_a_formula_that_raises_inside_the_step_never_fails_it(tmp_path: Path) -> None:
+    """The op's own result goes back to the step; the count is dropped with one warning and training goes on."""
+    from perf_callbacks.exceptions import InstrumentUnavailableWarning
+
+    torch.manual_seed(0)
+    a, x = SwiGLU(), torch.randn(4, 6, 32)
+    b = copy.deepcopy(a)
+    engine = make_engine(tmp_path / "a")
+    with mock.patch.object(StepCounter, "count", side_effect=RuntimeError("bad formula")), \
+            pytest.warns(InstrumentUnavailableWarning, match="FLOP counting disabled: RuntimeError: bad formula"):
+        train(engine, a, x, steps=3)
+    train(make_engine(tmp_path / "b", flops=False), b, x, steps=3)
+    assert engine.steps_run == 3 and engine.flops.per_step is None and not engine._flops_on
+    assert _get_current_dispatch_mode_stack() == []
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
 def test_peak_comes_from_lightnings_table_for_the_counted_dtype(tmp_path: Path) -> None:
