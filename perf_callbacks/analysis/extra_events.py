@@ -23,8 +23,8 @@ Nccl = tuple[float, float, int, str, "dict[str, Any] | None", Any, Any]
 """``(start, end, device, kernel name, collective arguments or None, External id, correlation)``."""
 HostComm = tuple[float, float, str, Any, Any]
 """``(start, end, span name, Input Dims, Input type)`` of a ``gloo:``/``nccl:`` host span."""
-Memory = tuple[float, Any, Any, Any, Any]
-"""``(ts, tid, Bytes, Total Allocated, Device Type)`` of a ``[memory]`` event."""
+Memory = tuple[float, Any, Any, Any, Any, Any]
+"""``(ts, tid, Bytes, Total Allocated, Device Type, Addr)`` of a ``[memory]`` event."""
 
 
 @dataclass
@@ -75,7 +75,7 @@ class ExtraEvents:
         """A ``[memory]`` instant event."""
         args = e["args"]
         self.memory.append((e["ts"], e.get("tid"), args.get("Bytes"), args.get("Total Allocated"),
-                            args.get("Device Type")))
+                            args.get("Device Type"), args.get("Addr")))
 
 
 def comm_args(args: dict[str, Any]) -> dict[str, Any] | None:

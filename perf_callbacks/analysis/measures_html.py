@@ -62,8 +62,11 @@ def _memory(result: AnalysisResult) -> list[str]:
     kind = "Host" if peak.get("memory") == "host" else "Device"
     parts = [f"<h2>{kind} memory</h2><p>peak {size(peak['bytes'])} allocated in {escape(str(peak['op']))}, "
              f"{peak['ts_ms']:.1f} ms into the window</p>", memory_curve_svg(result.ranks)]
+    if peak.get("held_by_op"):
+        parts.append(_table(("op that allocated it", "held at the peak"),
+                            [(m["name"], size(m["bytes"])) for m in peak["held_by_op"]]))
     if result.memory_by_op:
-        parts.append(_table(("op", "self memory (allocated less freed)", "calls"),
+        parts.append(_table(("op", "self memory (allocated less freed inside the op; not what is held)", "calls"),
                             [(m["name"], size(m["self_bytes"]), m["calls"]) for m in result.memory_by_op]))
     return parts
 

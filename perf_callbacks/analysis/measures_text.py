@@ -140,8 +140,12 @@ def _memory(result: AnalysisResult) -> list[str]:
     kind = "host" if peak.get("memory") == "host" else "device"
     lines = [f"{kind} memory: peak {size(peak['bytes'])} allocated in {peak['op']}, {peak['ts_ms']:.1f} ms into the "
              "window"]
+    if peak.get("held_by_op"):
+        held = ", ".join(f"{m['name']} {size(m['bytes'])}" for m in peak["held_by_op"][:3])
+        lines.append(f"  held at the peak, by the op that allocated it: {held}")
     if result.memory_by_op:
         tops = ", ".join(f"{m['name']} {size(m['self_bytes'])} (x{m['calls']})" for m in result.memory_by_op[:3])
-        lines.append(f"  most self memory (allocated less freed): {tops}")
+        lines.append(f"  most self memory (allocated less freed inside the op, over the window; memory another op "
+                     f"frees still counts, so these are not what is held): {tops}")
     return lines
 

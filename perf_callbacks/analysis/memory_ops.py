@@ -3,9 +3,13 @@
 Device memory events are used (``Device Type`` other than 0); a trace without device activity uses the host's (type
 0) instead. Each event's ``Bytes`` (negative for a free) goes to the innermost op around it on its thread, as
 ``key_averages()`` counts ``self_cuda_memory_usage``: an op's self bytes are what it allocated less what it freed.
-Events outside any op are counted under ``OUTSIDE``. The peak is the largest ``Total Allocated``, with the op of the
-event that reached it; the curve is ``Total Allocated`` over the window, at most ``CURVE_POINTS`` points (the largest
-value in each slice of time, so the peak stays on it). Every figure covers the whole trace, as ``key_averages()`` does.
+Events outside any op are counted under ``OUTSIDE``. Self bytes are not what an op holds: an allocation freed by
+another op (or outside any op) stays in its self bytes, so they can sum past the peak. What is held is read at the
+peak instead: the largest ``Total Allocated``, with the op of the event that reached it, and the allocations still
+alive then (matched to their frees by ``Addr``) by the op that made them, the rest being memory allocated before the
+trace began (``BEFORE``: parameters, optimizer state, tensors of earlier steps). The curve is ``Total Allocated``
+over the window, at most ``CURVE_POINTS`` points (the largest value in each slice of time, so the peak stays on it).
+Every figure covers the whole trace, as ``key_averages()`` does.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from perf_callbacks.analysis.measure_base import number
 from perf_callbacks.analysis.timeline import Timeline
 
 OUTSIDE = "(outside any op)"
+BEFORE = "(allocated before the trace)"
+HELD_ROWS = 5
 CURVE_POINTS = 300
 
 
@@ -59,7 +65,32 @@ def peak(events: list[Memory], owners: list[str | None], tl: Timeline, kind: str
         return None
     i = max(range(len(events)), key=lambda j: (events[j][3], -j))
     return {"bytes": events[i][3], "op": owners[i] or OUTSIDE, "ts_ms": (events[i][0] - tl.lo) / 1e3,
-            "memory": kind}
+            "memory": kind, "held_by_op": held_at(events, owners, i)}
+
+
+def held_at(events: list[Memory], owners: list[str | None], i: int) -> list[dict[str, Any]] | None:
+    """What is allocated at event ``i``: ``[{name, bytes}]`` by the op that made each live allocation, largest first.
+
+    Allocations are matched to their frees by address; memory live at ``i`` that no event of the trace allocated is
+    ``BEFORE``. The ``HELD_ROWS`` largest rows are kept. None when the events carry no ``Addr``.
+    """
+    live: dict[Any, tuple[int, str]] = {}
+    for event, owner in zip(events[: i + 1], owners[: i + 1], strict=True):
+        addr, nbytes = event[5] if len(event) > 5 else None, event[2]
+        if addr is None:
+            return None
+        if nbytes > 0:
+            live[addr] = (nbytes, owner or OUTSIDE)
+        elif nbytes < 0:
+            live.pop(addr, None)
+    held: dict[str, int] = defaultdict(int)
+    for nbytes, name in live.values():
+        held[name] += nbytes
+    before = events[i][3] - sum(held.values())
+    if before > 0:
+        held[BEFORE] += before
+    rows = sorted(held.items(), key=lambda kv: (-kv[1], kv[0]))[:HELD_ROWS]
+    return [{"name": name, "bytes": nbytes} for name, nbytes in rows]
 
 
 def curve(events: list[Memory], tl: Timeline) -> list[list[float]]:

@@ -164,8 +164,9 @@ def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def memory_figures(ev: list[dict[str, Any]], device_type: int = 1) -> dict[str, Any]:
-    """Self bytes and calls per op (each memory event charged to the innermost cpu_op around it on its thread), and
-    the peak of Total Allocated with its op and its time from the window start (ms)."""
+    """Self bytes and calls per op (each memory event charged to the innermost cpu_op around it on its thread), the
+    peak of Total Allocated with its op and its time from the window start (ms), and what is held at the peak: the
+    allocations not yet freed (matched by address) by the op that made them, the rest allocated before the trace."""
     lo, _ = window(ev)
     ops: dict[Any, list[tuple[float, float, float, str]]] = defaultdict(list)
     calls: dict[str, int] = defaultdict(int)
@@ -190,9 +191,20 @@ def memory_figures(ev: list[dict[str, Any]], device_type: int = 1) -> dict[str, 
         owners.append(owner)
         self_bytes[owner] += m["args"]["Bytes"]
     top = max(range(len(mem)), key=lambda j: (mem[j]["args"]["Total Allocated"], -j))
+    alive: dict[int, tuple[int, str]] = {}  # address -> (bytes, allocating op), up to the peak's event
+    for m, owner in zip(mem[: top + 1], owners[: top + 1], strict=True):
+        if m["args"]["Bytes"] > 0:
+            alive[m["args"]["Addr"]] = (m["args"]["Bytes"], owner)
+        else:
+            alive.pop(m["args"]["Addr"], None)
+    held: dict[str, int] = defaultdict(int)
+    for nbytes, owner in alive.values():
+        held[owner] += nbytes
+    held["(allocated before the trace)"] = mem[top]["args"]["Total Allocated"] - sum(held.values())
     return {"self_bytes": dict(self_bytes), "calls": dict(calls),
             "peak": {"bytes": mem[top]["args"]["Total Allocated"], "op": owners[top],
-                     "ts_ms": (mem[top]["ts"] - lo) / 1e3}}
+                     "ts_ms": (mem[top]["ts"] - lo) / 1e3},
+            "held": {k: v for k, v in held.items() if v > 0}}
 
 
 def _prefix_max(lst: list[tuple[float, float, float, str]]) -> list[float]:

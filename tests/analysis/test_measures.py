@@ -152,6 +152,9 @@ def test_h200_copies_launch_and_memory_match_independent_count(name: str) -> Non
     assert result.memory_peak["bytes"] == memory["peak"]["bytes"] == result.peak_memory_bytes
     assert result.memory_peak["op"] == memory["peak"]["op"]
     assert result.memory_peak["ts_ms"] == approx(memory["peak"]["ts_ms"])
+    held = sorted(memory["held"].items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    assert [(m["name"], m["bytes"]) for m in result.memory_peak["held_by_op"]] == held
+    assert sum(memory["held"].values()) == memory["peak"]["bytes"]  # all that is allocated at the peak, by its op
     assert result.memory_by_op
     for row in result.memory_by_op:
         assert row["self_bytes"] == memory["self_bytes"][row["name"]]
@@ -300,6 +303,16 @@ def test_text_shows_each_figure() -> None:
     assert "AllReduce x15, " in text and "exposed, busbw " in text and "p50 of calls" in text
     assert "DtoD x960" in text
     assert "launch-call end to kernel start p50" in text
+
+
+def test_memory_text_says_what_is_held_at_the_peak_and_what_self_memory_is() -> None:
+    """compute_bound's self memory sums to far more than its 22.6 GB peak (aten::empty 79.0 GB): allocations freed by
+    other ops stay in it. The text says so and shows what is held at the peak, by the op that allocated it."""
+    text = format_text(analyzed(h200("compute_bound")))
+    assert "device memory: peak 22.6 GB allocated in aten::mul" in text
+    assert "  held at the peak, by the op that allocated it: aten::empty_strided 7.9 GB, (allocated before the trace) " \
+           "4.0 GB, aten::empty 3.2 GB" in text
+    assert "memory another op frees still counts, so these are not what is held): aten::empty 79.0 GB" in text
 
 
 def test_text_shows_memory_and_small_kernels() -> None:
