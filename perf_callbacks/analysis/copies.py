@@ -1,7 +1,9 @@
 """Transfers: count, bytes, time and rate per copy kind (HtoD, DtoH, DtoD, PtoP) and host memory kind.
 
 Every memcpy that starts in the window (outside the time set aside) counts, on every device of the rank. The rate is
-total bytes / total copy time, in 1e9 bytes/s. Copies without ``bytes`` (older traces) are counted and timed only.
+total bytes / total copy time, in 1e9 bytes/s; for copies under ``SMALL_BYTES`` each (``.item()`` reads, say) the
+report shows the time per copy instead, their latency. Copies without ``bytes`` (older traces) are counted and timed
+only.
 Advice comes from the rates, never from the kind alone: a pageable copy is called slow only when it ran at under half
 the rate of the pinned copies of the same direction in the same trace, or, without any, of ``LINK_GBPS``; and only when
 such copies, where they did not overlap compute, took at least ``ADVICE_SHARE`` of the window.
@@ -17,6 +19,9 @@ from perf_callbacks.analysis.measure_base import InWindow, gbps, number
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.timeline import Timeline, copy_kind
 
+SMALL_BYTES = 64_000
+"""A copy of fewer bytes than this (on average over its row) is latency, not bandwidth: a PCIe link moves 64 kB in
+about 2.5 us, less than a copy's fixed cost, so its rate says how small it was, not how fast the link is."""
 LINK_GBPS = 25.0
 """What a pinned host-device copy usually reaches on a PCIe 4.0 x16 link (about 25 of its 32 GB/s)."""
 SLOW = 0.5
@@ -89,3 +94,8 @@ def copy_advice(r: RankResult) -> list[tuple[str, str, str]]:
 def _figures(kind: str, memory: str, count: int, nbytes: int | None, ms: float) -> dict[str, Any]:
     return {"kind": kind, "memory": memory, "count": count, "bytes": nbytes, "total_ms": ms,
             "gbps": gbps(nbytes, ms * 1e3)}
+
+
+def is_small(row: dict[str, Any]) -> bool:
+    """Whether a row's copies are too small on average for their rate to mean anything (``SMALL_BYTES``)."""
+    return row["bytes"] is not None and row["count"] > 0 and row["bytes"] / row["count"] < SMALL_BYTES

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from perf_callbacks.analysis.measures_text import comm_line, duration, queue_note, rate, size
+from perf_callbacks.analysis.measures_text import comm_line, copy_speed, duration, queue_note, size
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
 _WIDTH, _HEIGHT = 1000, 160
@@ -22,8 +22,8 @@ def measure_sections(result: AnalysisResult) -> list[str]:
         parts.append(f"<h2>Collectives</h2><p>total bytes / total time{over}</p><ul>{rows}</ul>")
     if result.copies:
         parts.append("<h2>Transfers</h2>" + _table(
-            ("kind", "memory", "count", "bytes", "ms", "GB/s"),
-            [(c["kind"], c["memory"], c["count"], size(c["bytes"]), f"{c['total_ms']:.2f}", rate(c["gbps"]))
+            ("kind", "memory", "count", "bytes", "ms", "GB/s (per copy where too small for a rate)"),
+            [(c["kind"], c["memory"], c["count"], size(c["bytes"]), f"{c['total_ms']:.2f}", copy_speed(c))
              for c in result.copies]))
     launch = result.launch
     if launch and launch["p50_us"] is not None:

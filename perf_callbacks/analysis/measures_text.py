@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perf_callbacks.analysis.copies import is_small
 from perf_callbacks.analysis.op_table import sorted_ops
 from perf_callbacks.analysis.result import AnalysisResult
 
@@ -86,9 +87,23 @@ def _copies(result: AnalysisResult) -> list[str]:
     lines = [f"transfers (memcpy{ranks}):"]
     for c in result.copies:
         what = f"{c['kind']} {c['memory']}" if c["memory"] != "device" else c["kind"]
-        speed = rate(c["gbps"]) if c["gbps"] is not None else "no byte count in the trace"
-        lines.append(f"  {what} x{c['count']}, {size(c['bytes'])}: {c['total_ms']:.2f} ms, {speed}")
+        lines.append(f"  {what} x{c['count']}, {size(c['bytes'])}: {c['total_ms']:.2f} ms, {copy_speed(c)}")
     return lines
+
+
+def copy_speed(c: dict[str, Any]) -> str:
+    """A copy row's rate, or for small copies the time per copy (their latency; a rate would mislead).
+
+    Example:
+        >>> copy_speed({"count": 24, "bytes": 96, "total_ms": 0.04, "gbps": 0.0024})
+        '1.7 us per copy (4 B each: latency, too small for a rate)'
+    """
+    if c["gbps"] is None:
+        return "no byte count in the trace"
+    if is_small(c):
+        return f"{duration(c['total_ms'] * 1e3 / c['count'])} per copy ({size(c['bytes'] / c['count'])} each: " \
+               "latency, too small for a rate)"
+    return rate(c["gbps"])
 
 
 def _launch(result: AnalysisResult) -> list[str]:

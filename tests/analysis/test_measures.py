@@ -305,6 +305,18 @@ def test_text_shows_each_figure() -> None:
     assert "launch-call end to kernel start p50" in text
 
 
+def test_small_copies_show_their_latency_not_a_rate() -> None:
+    """sync_bound's 24 four-byte .item() reads ran at "0.003 GB/s": a latency, not a link's speed. The text gives the
+    time per copy for copies under 64 kB each, and the rate for the 100 MB DtoD copies."""
+    text = format_text(analyzed(h200("sync_bound")))
+    rows = {(c["kind"], c["memory"]): c for c in analyzed(h200("sync_bound")).copies}
+    per_copy = rows[("DtoH", "pinned")]["total_ms"] * 1e3 / 24
+    assert f"  DtoH pinned x24, 96 B: 0.04 ms, {per_copy:.1f} us per copy (4 B each: latency, too small for a " \
+           "rate)" in text
+    assert "  DtoD x3, 100.7 MB: 0.05 ms, 1893 GB/s" in text
+    assert "0.003 GB/s" not in text
+
+
 def test_memory_text_says_what_is_held_at_the_peak_and_what_self_memory_is() -> None:
     """compute_bound's self memory sums to far more than its 22.6 GB peak (aten::empty 79.0 GB): allocations freed by
     other ops stay in it. The text says so and shows what is held at the peak, by the op that allocated it."""
