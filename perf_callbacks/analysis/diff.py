@@ -128,7 +128,9 @@ def summarize(d: DiffResult) -> str:
     """
     st = d.step_time_ms
     pct = "n/a" if st["change_pct"] is None else f"{st['change_pct']:+.1f}%"
-    judged = f"significant {d.outcome}" if st["significant"] else "within noise"
+    need = st.get("steps_to_decide")
+    judged = f"significant {d.outcome}" if st["significant"] else \
+        f"within noise; {need} steps a window could decide" if need else "within noise"
     head = f"step time {pct} ({st['base']:.1f} -> {st['new']:.1f} ms/step, {judged})"
     parts = []
     causes = [c for c in d.contributors if c["kind"] == "cause" and abs(c["change_ms"]) >= 0.01]
@@ -166,7 +168,7 @@ def _step_times(r: AnalysisResult) -> list[float]:
 def _step_dict(c: Change) -> dict[str, Any]:
     return {"base": c.base, "new": c.new, "change": c.change, "significant": c.significant,
             "change_pct": c.change_pct, "p_value": c.p_value, "spread_ms": {"base": c.spread_base, "new": c.spread_new},
-            "noise": c.reason}
+            "noise": c.reason, "steps_to_decide": c.steps_to_decide}
 
 
 def _delta(a: float | None, b: float | None) -> dict[str, Any]:

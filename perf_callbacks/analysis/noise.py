@@ -9,6 +9,13 @@ A change counts as significant only when both hold:
   on a side the test cannot reach ``ALPHA`` at all, so there the spread alone decides.
 
 Fewer than ``MIN_STEPS`` steps on either side is never significant: there is no spread to compare against.
+
+A change judged within noise says how many steps a window would need to decide (``steps_to_decide``): with fewer
+than ``IQR_MIN_STEPS`` on a side the spread is the full range, which one slow step widens past any change, so
+``IQR_MIN_STEPS``; when the spread test passed but the rank test did not, the sample size at which a shift of the
+same size would reach ``ALPHA`` (the rank statistic's z grows with the square root of the steps); None when the
+change is within the interquartile range of many steps, where more steps would not make it larger, or when the
+median moved by less than ``MATERIAL`` of the base.
 """
 
 from __future__ import annotations
@@ -16,12 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from statistics import median, quantiles
+from statistics import NormalDist, median, quantiles
 
 ALPHA = 0.05
 MIN_STEPS = 2
 TEST_MIN_STEPS = 4
 IQR_MIN_STEPS = 8
+MATERIAL = 0.05
+"""A change of the median under this share of the base is not worth more steps to decide."""
 _EXACT_MAX = 50
 
 
@@ -39,6 +48,7 @@ class Change:
         p_value: two-sided Mann-Whitney p-value, None when either side has fewer than ``TEST_MIN_STEPS`` steps.
         significant: whether the change is beyond the noise.
         reason: why it is or is not significant, in words.
+        steps_to_decide: for a change within noise, the steps per window that could decide (module docstring).
     """
 
     base: float
@@ -50,6 +60,7 @@ class Change:
     p_value: float | None
     significant: bool
     reason: str
+    steps_to_decide: int | None = None
 
 
 def compare_samples(base: list[float], new: list[float]) -> Change:
@@ -81,7 +92,32 @@ def compare_samples(base: list[float], new: list[float]) -> Change:
         ok, why = True, f"significant: beyond the per-step range of both sides ({sides}); too few steps for a rank test"
     else:
         ok, why = True, f"significant: beyond the per-step spread of both sides ({sides}) and the rank test (p={p:.2g})"
-    return Change(mb, mn, delta, pct, sb, sn, p, ok, why)
+    few_steps = min(len(base), len(new))
+    material = abs(delta) > MATERIAL * abs(mb)
+    need = None if ok or not material else steps_to_decide(few_steps, abs(delta) > max(sb, sn), p)
+    if need is not None:
+        why += f"; {few_steps} {'step a window is' if few_steps == 1 else 'steps a window are'} too few to decide a " \
+               f"{_pct(pct)} change: profile {need} (schedule.active)"
+    return Change(mb, mn, delta, pct, sb, sn, p, ok, why, need)
+
+
+def _pct(pct: float | None) -> str:
+    return "" if pct is None else f"{pct:+.0f}%"
+
+
+def steps_to_decide(steps: int, beyond_spread: bool, p: float | None) -> int | None:
+    """Steps per window that could decide a change judged within noise with ``steps`` on the smaller side.
+
+    Example:
+        >>> steps_to_decide(3, False, None), steps_to_decide(10, True, 0.2), steps_to_decide(10, False, 0.2)
+        (8, 24, None)
+    """
+    if steps < IQR_MIN_STEPS:
+        return IQR_MIN_STEPS
+    if not beyond_spread or p is None or p <= 0 or p >= 1:
+        return None
+    z, want = NormalDist().inv_cdf(1 - p / 2), NormalDist().inv_cdf(1 - ALPHA / 2)
+    return math.ceil(steps * (want / z) ** 2) if z > 0 else None
 
 
 def spread(sample: list[float]) -> float:

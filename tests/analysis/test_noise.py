@@ -32,7 +32,9 @@ def test_the_rank_test_decides_at_alpha_when_the_change_is_beyond_both_spreads()
     c = compare_samples(base, new)
     assert c.change == pytest.approx(4.5) and c.change > max(spread(base), spread(new))
     assert 0.15 < (c.p_value or 0.0) < 0.25
-    assert not c.significant and c.reason == "within noise: rank test p=0.2 >= 0.05"
+    assert not c.significant and c.reason == "within noise: rank test p=0.2 >= 0.05; 4 steps a window are too few to " \
+                                             "decide a +41% change: profile 8 (schedule.active)"
+    assert c.steps_to_decide == 8
     # one slow step in 8, shifted by 0.3 and 0.4 ms: both beyond the spread (0.15), p on either side of 0.05
     steady = [10.0, 10.4, 10.5, 10.5, 10.6, 10.6, 10.7, 13.0]
     over, under = (compare_samples(steady, [x + shift for x in steady]) for shift in (0.3, 0.4))
@@ -80,7 +82,8 @@ def test_an_empty_side_is_an_error_and_one_step_a_side_is_never_significant() ->
         with pytest.raises(ValueError, match="^both samples need at least one step$"):
             compare_samples(base, new)
     one = compare_samples([10.0], [20.0, 20.1])
-    assert not one.significant and one.reason == "too few steps to judge the noise (1 and 2)"
+    assert not one.significant and one.reason == "too few steps to judge the noise (1 and 2); 1 step a window is too " \
+                                                 "few to decide a +101% change: profile 8 (schedule.active)"
 
 
 def test_two_steps_a_side_are_judged_by_their_range() -> None:
@@ -110,3 +113,23 @@ def test_rank_test_is_symmetric_capped_at_one_and_exact_up_to_50_steps() -> None
 def test_rank_test_normal_approximation_with_a_small_variance() -> None:
     # ties: ranks 3 | 1.5, 1.5; U1 = 2, mean 1; var = 2/12 * (4 - 6/6) = 0.5; z = (1 - 0.5) / sqrt(0.5)
     assert rank_test([2.0], [1.0, 1.0]) == pytest.approx(math.erfc(0.5 / math.sqrt(0.5) / math.sqrt(2)))
+
+
+def test_within_noise_says_how_many_steps_would_decide() -> None:
+    """A 3.5x speedup on 3-step windows, where one slow step of the new run widens its range past the change: within
+    noise, with the steps that would decide. Many steps with a shift the rank test cannot yet confirm: the sample size
+    at which the same shift would reach alpha, and there it does. A change under 5%, or within the spread of many
+    steps, gets no such hint: more steps would not make it real."""
+    few = compare_samples([35.0, 35.5, 34.8], [10.0, 10.1, 60.0])
+    assert not few.significant and few.steps_to_decide == 8
+    assert few.reason.endswith("; 3 steps a window are too few to decide a -71% change: profile 8 (schedule.active)")
+    base = [10.0, 10.1, 10.2, 10.05, 10.15, 10.12, 14.0, 15.0, 6.0, 5.0]  # tight, with slow and fast outliers
+    new = [v + 0.8 for v in base]  # the same steps, each 0.8 ms slower: beyond the IQR, not yet for the rank test
+    shifted = compare_samples(base, new)
+    assert not shifted.significant and shifted.p_value is not None and shifted.steps_to_decide is not None
+    assert shifted.steps_to_decide > len(base)
+    more = shifted.steps_to_decide // len(base) + 1
+    assert compare_samples(base * more, new * more).significant  # the same shift over that many steps decides
+    assert compare_samples([10.0, 10.1, 9.9], [10.2, 10.3, 10.1]).steps_to_decide is None  # +2%
+    wide = [9.0, 10.0, 11.0, 12.0, 9.5, 10.5, 11.5, 12.5]
+    assert compare_samples(wide, [v + 0.6 for v in wide]).steps_to_decide is None  # +6%, within the IQR (2.0)
