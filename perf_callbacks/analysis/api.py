@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from pathlib import Path
 from statistics import median
@@ -17,8 +16,6 @@ from perf_callbacks.analysis.process_windows import process_windows
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
 from perf_callbacks.analysis.verdict import HOST_UNTRACED, host_untraced, window_verdict
-
-_PARTIAL_SUMMARY = re.compile(r"\bpartial window\b|\(partial\)|\bpartial: (true|yes)\b", re.IGNORECASE)
 
 
 def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = True) -> AnalysisResult:
@@ -159,16 +156,13 @@ def _window_results(window: Window, loaded: list[Loaded], top_k: int) -> list[An
 
 
 def _is_partial(window: Window, ranks: list[RankResult], metas: list[dict[str, Any] | None]) -> bool:
-    """Partial when a sidecar says so, or the window's summary.txt does, or fewer steps than the folder name."""
+    """Partial when a sidecar's meta says so (the engine's own record), else with fewer steps than the name promises.
+
+    No rendered text (``summary.txt``) is read back.
+    """
     flags = [bool(m["partial"]) for m in metas if m is not None and "partial" in m]
     if flags:
         return any(flags)
-    summary = window.path / "summary.txt"
-    try:
-        if window.path.is_dir() and summary.is_file() and _PARTIAL_SUMMARY.search(summary.read_text("utf-8")):
-            return True
-    except (OSError, UnicodeDecodeError):
-        pass
     expected = window.expected_steps
     return expected is not None and max(len(r.steps) for r in ranks) < expected
 

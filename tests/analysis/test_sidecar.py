@@ -107,15 +107,17 @@ def test_partial_window_is_never_the_headline(tmp_path: Path) -> None:
     assert f"  {late.parent} (partial): " in format_text(result)
 
 
-def test_partial_from_sidecar_meta_and_summary(tmp_path: Path) -> None:
+def test_partial_from_sidecar_meta_not_from_text(tmp_path: Path) -> None:
+    """The engine's record (the sidecar's meta) says whether a window is partial; summary.txt is text for people and
+    is never read back (a window without meta is judged by its steps against its name)."""
     full = _window(tmp_path / "run", "window-000004-000006", "compute_bound", mtime=1000)
     late = _window(tmp_path / "run", "window-000007-000009", "sync_bound", mtime=2000)
     write_sidecar(late, {"partial": True})
     assert analyze(tmp_path).path == str(full.parent)
     sidecar_path(late).unlink()
     assert analyze(tmp_path).path == str(late.parent)  # three steps, as its name promises
-    (late.parent / "summary.txt").write_text("window 7-9 (partial window: training ended)\n")
-    assert analyze(tmp_path).path == str(full.parent)
+    (late.parent / "summary.txt").write_text("perf-callbacks summary: steps 7-9, rank 0 (partial window: 2 of 3)\n")
+    assert analyze(tmp_path).path == str(late.parent)
 
 
 def test_jobs_give_the_same_result(tmp_path: Path) -> None:
