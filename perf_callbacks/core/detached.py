@@ -1,15 +1,13 @@
 """Child processes that nothing a user's fork inherits can hold: the wait ends when the child exits.
 
-A pipe's reader sees end-of-file only when every copy of its write end is closed, and a process forked while the pipe
-is open (a ``DataLoader`` worker started with the ``fork`` method, persistent for the whole run) holds a copy until it
-exits. So a child's output is never read from a pipe here: its stderr goes to an unnamed temporary file, read once
-:meth:`subprocess.Popen.wait` has seen the child exit. A forked process may keep a copy of that file; nobody waits on
-it.
-
-``subprocess`` itself opens one pipe while it starts a child (the child's ``exec`` closes its end; the parent then
-reads it to end-of-file). A fork in another thread at that moment would hold that read, so forks wait, at most
-``FORK_WAIT_S``, while :func:`run_detached` starts its child (``os.register_at_fork``; the hooks run only for forks of
-Python code such as ``multiprocessing``, not for ``subprocess``'s own).
+A pipe's reader sees end-of-file only when every copy of its write end is closed. While ``subprocess`` starts a
+child, the parent holds the write ends of the child's pipes (``stderr=PIPE``, and an exec-status pipe of its own that
+it then reads to end-of-file), and a process forked at that moment (a ``DataLoader`` worker started with the ``fork``
+method, persistent for the whole run) keeps copies until it exits: the parent's read then waits for that worker, not
+for the child. So here the child's stderr goes to an unnamed temporary file, read once :meth:`subprocess.Popen.wait`
+has seen the child exit (a forked process may keep a copy of the file; nobody waits on it), and forks wait, at most
+``FORK_WAIT_S``, while :func:`run_detached` starts its child (``os.register_at_fork``: forks of Python code such as
+``multiprocessing``'s; ``subprocess`` runs no hooks for its own).
 
 Example:
     >>> import sys

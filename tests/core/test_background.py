@@ -84,6 +84,7 @@ def _alive(it: Any) -> bool:
 
 def test_a_persistent_worker_forked_while_the_analysis_runs_does_not_hold_the_job(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, persistent_workers: Callable[[], Any]) -> None:
+    """No write end of a pipe to the child may stay open in this process while it runs (closed after the wait, say)."""
     started, go = tmp_path / "started", tmp_path / "go"
     monkeypatch.setattr(background, "_WORKER", _analysis(started, go))
     job = _job(tmp_path)
