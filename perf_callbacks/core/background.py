@@ -5,8 +5,10 @@ into place and analysing it run as a :class:`WindowJob` on one worker thread per
 (starting a thread at a window's end costs milliseconds on a busy machine): ``zlib`` releases the GIL while it
 compresses, and the analysis runs in a separate, lower-priority Python process
 (``python -m perf_callbacks.analysis.sidecar``) in a session of its own, so Ctrl-C at the terminal does not kill it
-half-way. The engine polls finished jobs from its hooks (an event check, only while a job is pending) and waits for
-them when training ends.
+half-way. The worker waits for that process to exit, never for end-of-file on a pipe that a process the user forks
+meanwhile (a persistent ``DataLoader`` worker) could hold open (see :mod:`perf_callbacks.core.detached`). The engine
+polls finished jobs from its hooks (an event check, only while a job is pending) and waits for them when training
+ends.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_callbacks.analysis.sidecar_store import CANNOT_WRITE, STDERR_PREFIX
+from perf_callbacks.core.detached import run_detached
 from perf_callbacks.core.outputs import remove_empty
 from perf_callbacks.core.traces import compress_trace, write_text
 
@@ -112,13 +115,11 @@ class WindowJob:
 
         cmd = [sys.executable, "-c", _WORKER, str(trace), "--meta", json.dumps(self.meta), "--top-k", str(self.top_k)]
         try:
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  env=_worker_env(), start_new_session=True, timeout=ANALYSIS_TIMEOUT_S, check=False,
-                                  text=True, errors="replace")
+            code, stderr = run_detached(cmd, ANALYSIS_TIMEOUT_S, env=_worker_env())
         except (OSError, subprocess.SubprocessError) as err:
             return {"error": f"{type(err).__name__}: {err}"}
-        if proc.returncode == CANNOT_WRITE:  # the sidecar's own write failed: that writer is turned off
-            cause = (proc.stderr.strip().splitlines() or [""])[-1].removeprefix(STDERR_PREFIX)
+        if code == CANNOT_WRITE:  # the sidecar's own write failed: that writer is turned off
+            cause = (stderr.strip().splitlines() or [""])[-1].removeprefix(STDERR_PREFIX)
             self.failures.append(("sidecars", cause, None))
             return {"error": cause}
         return read_sidecar(trace) or {"error": "the analysis process wrote no summary"}
@@ -156,6 +157,15 @@ def _runner() -> queue.SimpleQueue[WindowJob]:
             _QUEUE = queue.SimpleQueue()
             threading.Thread(target=_serve, args=(_QUEUE,), name="perf-callbacks-jobs", daemon=True).start()
         return _QUEUE
+
+
+def _forget_worker() -> None:
+    """In a forked child: the parent's worker thread is not there, and another of its threads may have held the lock."""
+    global _QUEUE, _LOCK
+    _QUEUE, _LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_worker)
 
 
 def _serve(jobs: queue.SimpleQueue[WindowJob]) -> None:
