@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import os
 import sys
 import time
 import weakref
@@ -96,7 +97,7 @@ class PerfEngine(SetAside, RunFiles):
         self._samples = self._micro = 0  # samples and micro-batches of the open step that ended (0 micro: never ran)
         self._last_elapsed, self._logged = 0.0, False  # _logged: some logging interval was logged
         self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
-        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self), os.getpid())
         atexit.register(self._at_exit)
 
     def _now(self) -> float:
@@ -287,12 +288,14 @@ class PerfEngine(SetAside, RunFiles):
         self.windows.enabled = False  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
 
 
-def _close_at_exit(ref: weakref.ReferenceType[PerfEngine]) -> None:
+def _close_at_exit(ref: weakref.ReferenceType[PerfEngine], pid: int) -> None:
     """An engine its owner never closed: stop the profiler and flush the window before the interpreter goes away.
 
-    As its owner would close it: with the exception that ends the process, if known (see :class:`ExitCause`).
+    As its owner would close it: with the exception that ends the process, if known (see :class:`ExitCause`). Only in
+    the process that built it: a child made with a plain ``os.fork()`` inherits the handler and a copy of the engine,
+    but not its worker thread, and closing that copy would write the parent's files and wait for jobs that never end.
     """
-    if (engine := ref()) is not None:
+    if os.getpid() == pid and (engine := ref()) is not None:
         engine.close(engine.exit_cause())
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from unittest import mock
@@ -619,3 +621,23 @@ def test_a_short_runs_logging_at_close_is_log_overhead(tmp_path: Path) -> None:
         fake_steps(engine, clock, 3, wait=0.01, work=0.09)
         engine.close()
     assert engine.monitor.overhead == {"window": 0.0, "log": pytest.approx(2.0)}
+
+
+def test_a_plain_fork_does_not_close_the_parents_engine_at_its_exit(tmp_path: Path) -> None:
+    """A child made with os.fork() that exits normally runs the atexit handlers it inherited: the engine's must not
+    close the parent's copy there (it would print the parent's lines and wait for jobs whose thread is not there)."""
+    script = f"""
+import os, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from pathlib import Path
+from tests.core.test_engine import make_engine, run_steps
+engine = make_engine(Path({str(tmp_path)!r}), schedule={{"skip_first": 100}})
+run_steps(engine, 2)
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a normal exit: atexit handlers run in the child
+os.waitpid(pid, 0)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("no profiling window was recorded") == 1, done.stderr  # the parent's close, once
