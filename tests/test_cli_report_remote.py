@@ -169,3 +169,65 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     got = sorted(path.split("/", 3)[2:] for method, path, _ in s3.requests  # type: ignore[misc]
                  if method == "GET" and path.endswith(".pt.trace.json.gz"))
     assert got == [[side, f"run/window-000001-000003/rank{r}.pt.trace.json.gz"] for side in "ab" for r in (0, 1)]
+
+
+class SilentServer:
+    """A TCP server on loopback that accepts every connection and never answers (a hung endpoint)."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # closed
+                return
+            self._held.append(conn)
+
+    def close(self) -> None:
+        self._sock.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.mark.parametrize("command", ["report", "diff"])
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_a_storage_that_never_answers_ends_at_the_timeout(s3: S3Server, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, command: str,
+                                                          given: str) -> None:
+    """An endpoint that accepts and never answers: the command gives up after --timeout (botocore alone: 850 s)."""
+    import threading
+    import time
+
+    from perf_callbacks.cli import EXIT_REMOTE
+
+    bound = 2.0
+    silent = SilentServer()
+    options = json.dumps({"client_kwargs": {"endpoint_url": silent.endpoint}, "skip_instance_cache": True})
+    args = [command, "s3://perf-hung/perf", *(["s3://perf-hung/other"] if command == "diff" else []),
+            "--storage-options", options]
+    if given == "option":
+        args += ["--timeout", f"{bound:g}"]
+    else:
+        monkeypatch.setenv("PERF_CALLBACKS_TIMEOUT", f"{bound:g}")
+    codes: list[int] = []
+    t0 = time.monotonic()
+    runner = threading.Thread(target=lambda: codes.append(main(args)), daemon=True)
+    runner.start()
+    runner.join(timeout=10 * bound)
+    elapsed = time.monotonic() - t0
+    silent.close()
+    assert not runner.is_alive(), f"still waiting after {elapsed:.0f} s with a {bound:g} s bound"
+    assert elapsed >= bound
+    err = capsys.readouterr().err
+    assert codes == [EXIT_REMOTE]
+    assert err == (f"perf-callbacks {command}: timed out after 2 s reading s3://perf-hung/perf: the storage did not "
+                   "answer in time (raise --timeout or $PERF_CALLBACKS_TIMEOUT; 0: no bound)\n")
