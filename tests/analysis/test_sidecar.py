@@ -239,3 +239,76 @@ def test_a_file_its_sidecar_names_is_a_trace_without_being_read(tmp_path: Path) 
     assert analyze(tmp_path).verdict == direct.verdict == "sync_bound"
     with pytest.raises(FileNotFoundError, match="none is a trace"):
         analyze(tmp_path, sidecars=False)
+
+
+def _other_traces_sidecar(side: dict[str, Any], tmp_path: Path) -> None:
+    """``side`` becomes the sidecar of another trace (compute_bound), its name and size forged to match this one."""
+    other = _window(tmp_path / "other", "window-000004-000006", "compute_bound")
+    forged = write_sidecar(other, dict(side["meta"]))
+    side.update({k: v for k, v in forged.items() if k not in ("trace", "trace_bytes")})
+
+
+def _flops(count: Any) -> dict[str, Any]:
+    return {"flops_per_step": count, "peak_tflops": 989.0, "note": "", "source": "", "peak_source": "", "dtype": ""}
+
+
+def _scale_steps(rank: dict[str, Any], factor: float) -> None:
+    for step in rank["steps"]:
+        step["time_ms"] *= factor
+
+
+def _one_more_step(rank: dict[str, Any]) -> None:
+    rank["steps"].append({**rank["steps"][-1], "step": rank["steps"][-1]["step"] + 1})
+
+
+_DAMAGE = {  # each, on the sidecar (its rank result, its meta)
+    "flops_text": lambda rank, meta: rank.update(flops=_flops("4e12")),
+    "flops_negative": lambda rank, meta: rank.update(flops=_flops(-4e18)),
+    "nan_utilization": lambda rank, meta: rank.update(gpu_utilization=float("nan")),
+    "negative_data_wait": lambda rank, meta: rank.update(data_wait_fraction=-0.5),
+    "utilization_above_1": lambda rank, meta: rank.update(gpu_utilization=7.0),
+    "negative_step_times": lambda rank, meta: _scale_steps(rank, -1.0),
+    "infinite_step_times": lambda rank, meta: _scale_steps(rank, float("inf")),
+    "another_window": lambda rank, meta: meta.update(window=[1, 3]),
+    "another_rank": lambda rank, meta: (meta.update(rank=5), rank.update(rank=5)),
+    "more_steps": lambda rank, meta: _one_more_step(rank),
+}
+
+
+def _damage(side: dict[str, Any], how: str, tmp_path: Path) -> None:
+    if how in ("another_window", "another_rank", "more_steps"):  # the figures of another trace, and a contradiction
+        _other_traces_sidecar(side, tmp_path)
+    _DAMAGE[how](side["rank"], side["meta"])
+
+
+@pytest.mark.parametrize("how", list(_DAMAGE))
+def test_an_edited_sidecar_is_not_believed_through_the_cli(tmp_path: Path, how: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A sidecar with a value no trace gives (text, NaN, out of range) or that contradicts its trace's place is set
+    aside: report, report --html and diff print the trace's own figures, never 'internal error', nan or a negative."""
+    from perf_callbacks.cli import main
+
+    run = tmp_path / "perf"
+    trace = _window(run / "run", "window-000004-000006", "sync_bound")
+    side = write_sidecar(trace, {"window": [4, 6], "partial": False, "steps": [4, 5, 6], "rank": 0})
+    _damage(side, how, tmp_path)
+    sidecar_path(trace).write_text(json.dumps(side))  # NaN and Infinity as Python's json writes them
+    outputs = {}
+    for name, args in {"report": ["report", str(run)], "html": ["report", str(run), "--html", str(tmp_path / "a.html")],
+                       "diff": ["diff", str(run), str(run)]}.items():
+        assert main(args) == 0, name
+        outputs[name] = capsys.readouterr()
+    page = (tmp_path / "a.html").read_text()
+    sidecar_path(trace).unlink()  # the trace's own figures
+    assert main(["report", str(run), "--html", str(tmp_path / "b.html")]) == 0
+    parsed = capsys.readouterr()
+    assert main(["diff", str(run), str(run)]) == 0
+    diffed = capsys.readouterr()
+    for captured in outputs.values():
+        text = captured.out + captured.err
+        assert "internal error" not in text and " -5" not in text
+        assert not {"nan", "nan%", "inf", "infinity"} & set(text.lower().replace("(", " ").split())
+    assert outputs["report"].out == outputs["html"].out == parsed.out
+    assert "verdict: sync_bound" in parsed.out
+    assert page == (tmp_path / "b.html").read_text().replace("b.html", "a.html")
+    assert outputs["diff"].out == diffed.out
