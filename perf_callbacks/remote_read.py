@@ -242,7 +242,7 @@ def _cause(err: BaseException) -> str:
 def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:
     """The (already fetched) sidecar that the report would read for ``trace`` names it, with its remote size."""
     from perf_callbacks.analysis.loader import rank_from_name
-    from perf_callbacks.analysis.sidecar_store import FORMAT
+    from perf_callbacks.analysis.sidecar_store import FORMAT, contradicts
 
     rank = rank_from_name(trace)
     path = trace.with_name(f"rank{rank}.summary.json" if rank is not None else f"{trace.name}.summary.json")
@@ -251,7 +251,7 @@ def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:
     except (OSError, ValueError, RecursionError):
         return False
     return (isinstance(data, dict) and data.get("format") == FORMAT and data.get("trace") == trace.name
-            and data.get("trace_bytes") == info.get("size"))
+            and data.get("trace_bytes") == info.get("size") and not contradicts(data, trace))
 
 
 def _placeholder(dest: Path, info: dict[str, Any]) -> None:

@@ -231,3 +231,28 @@ def test_a_storage_that_never_answers_ends_at_the_timeout(s3: S3Server, capsys: 
     assert codes == [EXIT_REMOTE]
     assert err == (f"perf-callbacks {command}: timed out after 2 s reading s3://perf-hung/perf: the storage did not "
                    "answer in time (raise --timeout or $PERF_CALLBACKS_TIMEOUT; 0: no bound)\n")
+
+
+@pytest.mark.parametrize("how", ["nan_utilization", "flops_text", "another_window", "more_steps"])
+def test_a_damaged_sidecar_on_s3_gets_its_trace_read(tmp_path: Path, s3: S3Server, capsys: pytest.CaptureFixture[str],
+                                                     how: str) -> None:
+    """A sidecar that is not believed locally is not believed remotely: its trace, whose name says nothing of a
+    trace, is downloaded and parsed, and the report is the local one of the trace itself."""
+    import gzip
+
+    from tests.analysis.sidecar_damage import damage
+
+    folder = tmp_path / "perf" / WINDOW
+    folder.mkdir(parents=True)
+    trace = folder / "rank0.json"
+    trace.write_bytes(gzip.decompress(fixture_trace("sync_bound").read_bytes()))
+    side = write_sidecar(trace, {"window": [4, 6], "partial": False, "steps": [4, 5, 6], "rank": 0})
+    damage(side, how, tmp_path)
+    (folder / "rank0.summary.json").write_text(json.dumps(side))
+    options = _upload(s3, tmp_path / "perf", f"perf-damaged-{how.replace('_', '-')}", "perf")
+    code, here = _report(capsys, str(tmp_path / "perf"), "--no-sidecars")
+    url = f"s3://perf-damaged-{how.replace('_', '-')}/perf"
+    remote_code, there = _report(capsys, url, "--storage-options", options)
+    assert code == remote_code == 0
+    assert there == here.replace(str(tmp_path / "perf"), url)
+    assert "verdict: sync_bound" in there

@@ -55,7 +55,7 @@ def read_sidecar(trace: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
-    if data.get("trace") != trace.name or data.get("trace_bytes") != size or _contradicts(data, trace):
+    if data.get("trace") != trace.name or data.get("trace_bytes") != size or contradicts(data, trace):
         return None
     return data
 
@@ -70,7 +70,7 @@ def write_atomic(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _contradicts(data: dict[str, Any], trace: Path) -> bool:
+def contradicts(data: dict[str, Any], trace: Path) -> bool:
     """The sidecar names another window, another rank, or more steps than its trace's place allows."""
     meta, rank = data.get("meta"), data.get("rank")
     meta = meta if isinstance(meta, dict) else {}

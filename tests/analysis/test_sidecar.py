@@ -16,6 +16,7 @@ from perf_callbacks.analysis import AnalysisResult, analyze, format_text, read_s
 from perf_callbacks.analysis.sidecar import FORMAT, write_sidecar
 from perf_callbacks.analysis.verdict import verdict_margin
 from tests.analysis.conftest import fixture_trace, load_doc, save_doc
+from tests.analysis.sidecar_damage import DAMAGE, damage
 
 
 def _window(root: Path, name: str, fixture: str, rank: int = 0, mtime: float | None = None) -> Path:
@@ -241,47 +242,7 @@ def test_a_file_its_sidecar_names_is_a_trace_without_being_read(tmp_path: Path) 
         analyze(tmp_path, sidecars=False)
 
 
-def _other_traces_sidecar(side: dict[str, Any], tmp_path: Path) -> None:
-    """``side`` becomes the sidecar of another trace (compute_bound), its name and size forged to match this one."""
-    other = _window(tmp_path / "other", "window-000004-000006", "compute_bound")
-    forged = write_sidecar(other, dict(side["meta"]))
-    side.update({k: v for k, v in forged.items() if k not in ("trace", "trace_bytes")})
-
-
-def _flops(count: Any) -> dict[str, Any]:
-    return {"flops_per_step": count, "peak_tflops": 989.0, "note": "", "source": "", "peak_source": "", "dtype": ""}
-
-
-def _scale_steps(rank: dict[str, Any], factor: float) -> None:
-    for step in rank["steps"]:
-        step["time_ms"] *= factor
-
-
-def _one_more_step(rank: dict[str, Any]) -> None:
-    rank["steps"].append({**rank["steps"][-1], "step": rank["steps"][-1]["step"] + 1})
-
-
-_DAMAGE = {  # each, on the sidecar (its rank result, its meta)
-    "flops_text": lambda rank, meta: rank.update(flops=_flops("4e12")),
-    "flops_negative": lambda rank, meta: rank.update(flops=_flops(-4e18)),
-    "nan_utilization": lambda rank, meta: rank.update(gpu_utilization=float("nan")),
-    "negative_data_wait": lambda rank, meta: rank.update(data_wait_fraction=-0.5),
-    "utilization_above_1": lambda rank, meta: rank.update(gpu_utilization=7.0),
-    "negative_step_times": lambda rank, meta: _scale_steps(rank, -1.0),
-    "infinite_step_times": lambda rank, meta: _scale_steps(rank, float("inf")),
-    "another_window": lambda rank, meta: meta.update(window=[1, 3]),
-    "another_rank": lambda rank, meta: (meta.update(rank=5), rank.update(rank=5)),
-    "more_steps": lambda rank, meta: _one_more_step(rank),
-}
-
-
-def _damage(side: dict[str, Any], how: str, tmp_path: Path) -> None:
-    if how in ("another_window", "another_rank", "more_steps"):  # the figures of another trace, and a contradiction
-        _other_traces_sidecar(side, tmp_path)
-    _DAMAGE[how](side["rank"], side["meta"])
-
-
-@pytest.mark.parametrize("how", list(_DAMAGE))
+@pytest.mark.parametrize("how", list(DAMAGE))
 def test_an_edited_sidecar_is_not_believed_through_the_cli(tmp_path: Path, how: str,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """A sidecar with a value no trace gives (text, NaN, out of range) or that contradicts its trace's place is set
@@ -291,7 +252,7 @@ def test_an_edited_sidecar_is_not_believed_through_the_cli(tmp_path: Path, how: 
     run = tmp_path / "perf"
     trace = _window(run / "run", "window-000004-000006", "sync_bound")
     side = write_sidecar(trace, {"window": [4, 6], "partial": False, "steps": [4, 5, 6], "rank": 0})
-    _damage(side, how, tmp_path)
+    damage(side, how, tmp_path)
     sidecar_path(trace).write_text(json.dumps(side))  # NaN and Infinity as Python's json writes them
     outputs = {}
     for name, args in {"report": ["report", str(run)], "html": ["report", str(run), "--html", str(tmp_path / "a.html")],
