@@ -146,6 +146,8 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     local = _run(tmp_path, ranks=2)
     older = local / "run" / "window-000001-000003"  # an older complete window, with its sidecars: not compared
     shutil.copytree(local / WINDOW, older)
+    for side in older.glob("*.summary.json"):  # the sidecars of that window name it (as a run's own do)
+        side.write_text(json.dumps({**(data := json.loads(side.read_text())), "meta": {**data["meta"], "window": [1, 3]}}))
     for f in older.iterdir():
         os.utime(f, (1e9, 1e9))
     options = _upload(s3, local, "perf-diff-some", "a", "b")
