@@ -7,7 +7,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 DESCRIPTION = """\
 Why is my GPU training slow, and what should I change.
@@ -18,11 +18,15 @@ Why is my GPU training slow, and what should I change.
 """
 REPORT_EPILOG = """\
 exit codes:
-  0  every trace file was analysed
-  1  partial: some files could not be read (one line each on stderr); the report covers the rest
-  2  nothing to report (no trace found, none readable), a bad option, or an unwritable --html path
+  0   every trace file was analysed
+  1   partial: some files could not be read (one line each on stderr); the report covers the rest
+  2   nothing to report (no trace found, none readable, a missing or unreadable path), a bad option, or an
+      unwritable --html path
+  3   a URL could not be read: the storage did not answer within --timeout, was unreachable, or refused the
+      credentials (one line says which)
+  70  internal error: a bug in perf-callbacks (please report it)
 """
-EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
+EXIT_OK, EXIT_PARTIAL, EXIT_FAILED, EXIT_REMOTE, EXIT_INTERNAL = 0, 1, 2, 3, 70
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
 
 
@@ -30,8 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``perf-callbacks`` command."""
     from perf_callbacks import __version__
 
-    parser = argparse.ArgumentParser(prog="perf-callbacks", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="perf-callbacks", description=DESCRIPTION,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"perf-callbacks {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_report(sub)
@@ -46,6 +50,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_PIPE
     return code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors are one line with the way to the help (not the usage block)."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102 - argparse's
+        self.exit(EXIT_FAILED, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def _failure(command: str, err: BaseException, what: str) -> int:
+    """Say in one line why ``command`` failed; the exit code says whose the failure is (see ``REPORT_EPILOG``)."""
+    from perf_callbacks._errors import describe_error
+    from perf_callbacks.remote_read import RemoteError
+
+    if isinstance(err, RemoteError):
+        print(f"perf-callbacks {command}: {err}", file=sys.stderr)
+        return EXIT_REMOTE
+    if isinstance(err, (OSError, ValueError, EOFError, ImportError)):
+        text = describe_error(err) if isinstance(err, OSError) and err.errno else str(err) or type(err).__name__
+        print(f"perf-callbacks {command}: {text}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"perf-callbacks {command}: internal error ({type(err).__name__}: {err}); please report it with the "
+          f"{what}", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _tolerant_streams() -> None:
@@ -67,7 +95,7 @@ def _silence_stdout() -> None:
         pass
 
 
-def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_report(sub: argparse._SubParsersAction[_Parser]) -> None:
     from perf_callbacks.analysis.collect import default_jobs
 
     p = sub.add_parser("report", help="analyse traces: verdict, top ops, GPU utilization, stragglers",
@@ -104,23 +132,18 @@ def _run_report(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     try:
         if not _remote(args.path):
+            args.path = _local(args.path)
             return _report(args)
         from perf_callbacks.remote_read import fetched
 
-        url = args.path
-        with fetched(url, args.storage_options, args.jobs, not args.no_sidecars and args.top <= 10) as local:
+        url, sidecars = args.path, not args.no_sidecars and args.top <= 10
+        with fetched(url, args.storage_options, args.jobs, sidecars, _timeout(args)) as local:
             args.path = str(local)
             return _report(args, lambda text: text.replace(str(local), url.rstrip("/")))
     except BrokenPipeError:
         raise
-    except (FileNotFoundError, ValueError, ImportError) as err:
-        print(f"perf-callbacks report: {err}", file=sys.stderr)
-    except OSError as err:
-        print(f"perf-callbacks report: {err}", file=sys.stderr)
     except Exception as err:  # noqa: BLE001 - the command prints one line, never a traceback
-        print(f"perf-callbacks report: internal error ({type(err).__name__}: {err}); please report it with the "
-              "trace", file=sys.stderr)
-    return EXIT_FAILED
+        return _failure("report", err, "trace")
 
 
 def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
@@ -147,10 +170,37 @@ def _remote(path: str) -> bool:
     return is_remote(path)
 
 
+def _local(path: str) -> str:
+    """A local path, from a ``file://`` URL as ``output_dir`` takes it (``file:///data/perf``) or a plain path."""
+    from perf_callbacks.core.remote import resolve_output
+
+    return str(resolve_output(path, rank=0)[0]) if "://" in path else path
+
+
+def _timeout(args: argparse.Namespace) -> float:
+    """``--timeout``, else ``$PERF_CALLBACKS_TIMEOUT``, else the default (a bad variable: ``ValueError``)."""
+    from perf_callbacks.remote_read import timeout_from_env
+
+    return float(args.timeout) if args.timeout is not None else timeout_from_env()
+
+
 def _add_storage_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage-options", type=_json_mapping, default=None, metavar="JSON",
                    help="fsspec options for a URL, e.g. '{\"client_kwargs\": {\"endpoint_url\": \"http://...\"}}' "
                         "(default: from the environment, e.g. AWS_ENDPOINT_URL)")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="give up reading a URL after SECONDS, with exit code 3 (default: $PERF_CALLBACKS_TIMEOUT, "
+                        "else 300; 0: no bound)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text}")
+    return value
 
 
 def _json_mapping(text: str) -> dict[str, Any]:
@@ -180,11 +230,12 @@ def _html_problem(target: str) -> str | None:
     return None
 
 
-def _add_diff(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_diff(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser(
         "diff", help="compare two runs: what changed, whether it is beyond the noise, and why",
         description="Compare the latest complete window of BASE with that of NEW. Exit codes: 0 done; 1 a significant "
-        "step-time regression larger than PCT with --fail-on-regression; 2 bad input.",
+        "step-time regression larger than PCT with --fail-on-regression; 2 bad input (a missing, unreadable or "
+        "corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error.",
     )
     p.add_argument("base", help="before the change: a trace, a window folder, a run folder or an output_dir")
     p.add_argument("new", help="after the change: the same kinds of path")
@@ -221,13 +272,10 @@ def _run_diff(args: argparse.Namespace) -> int:
                 print(f"perf-callbacks diff: wrote {Path(args.html).resolve()}", file=sys.stderr)
             text = shown(json.dumps(result.to_dict(), indent=2) if args.json else format_diff(result))
             skipped = [shown(line) for line in result.base.get("skipped", []) + result.new.get("skipped", [])]
-    except (OSError, ValueError, EOFError, ImportError) as err:
-        print(f"perf-callbacks diff: {err}", file=sys.stderr)
-        return 2
+    except BrokenPipeError:
+        raise
     except Exception as err:  # noqa: BLE001 - one line, never a traceback, never exit 1 (a regression)
-        print(f"perf-callbacks diff: internal error ({type(err).__name__}: {err}); please report it with the traces",
-              file=sys.stderr)
-        return 2
+        return _failure("diff", err, "traces")
     for line in dict.fromkeys(skipped):
         print(f"perf-callbacks diff: skipped {line}", file=sys.stderr)
     print(text, end="\n" if args.json else "")
@@ -250,9 +298,11 @@ def _local_copies(stack: contextlib.ExitStack, args: argparse.Namespace) -> tupl
             from perf_callbacks.analysis.diff_windows import windows_read
             from perf_callbacks.remote_read import mirrored
 
-            mirror = stack.enter_context(mirrored(path, args.storage_options, args.jobs))  # sidecars, stand-ins
+            mirror = stack.enter_context(mirrored(path, args.storage_options, args.jobs, timeout_s=_timeout(args)))
             mirror.fill(f for w in windows_read(mirror.path, window) for f in w.files)  # the traces diff parses
             names[str(mirror.path)], path = path.rstrip("/"), str(mirror.path)
+        else:
+            path = _local(path)
         paths.append(path)
 
     def shown(text: str) -> str:
@@ -263,7 +313,7 @@ def _local_copies(stack: contextlib.ExitStack, args: argparse.Namespace) -> tupl
     return paths[0], paths[1], shown
 
 
-def _add_nsys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_nsys(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("nsys", help="print (or run) the Nsight Systems command that captures the profiling window")
     p.add_argument("--run", action="store_true", help="run the command instead of printing it")
     p.add_argument("-o", "--output", default="perf_callbacks", help="report name (default: %(default)s)")

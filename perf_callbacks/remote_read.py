@@ -7,6 +7,12 @@ at all: an empty sparse file of its size and time stands for it. Any other ``.js
 64 KiB read, to tell whether it is a trace. A window that the report parses (a trace without a matching sidecar,
 ``--no-sidecars``, ``--top`` over 10) gets its traces downloaded whole. Downloads run ``jobs`` at once.
 
+The reading has one overall bound, ``timeout_s`` (an endpoint that accepts connections and never answers would
+otherwise hold the command for botocore's read timeout times every retry: minutes). Past it every request still
+pending is cancelled and :class:`RemoteTimeout` says so. The storage's own errors (an unreachable endpoint, missing
+or refused credentials) become one :class:`RemoteError` line that names the URL and the cause; a missing object stays
+a ``FileNotFoundError``.
+
 Example:
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
@@ -24,7 +30,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -32,21 +39,53 @@ from typing import Any
 
 from perf_callbacks.core.remote import is_remote
 
-__all__ = ["Mirror", "fetched", "is_remote", "mirrored"]
+__all__ = ["Mirror", "RemoteError", "RemoteTimeout", "fetched", "is_remote", "mirrored", "timeout_from_env"]
 HEAD_BYTES = 64 << 10
+TIMEOUT_S = 300.0
+"""Default bound, in seconds, on reading one command's remote files (``--timeout``, ``PERF_CALLBACKS_TIMEOUT``)."""
+TIMEOUT_ENV = "PERF_CALLBACKS_TIMEOUT"
+_NETWORK_MODULES = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "adlfs", "google", "azure", "requests",
+                    "urllib3", "fsspec")
 _TRACE_ENDS = (".json", ".json.gz")
 _SIDECAR_END = ".summary.json"
 
 
+class RemoteError(OSError):
+    """The storage could not be read: an unreachable endpoint, refused or missing credentials, a timeout."""
+
+
+class RemoteTimeout(RemoteError, TimeoutError):
+    """The reading of a URL went past its ``timeout_s``."""
+
+
+def timeout_from_env() -> float:
+    """``$PERF_CALLBACKS_TIMEOUT`` in seconds, else :data:`TIMEOUT_S`; 0 means no bound.
+
+    Raises:
+        ValueError: the variable is not a number >= 0.
+    """
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
 @contextlib.contextmanager
 def fetched(url: str, storage_options: Mapping[str, Any] | None = None, jobs: int = 8,
-            sidecars: bool = True) -> Iterator[Path]:
+            sidecars: bool = True, timeout_s: float | None = None) -> Iterator[Path]:
     """A temporary local folder standing for ``url`` (a trace file, a window, a run folder or an ``output_dir``).
 
     Raises:
         FileNotFoundError: nothing at ``url``.
+        RemoteError: the storage could not be read (:class:`RemoteTimeout` after ``timeout_s`` seconds).
     """
-    with mirrored(url, storage_options, jobs, sidecars) as mirror:
+    with mirrored(url, storage_options, jobs, sidecars, timeout_s) as mirror:
         yield mirror.path
 
 
@@ -79,15 +118,22 @@ class Mirror:
 
 @contextlib.contextmanager
 def mirrored(url: str, storage_options: Mapping[str, Any] | None = None, jobs: int = 8,
-             sidecars: bool = True) -> Iterator[Mirror]:
+             sidecars: bool = True, timeout_s: float | None = None) -> Iterator[Mirror]:
     """:func:`fetched`, as a :class:`Mirror` whose stand-ins can be downloaded whole later.
+
+    ``timeout_s`` bounds every request of the mirror, :meth:`Mirror.fill` included (None or 0: no bound).
 
     Raises:
         FileNotFoundError: nothing at ``url``.
+        RemoteError: the storage could not be read (:class:`RemoteTimeout` after ``timeout_s`` seconds).
     """
     import fsspec
 
-    fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    try:
+        raw, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    except TypeError as err:  # an option the back end does not take
+        raise _bad_options(url, err) from err
+    fs = _Bounded(raw, url, timeout_s)
     tmp = Path(tempfile.mkdtemp(prefix="perf-callbacks-remote-"))
     try:
         if fs.isfile(root):
@@ -136,10 +182,67 @@ def _mirror(fs: Any, root: str, infos: dict[str, dict[str, Any]], tmp: Path, job
     return {p: wanted[p] for p in (*named, *heads) if p not in more}
 
 
+class _Bounded:
+    """A file system whose calls all end by one deadline, their storage errors told as :class:`RemoteError`.
+
+    An asynchronous back end (s3fs, gcsfs, adlfs: fsspec runs their requests on its own event loop) gets each call's
+    share of the time left as fsspec's ``timeout``, which cancels the request; a synchronous one cannot be cancelled
+    and is not bounded.
+    """
+
+    def __init__(self, fs: Any, url: str, timeout_s: float | None) -> None:
+        from fsspec.asyn import AsyncFileSystem
+
+        self._fs, self._url, self._timeout_s = fs, url, timeout_s or None
+        self._deadline = time.monotonic() + timeout_s if timeout_s else None
+        self._bounded = isinstance(fs, AsyncFileSystem) and not fs.asynchronous
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._fs, name)
+        return self._call(attr) if callable(attr) else attr
+
+    def _call(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._deadline is not None and self._bounded:
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timed_out()
+                kwargs["timeout"] = left
+            try:
+                return method(*args, **kwargs)
+            except FileNotFoundError:
+                raise
+            except Exception as err:
+                if self._deadline is not None and (type(err).__name__ == "FSTimeoutError"
+                                                   or time.monotonic() >= self._deadline):
+                    raise self._timed_out() from err
+                if isinstance(err, TypeError) and "keyword argument" in str(err):  # the client is made lazily
+                    raise _bad_options(self._url, err) from err
+                if isinstance(err, OSError) or type(err).__module__.split(".")[0] in _NETWORK_MODULES:
+                    raise RemoteError(f"cannot read {self._url}: {_cause(err)}") from err
+                raise
+
+        return call
+
+    def _timed_out(self) -> RemoteTimeout:
+        return RemoteTimeout(f"timed out after {self._timeout_s:g} s reading {self._url}: the storage did not answer "
+                             f"in time (raise --timeout or ${TIMEOUT_ENV}; 0: no bound)")
+
+
+def _bad_options(url: str, err: TypeError) -> ValueError:
+    """Storage options that the back end refuses (not printed: they may hold credentials)."""
+    return ValueError(f"the storage options are not accepted for {url}: {err}")
+
+
+def _cause(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if type(err).__name__ in text else f"{type(err).__name__}: {text}"
+
+
 def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:
     """The (already fetched) sidecar that the report would read for ``trace`` names it, with its remote size."""
     from perf_callbacks.analysis.loader import rank_from_name
-    from perf_callbacks.analysis.sidecar_store import FORMAT
+    from perf_callbacks.analysis.sidecar_store import FORMAT, contradicts
 
     rank = rank_from_name(trace)
     path = trace.with_name(f"rank{rank}.summary.json" if rank is not None else f"{trace.name}.summary.json")
@@ -148,7 +251,7 @@ def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:
     except (OSError, ValueError, RecursionError):
         return False
     return (isinstance(data, dict) and data.get("format") == FORMAT and data.get("trace") == trace.name
-            and data.get("trace_bytes") == info.get("size"))
+            and data.get("trace_bytes") == info.get("size") and not contradicts(data, trace))
 
 
 def _placeholder(dest: Path, info: dict[str, Any]) -> None:

@@ -146,6 +146,8 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     local = _run(tmp_path, ranks=2)
     older = local / "run" / "window-000001-000003"  # an older complete window, with its sidecars: not compared
     shutil.copytree(local / WINDOW, older)
+    for side in older.glob("*.summary.json"):  # the sidecars of that window name it (as a run's own do)
+        side.write_text(json.dumps({**(data := json.loads(side.read_text())), "meta": {**data["meta"], "window": [1, 3]}}))
     for f in older.iterdir():
         os.utime(f, (1e9, 1e9))
     options = _upload(s3, local, "perf-diff-some", "a", "b")
@@ -169,3 +171,90 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     got = sorted(path.split("/", 3)[2:] for method, path, _ in s3.requests  # type: ignore[misc]
                  if method == "GET" and path.endswith(".pt.trace.json.gz"))
     assert got == [[side, f"run/window-000001-000003/rank{r}.pt.trace.json.gz"] for side in "ab" for r in (0, 1)]
+
+
+class SilentServer:
+    """A TCP server on loopback that accepts every connection and never answers (a hung endpoint)."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # closed
+                return
+            self._held.append(conn)
+
+    def close(self) -> None:
+        self._sock.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.mark.parametrize("command", ["report", "diff"])
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_a_storage_that_never_answers_ends_at_the_timeout(s3: S3Server, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, command: str,
+                                                          given: str) -> None:
+    """An endpoint that accepts and never answers: the command gives up after --timeout (botocore alone: 850 s)."""
+    import threading
+    import time
+
+    from perf_callbacks.cli import EXIT_REMOTE
+
+    bound = 2.0
+    silent = SilentServer()
+    options = json.dumps({"client_kwargs": {"endpoint_url": silent.endpoint}, "skip_instance_cache": True})
+    args = [command, "s3://perf-hung/perf", *(["s3://perf-hung/other"] if command == "diff" else []),
+            "--storage-options", options]
+    if given == "option":
+        args += ["--timeout", f"{bound:g}"]
+    else:
+        monkeypatch.setenv("PERF_CALLBACKS_TIMEOUT", f"{bound:g}")
+    codes: list[int] = []
+    t0 = time.monotonic()
+    runner = threading.Thread(target=lambda: codes.append(main(args)), daemon=True)
+    runner.start()
+    runner.join(timeout=10 * bound)
+    elapsed = time.monotonic() - t0
+    silent.close()
+    assert not runner.is_alive(), f"still waiting after {elapsed:.0f} s with a {bound:g} s bound"
+    assert elapsed >= bound
+    err = capsys.readouterr().err
+    assert codes == [EXIT_REMOTE]
+    assert err == (f"perf-callbacks {command}: timed out after 2 s reading s3://perf-hung/perf: the storage did not "
+                   "answer in time (raise --timeout or $PERF_CALLBACKS_TIMEOUT; 0: no bound)\n")
+
+
+@pytest.mark.parametrize("how", ["nan_utilization", "flops_text", "another_window", "more_steps"])
+def test_a_damaged_sidecar_on_s3_gets_its_trace_read(tmp_path: Path, s3: S3Server, capsys: pytest.CaptureFixture[str],
+                                                     how: str) -> None:
+    """A sidecar that is not believed locally is not believed remotely: its trace, whose name says nothing of a
+    trace, is downloaded and parsed, and the report is the local one of the trace itself."""
+    import gzip
+
+    from tests.analysis.sidecar_damage import damage
+
+    folder = tmp_path / "perf" / WINDOW
+    folder.mkdir(parents=True)
+    trace = folder / "rank0.json"
+    trace.write_bytes(gzip.decompress(fixture_trace("sync_bound").read_bytes()))
+    side = write_sidecar(trace, {"window": [4, 6], "partial": False, "steps": [4, 5, 6], "rank": 0})
+    damage(side, how, tmp_path)
+    (folder / "rank0.summary.json").write_text(json.dumps(side))
+    options = _upload(s3, tmp_path / "perf", f"perf-damaged-{how.replace('_', '-')}", "perf")
+    code, here = _report(capsys, str(tmp_path / "perf"), "--no-sidecars")
+    url = f"s3://perf-damaged-{how.replace('_', '-')}/perf"
+    remote_code, there = _report(capsys, url, "--storage-options", options)
+    assert code == remote_code == 0
+    assert there == here.replace(str(tmp_path / "perf"), url)
+    assert "verdict: sync_bound" in there

@@ -2,8 +2,9 @@
 
 A sidecar that matches its trace by name and size can still hold anything (written by another version, edited, or
 damaged on disk). ``rank_from_sidecar`` rebuilds the ``RankResult`` only when every field has the type the analysis
-expects, down to the entries of ``steps``, ``top_ops`` and ``devices``; otherwise it returns None and the trace is
-parsed, as for a stale sidecar.
+expects, down to the entries of ``steps``, ``top_ops`` and ``devices``, and a value a trace can give (finite, shares in
+[0, 1], times, bytes, counts and FLOPs >= 0: :mod:`~perf_callbacks.analysis.sidecar_values`); otherwise it returns
+None and the trace is parsed, as for a stale sidecar.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from perf_callbacks.analysis.measures_check import measures_valid
 from perf_callbacks.analysis.result import VERDICTS, RankResult
+from perf_callbacks.analysis.sidecar_values import values_sound
 
 _TOP_OP = {"name": str, "device": str, "self_time_us": float, "count": int, "fraction": float}
 _DEVICE = {"device": int, "gpu_utilization": float | None, "losses": dict[str, float],
@@ -49,7 +51,8 @@ def _valid(data: dict[str, Any]) -> bool:
             and all(_entry(op, _TOP_OP) for op in data["top_ops"])
             and all(_entry(d, _DEVICE) and all(_entry(k, _KERNEL) for k in d["top_kernels"])
                     for d in data.get("devices", []))
-            and measures_valid(data, _fits))
+            and measures_valid(data, _fits)
+            and values_sound(data))
 
 
 def _entry(value: dict[str, Any], schema: dict[str, Any]) -> bool:

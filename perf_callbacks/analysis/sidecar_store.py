@@ -20,6 +20,7 @@ CANNOT_WRITE = 3
 """The analysis process' exit status when the sidecar itself could not be written (its last stderr line says why)."""
 STDERR_PREFIX = "perf-callbacks sidecar: "
 _DIST_RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^}]*?"rank"\s*:\s*(\d+)')
+_WINDOW = re.compile(r"window-(\d+)-(\d+)")
 
 
 def sidecar_path(trace: Path) -> Path:
@@ -42,7 +43,11 @@ def sidecar_path(trace: Path) -> Path:
 def read_sidecar(trace: Path) -> dict[str, Any] | None:
     """The sidecar of ``trace``, or None when it is absent, unreadable, or written for another version of the file.
 
-    A sidecar matches when its ``trace`` (file name) and ``trace_bytes`` (size) are those of the file now.
+    A sidecar matches when its ``trace`` (file name) and ``trace_bytes`` (size) are those of the file now, and it
+    does not contradict where the trace lies: the window its ``meta`` names is the ``window-AAAAAA-BBBBBB`` folder's,
+    the rank its ``meta`` and its result name is the file name's (``rank3...``), and its result holds no more steps
+    than the folder and its ``meta`` say the window recorded. The trace itself is not read (a remote report has not
+    downloaded it).
     """
     try:
         data = json.loads(sidecar_path(trace).read_text(encoding="utf-8"))
@@ -51,7 +56,7 @@ def read_sidecar(trace: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         return None
-    if data.get("trace") != trace.name or data.get("trace_bytes") != size:
+    if data.get("trace") != trace.name or data.get("trace_bytes") != size or contradicts(data, trace):
         return None
     return data
 
@@ -64,6 +69,25 @@ def write_atomic(path: Path, text: str) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def contradicts(data: dict[str, Any], trace: Path) -> bool:
+    """The sidecar names another window, another rank, or more steps than its trace's place allows."""
+    meta, rank = data.get("meta"), data.get("rank")
+    meta = meta if isinstance(meta, dict) else {}
+    rank = rank if isinstance(rank, dict) else {}
+    folder = _WINDOW.fullmatch(trace.parent.name)
+    window = [int(folder.group(1)), int(folder.group(2))] if folder else None
+    if window is not None and "window" in meta and meta["window"] != window:
+        return True
+    named = rank_from_name(trace)
+    claims = [meta.get("rank"), rank.get("rank") if rank.get("rank_source") == "file name" else None]
+    if named is not None and any(c is not None and c != named for c in claims):
+        return True
+    steps = rank.get("steps")
+    limits = [window[1] - window[0] + 1 if window else None,
+              len(meta["steps"]) if isinstance(meta.get("steps"), list) else None]
+    return isinstance(steps, list) and any(n is not None and len(steps) > n for n in limits)
 
 
 def _rank_from_head(trace: Path) -> int | None:

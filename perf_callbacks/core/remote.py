@@ -24,6 +24,8 @@ Example:
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures.thread  # noqa: F401 - its pools' exit hook is registered before ours, so it runs after
 import contextlib
 import hashlib
 import logging
@@ -33,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,31 @@ def is_remote(output_dir: str | os.PathLike[str]) -> bool:
     """``output_dir`` is a URL of a file system other than the local one (``s3://``, ``gs://``, ``memory://``...)."""
     text = os.fspath(output_dir)
     return "://" in text and text.split("://", 1)[0].lower() not in _LOCAL
+
+
+def before_shutdown(fn: Callable[[], object]) -> Callable[[], None]:
+    """Call ``fn`` once when the interpreter starts to exit, before it stops the thread pools; return the cancel.
+
+    ``atexit`` runs too late for an upload: by then ``concurrent.futures`` refuses new work ("cannot schedule new
+    futures after interpreter shutdown"), and the storage clients need its pools (aiohttp resolves host names in one).
+    ``threading``'s own exit hooks run first, the last registered first: this one, then the pools' shutdown. ``fn``
+    never raises out of it (that would skip the hooks after it); without those hooks, ``atexit`` is used.
+    """
+    pending = [fn]
+
+    def run() -> None:
+        if pending:
+            with contextlib.suppress(Exception):
+                pending.pop()()
+
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError("no threading exit hooks")
+        register(run)
+    except RuntimeError:  # shutdown has begun, or an interpreter without them
+        atexit.register(run)
+    return pending.clear
 
 
 def join_output(base: str | os.PathLike[str], name: str) -> str | Path:

@@ -64,8 +64,23 @@ class TraceTooLargeError(Exception):
     """The exported trace is above ``max_trace_mb``; it was removed."""
 
     def __init__(self, size_mb: float) -> None:
-        super().__init__(f"{size_mb:.0f} MB")
+        super().__init__(size_text(size_mb))
         self.size_mb = size_mb
+
+
+def size_text(size_mb: float) -> str:
+    """A file size with the precision that tells it from a small ``max_trace_mb``: bytes, KB, then MB.
+
+    Example:
+        >>> size_text(0.0123), size_text(0.0004), size_text(1.500001), size_text(812.4)
+        ('12.3 KB (0.0123 MB)', '400 bytes (0.0004 MB)', '1.5 MB', '812 MB')
+    """
+    size = size_mb * 1e6
+    if size < 1e3:
+        return f"{size:.0f} bytes ({size_mb:.3g} MB)"
+    if size < 1e6:
+        return f"{size / 1e3:.1f} KB ({size_mb:.3g} MB)"
+    return f"{size_mb:.1f} MB" if size_mb < 100 else f"{size_mb:.0f} MB"
 
 
 def export_raw(export: Callable[[Path], None], window_dir: Path, rank: int, max_trace_mb: float,

@@ -36,7 +36,7 @@ from perf_callbacks.core.remote import FINISH_WAIT_S, Uploads
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.summary import publish_summary, window_header, window_line
 from perf_callbacks.core.trace_cut import cut_at_step
-from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, export_raw
+from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, export_raw, size_text
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning, TraceSizeWarning
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class WindowRecorder:
         self.stall_s = 0.0  # the training loop's wait at the last window's end
         self._t_finish = 0.0
         self._skip: tuple[int, int] | None = None  # a window left to another profiler
+        self.too_large: list[str] = []  # the steps of each window recorded, then dropped for its size
         self.uploads = Uploads(ctx.remote, ctx.output_dir, config.storage_options, self.outputs) if ctx.remote else None
         if self.enabled:
             start_worker()  # the thread that finishes windows, started now rather than at a window's end
@@ -188,9 +189,10 @@ class WindowRecorder:
                 _quiet(lambda: cut_at_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
         except TraceTooLargeError as err:
             self._warn("max_trace_mb", TraceSizeWarning, (
-                f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {err.size_mb:.0f} MB, above "
+                f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {size_text(err.size_mb)}, above "
                 f"max_trace_mb={self.config.max_trace_mb:g}; it was not written. Lower schedule.active, turn off "
                 "with_stack/record_shapes/profile_memory, or raise max_trace_mb"), False)
+            self.too_large.append(f"{first}-{last}")
             return
         if self.mem is not None and self.mem.oom.recording:  # the allocator snapshot next to the traces
             self.mem.oom.window_snapshot(wdir)
@@ -293,6 +295,13 @@ class WindowRecorder:
 
     def nothing_recorded_line(self, steps_run: int) -> str:
         """The one line that says so, with where the first window would have started."""
+        if self.too_large:  # recorded, then dropped: the schedule is not what to change
+            one = len(self.too_large) == 1
+            return (f"perf-callbacks: no trace was written: {'the' if one else len(self.too_large)} profiling "
+                    f"window{'' if one else 's'} (steps {', '.join(self.too_large)}) {'was' if one else 'were'} "
+                    f"recorded, but {'its trace was' if one else 'each trace was'} above max_trace_mb="
+                    f"{self.config.max_trace_mb:g} and dropped. Raise max_trace_mb, or make the trace smaller: lower "
+                    "schedule.active, turn off with_stack/record_shapes/profile_memory.")
         s = self.config.schedule
         first = s.skip_first + s.wait + s.warmup
         return (f"perf-callbacks: no profiling window was recorded: {steps_run} optimizer steps ran, and the first "

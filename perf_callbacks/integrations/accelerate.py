@@ -17,11 +17,10 @@ Accelerate has no callbacks, so the hook drives the engine from a few places:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,7 +36,7 @@ from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.memory import OutOfMemoryError
 from perf_callbacks.core.peak import mixed_precision_dtype
-from perf_callbacks.core.remote import resolve_output
+from perf_callbacks.core.remote import before_shutdown, resolve_output
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -91,6 +90,7 @@ class AcceleratePerfHook(StepCounting):
         self._lead: int | None = None  # without hook.iter(), the optimizer whose steps are counted
         self._restore: list[Any] = []
         self._loop: Any = None  # the generator returned by iter(): its frame holds the current batch
+        self._cancel_exit: Callable[[], None] = lambda: None  # the close at interpreter exit, once registered
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
@@ -136,7 +136,7 @@ class AcceleratePerfHook(StepCounting):
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None
         ctx.log_summary = self.metrics.log_local  # the window summary logs from one rank: no cross-rank gather
         self._sigterm = catch_sigterm()
-        atexit.register(self._close_at_exit)  # after the engine's own: runs first, and closes it
+        self._cancel_exit = before_shutdown(self._close_at_exit)  # before the engine's own, and before uploads stop
         self._handles += [acc.register_save_state_pre_hook(self._on_save)]
         self._handles += [acc.register_load_state_pre_hook(self._on_load)]
         self._hook_optimizers()
@@ -161,7 +161,7 @@ class AcceleratePerfHook(StepCounting):
             self.engine.note_failure(exc)  # (its phase, for an out-of-memory summary)
             self._end_batch(flush=False)
         self._closed = True
-        atexit.unregister(self._close_at_exit)
+        self._cancel_exit()
         if self.accelerator is not None and vars(self.accelerator).get(OWNER_ATTR) is self:
             del vars(self.accelerator)[OWNER_ATTR]
         self.engine.close(exc, batch=self._current_batch())  # the failing batch, for an out-of-memory summary

@@ -16,6 +16,7 @@ from perf_callbacks.analysis import AnalysisResult, analyze, format_text, read_s
 from perf_callbacks.analysis.sidecar import FORMAT, write_sidecar
 from perf_callbacks.analysis.verdict import verdict_margin
 from tests.analysis.conftest import fixture_trace, load_doc, save_doc
+from tests.analysis.sidecar_damage import DAMAGE, damage
 
 
 def _window(root: Path, name: str, fixture: str, rank: int = 0, mtime: float | None = None) -> Path:
@@ -241,3 +242,36 @@ def test_a_file_its_sidecar_names_is_a_trace_without_being_read(tmp_path: Path) 
     assert analyze(tmp_path).verdict == direct.verdict == "sync_bound"
     with pytest.raises(FileNotFoundError, match="none is a trace"):
         analyze(tmp_path, sidecars=False)
+
+
+@pytest.mark.parametrize("how", list(DAMAGE))
+def test_an_edited_sidecar_is_not_believed_through_the_cli(tmp_path: Path, how: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A sidecar with a value no trace gives (text, NaN, out of range) or that contradicts its trace's place is set
+    aside: report, report --html and diff print the trace's own figures, never 'internal error', nan or a negative."""
+    from perf_callbacks.cli import main
+
+    run = tmp_path / "perf"
+    trace = _window(run / "run", "window-000004-000006", "sync_bound")
+    side = write_sidecar(trace, {"window": [4, 6], "partial": False, "steps": [4, 5, 6], "rank": 0})
+    damage(side, how, tmp_path)
+    sidecar_path(trace).write_text(json.dumps(side))  # NaN and Infinity as Python's json writes them
+    outputs = {}
+    for name, args in {"report": ["report", str(run)], "html": ["report", str(run), "--html", str(tmp_path / "a.html")],
+                       "diff": ["diff", str(run), str(run)]}.items():
+        assert main(args) == 0, name
+        outputs[name] = capsys.readouterr()
+    page = (tmp_path / "a.html").read_text()
+    sidecar_path(trace).unlink()  # the trace's own figures
+    assert main(["report", str(run), "--html", str(tmp_path / "b.html")]) == 0
+    parsed = capsys.readouterr()
+    assert main(["diff", str(run), str(run)]) == 0
+    diffed = capsys.readouterr()
+    for captured in outputs.values():
+        text = captured.out + captured.err
+        assert "internal error" not in text and " -5" not in text
+        assert not {"nan", "nan%", "inf", "infinity"} & set(text.lower().replace("(", " ").split())
+    assert outputs["report"].out == outputs["html"].out == parsed.out
+    assert "verdict: sync_bound" in parsed.out
+    assert page == (tmp_path / "b.html").read_text().replace("b.html", "a.html")
+    assert outputs["diff"].out == diffed.out

@@ -345,11 +345,18 @@ def test_two_engines_in_one_loop_never_raise(tmp_path: Path) -> None:
     assert not torch.autograd.profiler._is_profiler_enabled
 
 
-def test_trace_size_cap_skips_export(tmp_path: Path) -> None:
+def test_trace_size_cap_skips_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The size is said with the precision of the cap (KB here, not '0 MB'), and the end of the run says the window
+    was recorded and dropped for its size, not that the schedule started too late."""
     engine = make_engine(tmp_path, max_trace_mb=0.0001)
-    with pytest.warns(TraceSizeWarning, match="above max_trace_mb=0.0001; it was not written"):
+    with pytest.warns(TraceSizeWarning, match=r"steps 4-5 on rank 0 is \d+\.\d KB \(0\.0\d+ MB\), above "
+                                              "max_trace_mb=0.0001; it was not written"):
         run_steps(engine, 7)
     engine.close()
+    assert capsys.readouterr().err == (
+        "perf-callbacks: no trace was written: the profiling window (steps 4-5) was recorded, but its trace was above "
+        "max_trace_mb=0.0001 and dropped. Raise max_trace_mb, or make the trace smaller: lower schedule.active, turn "
+        "off with_stack/record_shapes/profile_memory.\n")
     assert engine.exported == []
     assert not list(tmp_path.rglob("*.json*"))
     assert not list(tmp_path.rglob("*.partial"))

@@ -133,7 +133,7 @@ def test_the_trace_size_warning_is_said_in_full_on_every_rank(tmp_path: Path) ->
         engine.close()
     (message,) = [str(w.message) for w in caught]
     assert re.fullmatch(
-        r"perf-callbacks: the trace of steps 4-5 on rank 1 is \d+ MB, above max_trace_mb=0.0001; it was not written. "
+        r"perf-callbacks: the trace of steps 4-5 on rank 1 is \d+\.\d KB \(0\.0\d+ MB\), above max_trace_mb=0.0001; it was not written. "
         "Lower schedule.active, turn off with_stack/record_shapes/profile_memory, or raise max_trace_mb", message)
 
 

@@ -92,7 +92,7 @@ def test_export_raw_writes_a_hidden_scratch_file_and_enforces_the_cap(tmp_path: 
     assert raw == window / ".rank1.raw.partial" and raw.stat().st_size == 1_000_000  # exactly at the cap: kept
     again = export_raw(lambda p: p.write_bytes(b"y"), window, 2, max_trace_mb=1.0)  # the folder exists already
     assert again.read_bytes() == b"y"
-    with pytest.raises(TraceTooLargeError, match=r"^2 MB$") as info:
+    with pytest.raises(TraceTooLargeError, match=r"^1\.5 MB$") as info:
         export_raw(lambda p: p.write_bytes(b"x" * 1_500_001), window, 3, max_trace_mb=1.0)
     assert info.value.size_mb == pytest.approx(1.500001)
     assert not TraceLayout.raw_path(window, 3).exists()

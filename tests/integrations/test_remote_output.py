@@ -295,6 +295,31 @@ def test_two_accelerate_processes_to_s3(tmp_path: Path, s3: S3Server, staging: P
     assert (staging / "perf-callbacks-staging").is_dir() and staged(staging) == []  # both ranks staged, emptied
 
 
+@pytest.mark.parametrize(("active", "window"), [(2, "window-000003-000004"), (10, "window-000003-000007")],
+                         ids=["window-done", "window-open-at-exit"])
+def test_an_accelerate_hook_never_closed_uploads_at_exit(tmp_path: Path, s3: S3Server, staging: Path, active: int,
+                                                         window: str) -> None:
+    """No ``close()`` and no ``with``: the interpreter's exit closes the hook while thread pools still take work, so
+    its files reach the bucket (at ``atexit`` time: 'cannot schedule new futures after interpreter shutdown')."""
+    import os
+    import subprocess
+    import sys
+
+    bucket = f"perf-unclosed-{active}"
+    s3.fs().mkdir(bucket)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-m", "tests.integrations.remote_unclosed", f"s3://{bucket}/perf",
+                           s3.endpoint, str(active)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "not uploaded" not in proc.stderr, proc.stderr[-3000:]
+    uploaded = remote_files(s3, f"{bucket}/perf")
+    assert {f"{window}/rank0.pt.trace.json.gz", f"{window}/rank0.summary.json", f"{window}/summary.txt"} <= uploaded
+    assert any(name.startswith("tensorboard/") for name in uploaded)
+    assert staged(staging) == []
+
+
 def test_what_the_run_names_is_where_its_files_are(tmp_path: Path, s3: S3Server, staging: Path,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """``exported`` stays the local paths written; ``exported_urls`` and ``locate`` name the bucket once uploaded."""
