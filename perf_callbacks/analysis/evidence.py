@@ -7,6 +7,10 @@ the live check does (``core/stats.py``), a median step that waited under ``MIN_W
 1 ms a step, the "wait" is the loop's own work between batches, which more loader workers do not shorten. A trace
 without ``ProfilerStep`` has no steps to take a median over: its window share stands.
 
+Where the window's training thread waited for a CPU (``cpu_contention``, see :mod:`perf_callbacks.analysis.load`),
+the floor applies to the wait less that share of it: a fetch that took 3 ms because the process was descheduled two
+thirds of the time is a 1 ms fetch on a busy machine, not a slow loader.
+
 Example:
     >>> from perf_callbacks.analysis.result import RankResult, StepResult
     >>> steps = [StepResult(n, 10.0, {"compute": 9.0, "input": 1.0}) for n in (1, 2)]
@@ -37,25 +41,32 @@ class InputEvidence:
         window_share: the window's input loss, a sum over its steps.
         median_wait_ms: the input time of the median step (None without steps).
         longest_wait_ms: the input time of the step that waited longest (None without steps).
+        contention: the share of the window the training thread waited for a CPU (0 when not measured).
     """
 
     share: float
     window_share: float
     median_wait_ms: float | None = None
     longest_wait_ms: float | None = None
+    contention: float = 0.0
+
+    @property
+    def own_wait_ms(self) -> float | None:
+        """The median step's wait less its share of waiting for a CPU."""
+        return None if self.median_wait_ms is None else self.median_wait_ms * (1.0 - self.contention)
 
 
 def input_evidence(r: RankResult) -> InputEvidence:
     """The input loss of ``r`` that survives one outlier step, and the figures behind it."""
-    window = r.losses.get("input", 0.0)
+    window, contention = r.losses.get("input", 0.0), r.losses.get("cpu_contention", 0.0)
     steps = [s for s in r.steps if sum(s.causes_ms.values()) > 0]
     if not steps:
-        return InputEvidence(window, window)
+        return InputEvidence(window, window, contention=contention)
     waits = [s.causes_ms.get("input", 0.0) for s in steps]
     shares = [s.causes_ms.get("input", 0.0) / sum(s.causes_ms.values()) for s in steps]
     typical = median_low(waits)
-    share = 0.0 if typical < MIN_WAIT_MS else min(window, median_low(shares))
-    return InputEvidence(share, window, typical, max(waits))
+    share = 0.0 if typical * (1.0 - contention) < MIN_WAIT_MS else min(window, median_low(shares))
+    return InputEvidence(share, window, typical, max(waits), contention)
 
 
 def judged_losses(r: RankResult) -> dict[str, float]:
@@ -87,6 +98,11 @@ def evidence_note(ranks: list[RankResult], threshold: float) -> str:
     if median(typical) < MIN_WAIT_MS:
         return f"{lead}the median step waited {median(typical):.1f} ms: under {MIN_WAIT_MS:.0f} ms is the loop's own " \
                "work between batches, not a slow loader"
+    own = [e.own_wait_ms for e in found if e.own_wait_ms is not None]
+    if median(own) < MIN_WAIT_MS:
+        busy = max(e.contention for e in found)
+        return f"{lead}the training thread waited for a CPU {busy:.1%} of the window: the median step's " \
+               f"{median(typical):.1f} ms wait is {median(own):.1f} ms of its own, a busy machine, not a slow loader"
     longest = max(e.longest_wait_ms or 0.0 for e in found)
     return f"{lead}{judged:.1%} in the median step: a few slow fetches (the longest {longest:.1f} ms), not a slow " \
            "loader"

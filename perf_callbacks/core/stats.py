@@ -188,6 +188,7 @@ class DataWaitCheck:
     def __init__(self, steps: int, threshold: float) -> None:
         self.steps, self.threshold = steps, threshold
         self.waits: list[float] = []  # per measured step (seconds)
+        self.times: list[float] = []  # their step times (seconds)
         self.total = 0.0  # their step time
         self.warmed_up = False
         self.first_step: int | None = None
@@ -208,6 +209,7 @@ class DataWaitCheck:
         if self.first_step is None:
             self.first_step = step
         self.waits.append(data_wait)
+        self.times.append(step_time)
         self.total += step_time
         if self.count < self.steps:
             return None
