@@ -5,7 +5,8 @@ Example:
     True
     >>> loader_fix(2, cores=2)[:52]
     'num_workers=2 already uses the 2 CPU cores per local'
-    >>> e = LoaderEvidence(num_workers=2, cores=2, step_ms=10.0, wait_ms=7.0, workers_cpu=0.05, workers_busy=0.06)
+    >>> e = LoaderEvidence(num_workers=2, cores=2, step_ms=10.0, wait_ms=7.0, own_ms=3.0, workers_cpu=0.05,
+    ...                    workers_busy=0.06)
     >>> loader_kind(e), fetch_ms(e), workers_to_try(e)
     ('io_wait', 20.0, 9)
 """
@@ -83,6 +84,7 @@ class LoaderEvidence:
         cores: CPU cores per local rank (None: unknown).
         step_ms: the median step.
         wait_ms: the median step's data wait.
+        own_ms: the median step's own work: its time less its data wait.
         workers_cpu: the share of their time the workers ran on a CPU (None: not measured).
         workers_busy: the share of their time they ran or waited for a CPU (None: not measured).
         main_blocked: the share of the time the training thread neither ran nor waited for a CPU (None: unknown).
@@ -93,6 +95,7 @@ class LoaderEvidence:
     cores: int | None
     step_ms: float
     wait_ms: float
+    own_ms: float
     workers_cpu: float | None = None
     workers_busy: float | None = None
     main_blocked: float | None = None
@@ -134,7 +137,7 @@ def workers_to_try(e: LoaderEvidence) -> int:
     Never fewer than one more than now; never more than the cores can run at the workers' measured CPU share.
     """
     now = e.num_workers or 0
-    fetch, own = fetch_ms(e), max(e.step_ms - e.wait_ms, 0.1)
+    fetch, own = fetch_ms(e), max(e.own_ms, 0.1)
     wanted = math.ceil(HEADROOM * fetch / own) if fetch else now + 1
     if e.workers_cpu and e.cores:
         wanted = min(wanted, math.floor(e.cores / e.workers_cpu))
@@ -154,7 +157,7 @@ def measured_fix(e: LoaderEvidence) -> str:
         cores = f", even beyond the {e.cores} CPU cores per local rank" if e.cores is not None else ""
         return f"{ran} and waited (storage, network, sleep) the rest, so more workers help{cores}: raise " \
                f"num_workers to {workers_to_try(e)} (a batch takes a worker {fetch_ms(e) or 0.0:.1f} ms, a step's " \
-               f"own work {max(e.step_ms - e.wait_ms, 0.0):.1f} ms) and prefetch_factor to 4, with " \
+               f"own work {e.own_ms:.1f} ms) and prefetch_factor to 4, with " \
                "persistent_workers=True"
     busy = f"{ran} and waited for one {max((e.workers_busy or 0.0) - (e.workers_cpu or 0.0), 0.0):.0%}"
     if kind == "cpu_bound":

@@ -7,6 +7,10 @@ the live check does (``core/stats.py``), a median step that waited under ``MIN_W
 1 ms a step, the "wait" is the loop's own work between batches, which more loader workers do not shorten. A trace
 without ``ProfilerStep`` has no steps to take a median over: its window share stands.
 
+With ``num_workers`` workers (our metadata), batches come in rounds: the workers start together and finish together,
+so one step of each round waits for all of them and the others find their batch ready. The median is then taken
+over rounds of consecutive steps (at least three rounds), not single steps.
+
 Where the window's training thread waited for a CPU (``cpu_contention``, see :mod:`perf_callbacks.analysis.load`),
 the floor applies to the wait less that share of it: a fetch that took 3 ms because the process was descheduled two
 thirds of the time is a 1 ms fetch on a busy machine, not a slow loader.
@@ -26,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median, median_low
 
-from perf_callbacks.analysis.result import RankResult
+from perf_callbacks.analysis.result import RankResult, StepResult
 
 MIN_WAIT_MS = 1.0
 """The live check's floor (``core.stats.MIN_ACTIONABLE_WAIT_S``) in ms: a median step that waits less is no evidence."""
@@ -62,11 +66,19 @@ def input_evidence(r: RankResult) -> InputEvidence:
     steps = [s for s in r.steps if sum(s.causes_ms.values()) > 0]
     if not steps:
         return InputEvidence(window, window, contention=contention)
-    waits = [s.causes_ms.get("input", 0.0) for s in steps]
-    shares = [s.causes_ms.get("input", 0.0) / sum(s.causes_ms.values()) for s in steps]
+    rounds = _rounds(steps, r.machine.get("num_workers") if r.machine else None)
+    waits = [sum(s.causes_ms.get("input", 0.0) for s in g) / len(g) for g in rounds]
+    shares = [sum(s.causes_ms.get("input", 0.0) for s in g) / sum(sum(s.causes_ms.values()) for s in g)
+              for g in rounds]
     typical = median_low(waits)
     share = 0.0 if typical * (1.0 - contention) < MIN_WAIT_MS else min(window, median_low(shares))
-    return InputEvidence(share, window, typical, max(waits), contention)
+    return InputEvidence(share, window, typical, max(s.causes_ms.get("input", 0.0) for s in steps), contention)
+
+
+def _rounds(steps: list[StepResult], workers: int | None) -> list[list[StepResult]]:
+    """Consecutive steps in rounds of ``workers`` (at least three rounds; one step each in-process or unknown)."""
+    size = max(1, min(workers or 1, len(steps) // 3))
+    return [steps[i:i + size] for i in range(0, len(steps), size)]
 
 
 def judged_losses(r: RankResult) -> dict[str, float]:

@@ -48,9 +48,10 @@ def loader_evidence(r: RankResult, share: float) -> LoaderEvidence | None:
     workers = r.machine.get("num_workers") if r.machine else None
     if workers is None and (r.data_loader or "").startswith("enumerate(DataLoader)#_SingleProcess"):
         workers = 0
-    return LoaderEvidence(workers, cores_per_rank(r.machine), median(s.time_ms for s in steps),
-                          median_low(s.causes_ms.get("input", 0.0) for s in steps), *_workers(load), _blocked(load),
-                          share)
+    waits = [s.causes_ms.get("input", 0.0) for s in steps]
+    return LoaderEvidence(workers, cores_per_rank(r.machine), median(s.time_ms for s in steps), median_low(waits),
+                          median(s.time_ms - w for s, w in zip(steps, waits, strict=True)), *_workers(load),
+                          _blocked(load), share)
 
 
 def loader_block(r: RankResult, share: float, material: bool) -> dict[str, Any] | None:

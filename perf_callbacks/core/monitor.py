@@ -92,7 +92,8 @@ class StepMonitor:
         if wait * (1.0 - (load.contention or 0.0)) < MIN_ACTIONABLE_WAIT_S:
             return None
         cores = max(1, available_cpus() // (self.ctx.local_world_size or ranks_on_machine()))
-        return LoaderEvidence(workers, cores, statistics.median(check.times) * 1e3, wait * 1e3,
+        own = statistics.median(t - w for t, w in zip(check.times, check.waits, strict=True))
+        return LoaderEvidence(workers, cores, statistics.median(check.times) * 1e3, wait * 1e3, own * 1e3,
                               load.workers_cpu_fraction, load.workers_busy, load.blocked, share)
 
     def set_aside(self) -> None:
