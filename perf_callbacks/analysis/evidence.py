@@ -16,7 +16,8 @@ the floor applies to the wait less that share of it: a fetch that took 3 ms beca
 thirds of the time is a 1 ms fetch on a busy machine, not a slow loader.
 
 Example:
-    >>> from perf_callbacks.analysis.result import RankResult, StepResult
+    >>> from perf_callbacks.analysis.load import CAUSE, judged_contention, thread_wait
+from perf_callbacks.analysis.result import RankResult, StepResult
     >>> steps = [StepResult(n, 10.0, {"compute": 9.0, "input": 1.0}) for n in (1, 2)]
     >>> steps.append(StepResult(3, 24.0, {"compute": 9.0, "input": 15.0}))  # one 15 ms hiccup
     >>> r = RankResult(0, "t", 44.0, None, None, 14.0, 0.39, {"input": 17 / 44}, steps, {}, {}, [], None, None, [],
@@ -30,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median, median_low
 
+from perf_callbacks.analysis.load import CAUSE, judged_contention, thread_wait
 from perf_callbacks.analysis.result import RankResult, StepResult
 
 MIN_WAIT_MS = 1.0
@@ -62,7 +64,7 @@ class InputEvidence:
 
 def input_evidence(r: RankResult) -> InputEvidence:
     """The input loss of ``r`` that survives one outlier step, and the figures behind it."""
-    window, contention = r.losses.get("input", 0.0), r.losses.get("cpu_contention", 0.0)
+    window, contention = r.losses.get("input", 0.0), thread_wait(r.load)
     steps = [s for s in r.steps if sum(s.causes_ms.values()) > 0]
     if not steps:
         return InputEvidence(window, window, contention=contention)
@@ -82,17 +84,22 @@ def _rounds(steps: list[StepResult], workers: int | None) -> list[list[StepResul
 
 
 def judged_losses(r: RankResult) -> dict[str, float]:
-    """``r.losses`` with the input loss replaced by the share its evidence supports."""
-    if "input" not in r.losses:
-        return dict(r.losses)
-    return {**r.losses, "input": input_evidence(r).share}
+    """``r.losses`` with the input loss replaced by the share its evidence supports, and a contention under its bar
+    (:data:`perf_callbacks.analysis.load.BAR`) by 0."""
+    judged = dict(r.losses)
+    if "input" in judged:
+        judged["input"] = input_evidence(r).share
+    if CAUSE in judged:
+        judged[CAUSE] = judged_contention(judged[CAUSE])
+    return judged
 
 
 def evidence_note(ranks: list[RankResult], threshold: float) -> str:
     """Why a window whose data wait reaches ``threshold`` is not judged input-bound; empty when it is, or does not.
 
     Example:
-        >>> from perf_callbacks.analysis.result import RankResult, StepResult
+        >>> from perf_callbacks.analysis.load import CAUSE, judged_contention, thread_wait
+from perf_callbacks.analysis.result import RankResult, StepResult
         >>> steps = [StepResult(n, 3.0, {"compute": 2.4, "input": 0.6}) for n in (1, 2, 3)]
         >>> r = RankResult(0, "t", 9.0, None, None, 3.0, 0.2, {"input": 0.2}, steps, {}, {}, [], None, None, [],
         ...                None, [], {}, None)

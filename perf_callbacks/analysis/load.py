@@ -30,13 +30,34 @@ from perf_callbacks.analysis.machine import cores_per_rank
 from perf_callbacks.analysis.result import RankResult
 
 CAUSE = "cpu_contention"
+BAR = 0.25
+"""The share of the window the training thread must wait for a CPU before the verdict and the advice name it: a
+shared machine's ordinary noise stays under it (up to 18% seen on a loop that mostly sleeps, on two cores shared by
+four busy neighbours); the share itself is shown from 0.1% on."""
 
 
-def contention_loss(load: dict[str, Any]) -> dict[str, float]:
-    """``{"cpu_contention": share}`` of the window the training thread waited for a CPU; {} when not measured."""
+def contention_loss(load: dict[str, Any], device_idle: float | None = None) -> dict[str, float]:
+    """``{"cpu_contention": share}`` of the window the training thread waited for a CPU; {} when not measured.
+
+    With a device (``device_idle``: the share of the window it idled), the host's wait is a loss only as far as the
+    device waited too: a host thread that runs ahead of its device loses nothing by waiting for a CPU.
+    """
     if not load or load.get("run_queue_ms") is None:
         return {}
-    return {CAUSE: round(min(1.0, load["run_queue_ms"] / load["wall_ms"]), 6)}
+    share = thread_wait(load)
+    return {CAUSE: round(share if device_idle is None else min(share, device_idle), 6)}
+
+
+def thread_wait(load: dict[str, Any]) -> float:
+    """The share of the window the training thread waited for a CPU (0 when not measured)."""
+    if not load or load.get("run_queue_ms") is None:
+        return 0.0
+    return float(min(1.0, load["run_queue_ms"] / load["wall_ms"]))
+
+
+def judged_contention(share: float) -> float:
+    """The contention share the verdict and the advice use: 0 under ``BAR``."""
+    return share if share >= BAR else 0.0
 
 
 def loader_evidence(r: RankResult, share: float) -> LoaderEvidence | None:
