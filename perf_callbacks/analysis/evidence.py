@@ -16,8 +16,7 @@ the floor applies to the wait less that share of it: a fetch that took 3 ms beca
 thirds of the time is a 1 ms fetch on a busy machine, not a slow loader.
 
 Example:
-    >>> from perf_callbacks.analysis.load import CAUSE, judged_contention, thread_wait
-from perf_callbacks.analysis.result import RankResult, StepResult
+    >>> from perf_callbacks.analysis.result import RankResult, StepResult
     >>> steps = [StepResult(n, 10.0, {"compute": 9.0, "input": 1.0}) for n in (1, 2)]
     >>> steps.append(StepResult(3, 24.0, {"compute": 9.0, "input": 15.0}))  # one 15 ms hiccup
     >>> r = RankResult(0, "t", 44.0, None, None, 14.0, 0.39, {"input": 17 / 44}, steps, {}, {}, [], None, None, [],
@@ -31,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median, median_low
 
-from perf_callbacks.analysis.load import CAUSE, judged_contention, thread_wait
-from perf_callbacks.analysis.result import RankResult, StepResult
+from perf_callbacks.analysis.load import CAUSE, in_rounds, judged_contention, thread_wait
+from perf_callbacks.analysis.result import RankResult
 
 MIN_WAIT_MS = 1.0
 """The live check's floor (``core.stats.MIN_ACTIONABLE_WAIT_S``) in ms: a median step that waits less is no evidence."""
@@ -68,7 +67,7 @@ def input_evidence(r: RankResult) -> InputEvidence:
     steps = [s for s in r.steps if sum(s.causes_ms.values()) > 0]
     if not steps:
         return InputEvidence(window, window, contention=contention)
-    rounds = _rounds(steps, r.machine.get("num_workers") if r.machine else None)
+    rounds = in_rounds(steps, r.machine.get("num_workers") if r.machine else None)
     waits = [sum(s.causes_ms.get("input", 0.0) for s in g) / len(g) for g in rounds]
     shares = [sum(s.causes_ms.get("input", 0.0) for s in g) / sum(sum(s.causes_ms.values()) for s in g)
               for g in rounds]
@@ -77,15 +76,11 @@ def input_evidence(r: RankResult) -> InputEvidence:
     return InputEvidence(share, window, typical, max(s.causes_ms.get("input", 0.0) for s in steps), contention)
 
 
-def _rounds(steps: list[StepResult], workers: int | None) -> list[list[StepResult]]:
-    """Consecutive steps in rounds of ``workers`` (at least three rounds; one step each in-process or unknown)."""
-    size = max(1, min(workers or 1, len(steps) // 3))
-    return [steps[i:i + size] for i in range(0, len(steps), size)]
-
-
 def judged_losses(r: RankResult) -> dict[str, float]:
-    """``r.losses`` with the input loss replaced by the share its evidence supports, and a contention under its bar
-    (:data:`perf_callbacks.analysis.load.BAR`) by 0."""
+    """``r.losses`` with the input loss replaced by the share its evidence supports, a contention under its bar by 0.
+
+    The bar is :data:`perf_callbacks.analysis.load.BAR`.
+    """
     judged = dict(r.losses)
     if "input" in judged:
         judged["input"] = input_evidence(r).share
@@ -98,8 +93,7 @@ def evidence_note(ranks: list[RankResult], threshold: float) -> str:
     """Why a window whose data wait reaches ``threshold`` is not judged input-bound; empty when it is, or does not.
 
     Example:
-        >>> from perf_callbacks.analysis.load import CAUSE, judged_contention, thread_wait
-from perf_callbacks.analysis.result import RankResult, StepResult
+        >>> from perf_callbacks.analysis.result import RankResult, StepResult
         >>> steps = [StepResult(n, 3.0, {"compute": 2.4, "input": 0.6}) for n in (1, 2, 3)]
         >>> r = RankResult(0, "t", 9.0, None, None, 3.0, 0.2, {"input": 0.2}, steps, {}, {}, [], None, None, [],
         ...                None, [], {}, None)

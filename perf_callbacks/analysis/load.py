@@ -27,7 +27,7 @@ from typing import Any
 
 from perf_callbacks.analysis.advice import LoaderEvidence, fetch_ms, loader_kind
 from perf_callbacks.analysis.machine import cores_per_rank
-from perf_callbacks.analysis.result import RankResult
+from perf_callbacks.analysis.result import RankResult, StepResult
 
 CAUSE = "cpu_contention"
 BAR = 0.25
@@ -69,10 +69,22 @@ def loader_evidence(r: RankResult, share: float) -> LoaderEvidence | None:
     workers = r.machine.get("num_workers") if r.machine else None
     if workers is None and (r.data_loader or "").startswith("enumerate(DataLoader)#_SingleProcess"):
         workers = 0
-    waits = [s.causes_ms.get("input", 0.0) for s in steps]
-    return LoaderEvidence(workers, cores_per_rank(r.machine), median(s.time_ms for s in steps), median_low(waits),
-                          median(s.time_ms - w for s, w in zip(steps, waits, strict=True)), *_workers(load),
-                          _blocked(load), share)
+    rounds = in_rounds(steps, workers)  # per round: the mean step, its mean wait
+    times = [sum(s.time_ms for s in g) / len(g) for g in rounds]
+    waits = [sum(s.causes_ms.get("input", 0.0) for s in g) / len(g) for g in rounds]
+    return LoaderEvidence(workers, cores_per_rank(r.machine), median(times), median_low(waits),
+                          median(t - w for t, w in zip(times, waits, strict=True)), *_workers(load), _blocked(load),
+                          share)
+
+
+def in_rounds(steps: list[StepResult], workers: int | None) -> list[list[StepResult]]:
+    """Consecutive steps in rounds of ``workers`` (at least three rounds; one step each in-process or unknown).
+
+    Workers that start together finish together: one step of each round waits for all of them, the others find their
+    batch ready, so a round, not a step, is what the loader's pace shows.
+    """
+    size = max(1, min(workers or 1, len(steps) // 3))
+    return [steps[i:i + size] for i in range(0, len(steps), size)]
 
 
 def loader_block(r: RankResult, share: float, material: bool) -> dict[str, Any] | None:
