@@ -11,9 +11,12 @@ With ``num_workers`` workers (our metadata), batches come in rounds: the workers
 so one step of each round waits for all of them and the others find their batch ready. The median is then taken
 over rounds of consecutive steps (at least three rounds), not single steps.
 
-Where the window's training thread waited for a CPU (``cpu_contention``, see :mod:`perf_callbacks.analysis.load`),
-the floor applies to the wait less that share of it: a fetch that took 3 ms because the process was descheduled two
-thirds of the time is a 1 ms fetch on a busy machine, not a slow loader.
+Where the training thread fetched its batches itself (``num_workers=0``) and waited for a CPU (``cpu_contention``,
+see :mod:`perf_callbacks.analysis.load`), its fetches waited for a CPU as the rest of its work did: the input loss is
+the share of the window it fetched on a CPU (the wait less that share of it), and the floor applies to that time. A
+fetch that took 3 ms because the thread was descheduled two thirds of the time is a 1 ms fetch on a busy machine, not
+a slow loader; the rest is the contention's, a loss of its own. With workers, the training thread is blocked, not
+waiting for a CPU, while it waits for a batch: their own wait decides (``advice.loader_kind``).
 
 Example:
     >>> from perf_callbacks.analysis.result import RankResult, StepResult
@@ -63,7 +66,7 @@ class InputEvidence:
 
 def input_evidence(r: RankResult) -> InputEvidence:
     """The input loss of ``r`` that survives one outlier step, and the figures behind it."""
-    window, contention = r.losses.get("input", 0.0), thread_wait(r.load)
+    window, contention = r.losses.get("input", 0.0), thread_wait(r.load) if _in_process(r) else 0.0
     steps = [s for s in r.steps if sum(s.causes_ms.values()) > 0]
     if not steps:
         return InputEvidence(window, window, contention=contention)
@@ -72,8 +75,14 @@ def input_evidence(r: RankResult) -> InputEvidence:
     shares = [sum(s.causes_ms.get("input", 0.0) for s in g) / sum(sum(s.causes_ms.values()) for s in g)
               for g in rounds]
     typical = median_low(waits)
-    share = 0.0 if typical * (1.0 - contention) < MIN_WAIT_MS else min(window, median_low(shares))
+    share = 0.0 if typical * (1.0 - contention) < MIN_WAIT_MS else min(window, median_low(shares)) * (1 - contention)
     return InputEvidence(share, window, typical, max(s.causes_ms.get("input", 0.0) for s in steps), contention)
+
+
+def _in_process(r: RankResult) -> bool:
+    """The training thread fetched its batches itself (``num_workers=0``): its wait for a CPU was in its fetches too."""
+    workers = r.machine.get("num_workers") if r.machine else None
+    return workers == 0 or workers is None and (r.data_loader or "").startswith("enumerate(DataLoader)#_SingleProcess")
 
 
 def judged_losses(r: RankResult) -> dict[str, float]:
@@ -112,10 +121,13 @@ def evidence_note(ranks: list[RankResult], threshold: float) -> str:
         return f"{lead}the median step waited {median(typical):.1f} ms: under {MIN_WAIT_MS:.0f} ms is the loop's own " \
                "work between batches, not a slow loader"
     own = [e.own_wait_ms for e in found if e.own_wait_ms is not None]
+    busy = max(e.contention for e in found)
     if median(own) < MIN_WAIT_MS:
-        busy = max(e.contention for e in found)
         return f"{lead}the training thread waited for a CPU {busy:.1%} of the window: the median step's " \
                f"{median(typical):.1f} ms wait is {median(own):.1f} ms of its own, a busy machine, not a slow loader"
+    if busy >= threshold:
+        return f"{lead}the training thread waited for a CPU {busy:.1%} of the window, in its fetches too: it " \
+               f"fetched on a CPU {judged:.1%} of it, a busy machine, not a slow loader"
     longest = max(e.longest_wait_ms or 0.0 for e in found)
     return f"{lead}{judged:.1%} in the median step: a few slow fetches (the longest {longest:.1f} ms), not a slow " \
            "loader"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from perf_callbacks.analysis.advice import loader_fix, measured_fix
+from perf_callbacks.analysis.evidence import input_evidence
 from perf_callbacks.analysis.load import loader_evidence
 from perf_callbacks.analysis.machine import cores_per_rank
 from perf_callbacks.analysis.result import RankResult
@@ -26,7 +27,7 @@ def _input_advice(r: RankResult, share: float) -> str:
     workers = r.machine.get("num_workers") if r.machine else None
     if workers is None and loader.startswith("enumerate(DataLoader)#_SingleProcess"):
         workers = 0
-    evidence = loader_evidence(r, share) if r.load else None
+    evidence = loader_evidence(r, input_evidence(r).share) if r.load else None
     fix = measured_fix(evidence) if evidence is not None else loader_fix(workers, cores_per_rank(r.machine))
     if workers == 0:
         pin = "pin_memory=True, " if r.gpu_utilization is not None and r.device_kind in (None, "cuda") else ""

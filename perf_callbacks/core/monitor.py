@@ -57,6 +57,7 @@ class StepMonitor:
         self._steps: tuple[int, int] | None = None  # the first and last step measured in this interval
         self.rates: Callable[[dict[str, float]], None] | None = None  # adds rates from step time (TFLOP/s, MFU)
         self._check_mark: LoadMark | None = None  # the load counters when the data-wait check began
+        self._round_set = False  # the data-wait check leaves the workers' first round out
         self._interval_mark: LoadMark | None = None  # ... when this logging interval began
 
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
@@ -73,12 +74,17 @@ class StepMonitor:
 
     def _check_data_wait(self, step: int, step_time: float, wait: float) -> None:
         check, (name, workers) = self.data_wait_check, self.ctx.data_loader
-        if self._check_mark is None:  # read at the check's first step and its last, never in between
+        if not self._round_set:  # the workers' first round is a warm-up too
+            check.extra_warmup, self._round_set = max(0, (workers or 0) - 1), True
+        if self._check_mark is None and check.measuring:  # read when the check starts and ends, never in between
             self._check_mark = LoadProbe(workers).mark()
         share = check.update(step, step_time, wait)
+        if self._check_mark is None and check.measuring:
+            self._check_mark = LoadProbe(workers).mark()
         if share is None:
             return
-        evidence = self._evidence(LoadProbe(workers).since(self._check_mark), share)
+        probe = LoadProbe(workers)
+        evidence = self._evidence(probe.since(self._check_mark or probe.mark()), share)
         if evidence is None:  # the fetch was slow because the thread waited for a CPU: not the loader
             return
         first = check.first_step or 0
@@ -86,10 +92,14 @@ class StepMonitor:
         self._warn("data_wait", DataLoaderWarning, self.ctx.rephrase(message))
 
     def _evidence(self, load: Load, share: float) -> LoaderEvidence | None:
-        """What the check measured, for the advice; None when its median wait less the wait for a CPU is under 1 ms."""
+        """What the check measured, for the advice; None when the wait was the training thread waiting for a CPU.
+
+        In-process (``num_workers=0``), the fetches waited for a CPU as the rest of the step did: the median wait and
+        the share less that part of them must still reach 1 ms and the threshold (as ``analysis.evidence`` judges).
+        """
         check, workers = self.data_wait_check, self.ctx.data_loader[1]
-        wait = statistics.median(check.waits)
-        if wait * (1.0 - (load.contention or 0.0)) < MIN_ACTIONABLE_WAIT_S:
+        wait, ran = statistics.median(check.waits), 1.0 - (load.contention or 0.0) if workers == 0 else 1.0
+        if wait * ran < MIN_ACTIONABLE_WAIT_S or share * ran <= check.threshold:
             return None
         cores = max(1, available_cpus() // (self.ctx.local_world_size or ranks_on_machine()))
         own = statistics.median(t - w for t, w in zip(check.times, check.waits, strict=True))

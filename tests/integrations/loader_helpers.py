@@ -9,10 +9,11 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
@@ -21,6 +22,8 @@ from perf_callbacks import GPUPerfCallback
 from perf_callbacks.analysis import AnalysisResult, analyze
 from tests.integrations.lit_helpers import TinyModel, trainer
 
+T = TypeVar("T")
+NICE = 10  # a thread at nice 10 gets about a twentieth of a core that two nice-0 spinners share with it
 WINDOW = {"skip_first": 14, "wait": 0, "warmup": 1, "active": 10, "repeat": 1}  # steps 15-24, after the check
 QUIET_BUT_LOADER = {"degradation_threshold": 1e6, "check_dataloaders": False, "data_wait_steps": 12}
 
@@ -104,3 +107,74 @@ def busy(on: set[int], processes: int) -> Iterator[None]:
             p.wait()
             if p.stdout is not None:
                 p.stdout.close()
+
+
+def plain_loop(tmp: Path, loader: DataLoader[Any], steps: int = 25, **config: Any) -> AnalysisResult:
+    """A plain training loop of a tiny model through the engine (the loop of the benchmarks), its window analysed."""
+    from perf_callbacks.config import PerfConfig
+    from perf_callbacks.core.engine import PerfEngine, RunContext
+
+    cfg = PerfConfig.from_dict({"schedule": WINDOW, **QUIET_BUT_LOADER, **config})
+    engine = PerfEngine(cfg, RunContext(output_dir=tmp / "perf", run_name="run", log_every_n_steps=10,
+                                        data_loader=("train_dataloader", loader.num_workers)))
+    model = torch.nn.Linear(16, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    it = iter(loader)
+    for step in range(steps):
+        engine.data_start()
+        x, y = next(it)
+        engine.data_end()
+        engine.batch_start(step)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        engine.batch_end(stepped=True, samples=len(x))
+    engine.close()
+    (window,) = sorted((tmp / "perf").glob("*/window-*"))
+    return analyze(window)
+
+
+class CpuFetch(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """A fast in-memory dataset whose batch costs ``batch_ms`` of CPU time to index (as_strided, stack...).
+
+    CPU time, not wall time: a machine that takes the CPU away stretches the fetch, as it stretches real work. The
+    batch's cost is spread over its samples.
+    """
+
+    def __init__(self, batch_ms: float, batch_size: int, n: int = 4096) -> None:
+        self.sample_s, self.data = batch_ms / 1e3 / batch_size, in_memory(n)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        end = time.thread_time() + self.sample_s
+        while time.thread_time() < end:
+            pass
+        x, y = self.data[i]
+        return x, y
+
+
+def on_a_busy_core(fn: Callable[[], T], spinners: int = 2) -> T:
+    """Run ``fn`` on a thread of low priority (``NICE``) pinned to one core that ``spinners`` processes keep busy.
+
+    The thread then waits for that core most of the time, whatever else runs on the machine: contention the test
+    controls. Its priority is the thread's alone (this process keeps its own), and ends with it.
+    """
+    out: list[T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+            out.append(fn())
+        except BaseException as err:  # noqa: BLE001 - handed to the caller
+            errors.append(err)
+
+    with cores(1) as core, busy(core, spinners):
+        thread = threading.Thread(target=run)  # inherits this thread's affinity: the busy core
+        thread.start()
+        thread.join()
+    if errors:
+        raise errors[0]
+    return out[0]

@@ -15,11 +15,24 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
+from torch.utils.data import DataLoader
 
-from tests.integrations.loader_helpers import Stepping, busy, cores, in_memory, train
+from perf_callbacks.exceptions import DataLoaderWarning
+from tests.integrations.loader_helpers import (
+    CpuFetch,
+    Stepping,
+    busy,
+    cores,
+    in_memory,
+    on_a_busy_core,
+    plain_loop,
+    train,
+)
 
 SPINNERS = 3  # on the training thread's one core: it gets about a quarter of it
 
@@ -42,6 +55,29 @@ def test_a_busy_core_is_cpu_contention_not_a_slow_loader(tmp_path: Path) -> None
     assert data["scalars"]["perf/window/cpu_contention_fraction"] >= 0.25
 
 
+def test_the_reviews_case_a_fast_fetch_stretched_by_a_busy_core_is_no_slow_loader(tmp_path: Path) -> None:
+    """The loop of the benchmarks: a fetch of 0.5 ms of CPU time, stretched to tens of ms by a busy core.
+
+    Before, the window said ``input_bound`` ("try num_workers=1") and so did the live warning.
+    """
+    loader = DataLoader(CpuFetch(batch_ms=0.5, batch_size=32), batch_size=32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the model's ops on the busy core too, not waiting for pool threads on another
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            result = on_a_busy_core(lambda: plain_loop(tmp_path, loader, data_wait_steps=8))
+    finally:
+        torch.set_num_threads(threads)
+    assert not [str(w.message) for w in seen if issubclass(w.category, DataLoaderWarning)]
+    assert result.data_wait_fraction >= 0.5, result.data_wait_fraction  # what made it input_bound before
+    assert result.ranks[0].losses["cpu_contention"] >= 0.5, result.ranks[0].losses
+    assert result.verdict == "cpu_contention", (result.verdict, result.verdict_note)
+    assert "a busy machine, not a slow loader" in result.verdict_note, result.verdict_note
+    assert not any("num_workers=1" in r for r in result.recommendations), result.recommendations
+    assert result.loader is not None and result.loader["advice_kind"] == "none", result.loader
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_healthy_noisy_run_hears_no_contention_and_no_loader_advice(tmp_path: Path, num_workers: int) -> None:
     rng = random.Random(7)
@@ -49,7 +85,10 @@ def test_a_healthy_noisy_run_hears_no_contention_and_no_loader_advice(tmp_path: 
     result = train(tmp_path, Stepping(in_memory(), num_workers, step_ms=80.0, batch_size=16, jitter=jitter),
                    data_wait_steps=8)  # a DataLoaderWarning would fail the test (pyproject's filterwarnings)
     assert result.verdict not in ("cpu_contention", "input_bound"), (result.verdict, result.ranks[0].losses)
-    assert not any("waited for a CPU" in r or "num_workers" in r for r in result.recommendations), \
-        result.recommendations
-    assert result.loader is not None and result.loader["advice_kind"] == "none", result.loader
+    assert not any("waited for a CPU" in r for r in result.recommendations), result.recommendations
+    assert not any(more in r for more in ("raise num_workers", "try num_workers", "cannot help")
+                   for r in result.recommendations), result.recommendations
+    # on a busy machine, taking batches over from workers that kept well ahead can cost 5-9% of an 80 ms step: said
+    # as such from 5% (as every loss is), never as a slow loader
+    assert result.loader is not None and result.loader["advice_kind"] in ("none", "handover"), result.loader
     assert "cpu_contention" in result.ranks[0].losses  # measured, and under the bar
