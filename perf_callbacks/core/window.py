@@ -134,7 +134,7 @@ class WindowRecorder:
                 self.session = None  # and is dropped unstarted (stopping it would stop theirs)
                 return False
             self.session.start()
-            self._load = _quiet(LoadProbe().mark)
+            self._load = _quiet(LoadProbe(self.ctx.data_loader[1]).mark)
             if self.config.nsys_steps is None:
                 self.nsys.start(step)
             if self.module_ranges is not None and self.model is not None:

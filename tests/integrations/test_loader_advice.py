@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from perf_callbacks.cli import main
 from perf_callbacks.exceptions import DataLoaderWarning
 from tests.integrations.loader_helpers import Fetching, Stepping, cores, train
 
@@ -61,7 +62,8 @@ def test_workers_busy_on_every_core_are_told_more_workers_cannot_help(tmp_path: 
     assert not any("raise num_workers" in r for r in result.recommendations), result.recommendations
 
 
-def test_the_loader_block_is_in_the_sidecar_json(tmp_path: Path) -> None:
+def test_the_loader_block_is_in_the_sidecar_and_the_report_json(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     with cores(2) as pinned, pytest.warns(DataLoaderWarning):
         train(tmp_path, Stepping(Fetching(SAMPLE_MS), len(pinned), STEP_MS))
     (sidecar,) = (tmp_path / "perf").glob("*/window-*/rank0.summary.json")
@@ -69,3 +71,7 @@ def test_the_loader_block_is_in_the_sidecar_json(tmp_path: Path) -> None:
     assert set(rank["loader"]) == {"num_workers", "workers_cpu_fraction", "fetch_ms_p50", "advice_kind"}
     assert rank["loader"]["num_workers"] == len(pinned) and rank["loader"]["fetch_ms_p50"] > 0
     assert "cpu_contention" in rank["losses"] and rank["load"]["workers"] == len(pinned)
+    capsys.readouterr()
+    assert main(["report", str(sidecar.parent), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["loader"] == rank["loader"] and report["ranks"][0]["loader"] == rank["loader"]
