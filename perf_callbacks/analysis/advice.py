@@ -163,7 +163,7 @@ def measured_fix(e: LoaderEvidence) -> str:
         cores = f", even beyond the {e.cores} CPU cores per local rank" if e.cores is not None else ""
         return f"{ran} and waited (storage, network, sleep) the rest, so more workers help{cores}: raise " \
                f"num_workers to {workers_to_try(e)} (a batch takes a worker {fetch_ms(e) or 0.0:.1f} ms, a step's " \
-               f"own work {e.own_ms:.1f} ms) and prefetch_factor to 4, with " \
+               f"own work {e.own_ms:.1f} ms): num_workers={workers_to_try(e)}, prefetch_factor=4 and " \
                "persistent_workers=True"
     busy = f"{ran} and waited for one {max((e.workers_busy or 0.0) - (e.workers_cpu or 0.0), 0.0):.0%}"
     if kind == "cpu_bound":
