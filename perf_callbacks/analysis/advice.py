@@ -6,7 +6,7 @@ Example:
     >>> loader_fix(2, cores=2)[:52]
     'num_workers=2 already uses the 2 CPU cores per local'
     >>> e = LoaderEvidence(num_workers=2, cores=2, step_ms=10.0, wait_ms=7.0, own_ms=3.0, workers_cpu=0.05,
-    ...                    workers_busy=0.06)
+    ...                    workers_busy=0.06, share=0.7)
     >>> loader_kind(e), fetch_ms(e), workers_to_try(e)
     ('io_wait', 20.0, 9)
 """
