@@ -109,8 +109,12 @@ def busy(on: set[int], processes: int) -> Iterator[None]:
                 p.stdout.close()
 
 
-def plain_loop(tmp: Path, loader: DataLoader[Any], steps: int = 25, **config: Any) -> AnalysisResult:
-    """A plain training loop of a tiny model through the engine (the loop of the benchmarks), its window analysed."""
+def plain_loop(tmp: Path, loader: DataLoader[Any], steps: int = 25, waits_ms: list[float] | None = None,
+               **config: Any) -> AnalysisResult:
+    """A plain training loop of a tiny model through the engine (the loop of the benchmarks), its window analysed.
+
+    ``waits_ms``: a wait in each step, in turn (as a host waits for its device: asleep, needing no CPU).
+    """
     from perf_callbacks.config import PerfConfig
     from perf_callbacks.core.engine import PerfEngine, RunContext
 
@@ -128,6 +132,8 @@ def plain_loop(tmp: Path, loader: DataLoader[Any], steps: int = 25, **config: An
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
         optimizer.zero_grad()
+        if waits_ms:
+            time.sleep(waits_ms[step % len(waits_ms)] / 1e3)
         engine.batch_end(stepped=True, samples=len(x))
     engine.close()
     (window,) = sorted((tmp / "perf").glob("*/window-*"))

@@ -41,7 +41,7 @@ def test_a_busy_core_is_cpu_contention_not_a_slow_loader(tmp_path: Path) -> None
     with cores(1) as core, busy(core, SPINNERS):
         result = train(tmp_path, Stepping(in_memory(), 0, step_ms=0.0, batch_size=16), data_wait_steps=8)
     rank = result.ranks[0]
-    assert rank.losses["cpu_contention"] >= 0.25, rank.losses  # the planted load: about 75%
+    assert rank.losses["cpu_contention"] >= 0.5, rank.losses  # the planted load: about 75%
     assert result.verdict == "cpu_contention", (result.verdict, result.verdict_note, rank.losses)
     assert result.recommendations[0].startswith("the training thread waited for a CPU"), result.recommendations
     assert not any("raise num_workers" in r or "try num_workers" in r for r in result.recommendations), \
@@ -51,8 +51,8 @@ def test_a_busy_core_is_cpu_contention_not_a_slow_loader(tmp_path: Path) -> None
     assert "; cpu_contention " in next(x for x in summary.read_text().splitlines() if x.startswith("time by cause:"))
     (sidecar,) = (tmp_path / "perf").glob("*/window-*/rank0.summary.json")
     data = json.loads(sidecar.read_text())
-    assert data["verdict"] == "cpu_contention" and data["rank"]["losses"]["cpu_contention"] >= 0.25
-    assert data["scalars"]["perf/window/cpu_contention_fraction"] >= 0.25
+    assert data["verdict"] == "cpu_contention" and data["rank"]["losses"]["cpu_contention"] >= 0.5
+    assert data["scalars"]["perf/window/cpu_contention_fraction"] >= 0.5
 
 
 def test_the_reviews_case_a_fast_fetch_stretched_by_a_busy_core_is_no_slow_loader(tmp_path: Path) -> None:
@@ -80,15 +80,20 @@ def test_the_reviews_case_a_fast_fetch_stretched_by_a_busy_core_is_no_slow_loade
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_healthy_noisy_run_hears_no_contention_and_no_loader_advice(tmp_path: Path, num_workers: int) -> None:
+    """Steps of 60-100 ms that wait for their "device" (a sleep) and need about 1 ms of CPU.
+
+    On a machine busy enough that each wake-up waits for a core (neighbours at a load of 5.5 on 2 cores), such a loop
+    waited for a CPU up to 29% of its window: measured and shown, under the bar where the verdict names it.
+    """
     rng = random.Random(7)
-    jitter = [rng.uniform(-20.0, 20.0) for _ in range(64)]  # steps of 60-100 ms, a few ms of them on a CPU
-    result = train(tmp_path, Stepping(in_memory(), num_workers, step_ms=80.0, batch_size=16, jitter=jitter),
-                   data_wait_steps=8)  # a DataLoaderWarning would fail the test (pyproject's filterwarnings)
+    waits = [80.0 + rng.uniform(-20.0, 20.0) for _ in range(64)]
+    loader = DataLoader(in_memory(), batch_size=16, num_workers=num_workers, persistent_workers=num_workers > 0)
+    result = plain_loop(tmp_path, loader, waits_ms=waits, data_wait_steps=8)  # a DataLoaderWarning fails the test
     assert result.verdict not in ("cpu_contention", "input_bound"), (result.verdict, result.ranks[0].losses)
     assert not any("waited for a CPU" in r for r in result.recommendations), result.recommendations
     assert not any(more in r for more in ("raise num_workers", "try num_workers", "cannot help")
                    for r in result.recommendations), result.recommendations
-    # on a busy machine, taking batches over from workers that kept well ahead can cost 5-9% of an 80 ms step: said
-    # as such from 5% (as every loss is), never as a slow loader
+    # on a busy machine, taking batches over from workers that kept well ahead can cost a few % of the step: said as
+    # such from 5% (as every loss is), never as a slow loader
     assert result.loader is not None and result.loader["advice_kind"] in ("none", "handover"), result.loader
     assert "cpu_contention" in result.ranks[0].losses  # measured, and under the bar

