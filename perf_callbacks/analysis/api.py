@@ -122,6 +122,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         devices=[{"rank": r.rank, **d} for r in ranks for d in r.devices],
         device=next((r.device_kind or "cuda" for r in ranks if r.gpu_utilization is not None), "none"),
         notes=_aside_note(ranks) + window_notes(ranks),
+        loader=_loader(ranks),
         **window_measures(ranks, top_k),
     )
     mfu, notes = window_mfu([r.flops for r in ranks], result.step_time_ms, losses)
@@ -193,6 +194,12 @@ def _aside_note(ranks: list[RankResult]) -> list[str]:
 def _mean(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
+
+
+def _loader(ranks: list[RankResult]) -> dict[str, Any] | None:
+    """The loader block of the rank that waited longest for data (None without one)."""
+    blocks = sorted((r for r in ranks if r.loader is not None), key=lambda r: -r.data_wait_fraction)
+    return blocks[0].loader if blocks else None
 
 
 def _mean_losses(ranks: list[RankResult]) -> dict[str, float]:

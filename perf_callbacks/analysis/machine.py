@@ -11,14 +11,21 @@ Example:
     (2, 2)
     >>> machine_of({"perf_callbacks_machine": {"cpu_cores": "many"}})
     {}
+    >>> load_of({"perf_callbacks_load": {"wall_ms": 100.0, "run_queue_ms": 40.0, "workers": 0}})["run_queue_ms"]
+    40.0
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 META_KEY = "perf_callbacks_machine"
 """The trace metadata key written by the training process (``perf_callbacks.core.machine.META_KEY``)."""
+LOAD_KEY = "perf_callbacks_load"
+"""The window's measured load (``perf_callbacks.core.worker_load.META_KEY``): the training thread's time on a CPU and
+waiting for one, and the DataLoader workers', in milliseconds, over the window's wall time."""
+_LOAD_FIELDS = ("run_queue_ms", "ran_ms", "workers_cpu_ms", "workers_run_queue_ms")
 
 
 def machine_of(meta: dict[str, Any]) -> dict[str, Any]:
@@ -31,6 +38,22 @@ def machine_of(meta: dict[str, Any]) -> dict[str, Any]:
         return {}
     return {"cpu_cores": cores, "local_world_size": local, "num_workers": workers,
             "loader": str(raw.get("loader", "")), "cuda": raw.get("cuda") is True}
+
+
+def load_of(meta: dict[str, Any]) -> dict[str, Any]:
+    """The window's measured load from a trace's metadata (fields None where not measured), or {} (absent, malformed).
+
+    Keys: ``wall_ms``, ``run_queue_ms``, ``ran_ms`` (the training thread), ``workers`` (how many were measured),
+    ``workers_cpu_ms``, ``workers_run_queue_ms`` (together).
+    """
+    raw = meta.get(LOAD_KEY)
+    if not isinstance(raw, dict) or not _number(raw.get("wall_ms")) or raw["wall_ms"] <= 0 \
+            or not _count(raw.get("workers"), 0):
+        return {}
+    if any(raw.get(k) is not None and not _number(raw.get(k)) for k in _LOAD_FIELDS):
+        return {}
+    return {"wall_ms": float(raw["wall_ms"]), "workers": raw["workers"],
+            **{k: None if raw.get(k) is None else float(raw[k]) for k in _LOAD_FIELDS}}
 
 
 def cores_per_rank(machine: dict[str, Any]) -> int | None:
@@ -50,3 +73,7 @@ def cuda_on_host(meta: dict[str, Any], machine: dict[str, Any], runtime_calls: i
 
 def _count(value: Any, minimum: int = 1) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0

@@ -10,7 +10,8 @@ from typing import Any
 from perf_callbacks.analysis.aside import within
 from perf_callbacks.analysis.events import RankTrace, nccl_collective
 from perf_callbacks.analysis.intervals import Span, clip, intersect, subtract, total, union
-from perf_callbacks.analysis.machine import cuda_on_host, machine_of
+from perf_callbacks.analysis.load import contention_loss
+from perf_callbacks.analysis.machine import cuda_on_host, load_of, machine_of
 from perf_callbacks.analysis.measures import rank_measures
 from perf_callbacks.analysis.ops import copy_times, top_kernels, top_ops
 from perf_callbacks.analysis.result import RankResult, StepResult
@@ -39,7 +40,8 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         kernel_busy_fraction=_kernel_busy(trace, tl) / span if on_gpu else None,
         step_time_ms=median(s.time_ms for s in steps) if steps else None,
         data_wait_fraction=total(subtract(clip(union(trace.data_spans), tl.lo, tl.hi), tl.aside)) / span,
-        losses=_losses(tl, GPU_LOSSES if on_gpu else CPU_LOSSES),
+        losses={**_losses(tl, GPU_LOSSES if on_gpu else CPU_LOSSES),
+                **contention_loss(load_of(trace.meta), 1.0 - tl.busy_us / span if on_gpu else None)},
         steps=steps,
         copies_ms={k: v / 1e3 for k, v in copy_times(trace, dev).items()},
         comm_ms=_comm_ms(trace, tl),
@@ -87,9 +89,10 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
 
 
 def _machine(trace: RankTrace) -> dict[str, Any]:
-    """The machine and loader the trace was recorded with (our metadata), and whether that machine had CUDA."""
+    """The machine and loader the trace was recorded with, their measured load (our metadata), and whether CUDA."""
     machine = machine_of(trace.meta)
-    return {"machine": machine, "cuda_on_host": cuda_on_host(trace.meta, machine, trace.runtime_calls)}
+    return {"machine": machine, "cuda_on_host": cuda_on_host(trace.meta, machine, trace.runtime_calls),
+            "load": load_of(trace.meta)}
 
 
 def _set_aside_ms(trace: RankTrace, tl: Timeline) -> dict[str, float]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from perf_callbacks.analysis.advice import loader_fix
+from perf_callbacks.analysis.advice import loader_fix, measured_fix
+from perf_callbacks.analysis.evidence import input_evidence
+from perf_callbacks.analysis.load import loader_evidence
 from perf_callbacks.analysis.machine import cores_per_rank
 from perf_callbacks.analysis.result import RankResult
 
@@ -31,12 +33,31 @@ def _input_advice(r: RankResult, share: float) -> str:
     where = f"{loader} took {_pct(r.data_wait_fraction)} of step time"
     idle = f"device idle {_pct(share)}" if r.gpu_utilization is not None else f"{_pct(share)} of the window"
     workers = _num_workers(r)
-    fix = loader_fix(workers, cores_per_rank(r.machine))
+    evidence = loader_evidence(r, input_evidence(r).share) if r.load else None
+    fix = measured_fix(evidence) if evidence is not None else loader_fix(workers, cores_per_rank(r.machine))
     if workers == 0:
         pin = "pin_memory=True, " if r.gpu_utilization is not None and r.device_kind in (None, "cuda") else ""
         return f"{where} with num_workers=0 ({idle}): {fix} and set {pin}persistent_workers=True"
     on_gpu = "decode/augment on the GPU, " if r.gpu_utilization is not None or r.cuda_on_host else ""
+    if evidence is not None and evidence.workers_busy is not None:  # the fix names what the workers' load says
+        return f"{where} ({idle} waiting for batches): {fix}"
     return f"{where} ({idle} waiting for batches): {fix} ({on_gpu}cache preprocessed samples)"
+
+
+def _contention_advice(r: RankResult, share: float) -> str:
+    load, cores = r.load, cores_per_rank(r.machine)
+    ran = f", ran {load['ran_ms'] / load['wall_ms']:.0%}" if load.get("ran_ms") is not None else ""
+    workers = r.machine.get("num_workers") if r.machine else None
+    if load.get("workers") and load.get("workers_cpu_ms") is not None:
+        workers_ran = load["workers_cpu_ms"] / (load["workers"] * load["wall_ms"])
+        ran += f"; its {load['workers']} DataLoader workers ran {workers_ran:.0%} of the time"
+    of = f" ({cores} per local rank)" if cores is not None else ""
+    fewer = f"DataLoader workers (num_workers={workers} now) " if workers else "DataLoader workers "
+    return f"the training thread waited for a CPU {_pct(share)} of the window ({load.get('run_queue_ms', 0.0):.0f} " \
+           f"of {load.get('wall_ms', 0.0):.0f} ms{ran}): other threads or processes held the CPU cores{of}, and " \
+           "every figure of this window is stretched by it: run fewer threads than cores per rank (fewer " \
+           f"{fewer}or torch threads: torch.set_num_threads, OMP_NUM_THREADS), and look for other processes on " \
+           "the machine"
 
 
 def _sync_advice(r: RankResult, share: float) -> str:
@@ -120,6 +141,7 @@ ADVICE: dict[str, Callable[[RankResult, float], str]] = {
     "copy": _copy_advice,
     "communication": _comm_advice,
     "other": _other_advice,
+    "cpu_contention": _contention_advice,
 }
 
 

@@ -18,6 +18,7 @@ VERDICTS = (
     "copy_bound",
     "communication_bound",
     "unexplained_idle",
+    "cpu_contention",
 )
 
 
@@ -46,6 +47,11 @@ class RankResult:
     ``prologue_ms``/``epilogue_ms``: on a trace without ProfilerStep, the traced host-only time before the first and
     after the last device op, outside the window (start-up such as CUDA or cuBLAS initialisation).
     ``strip`` is the HTML report's timeline strip, run-length encoded (see :mod:`perf_callbacks.analysis.strip`).
+    ``load`` is the window's measured load (the training thread's and the DataLoader workers' time on a CPU and
+    waiting for one, see :func:`perf_callbacks.analysis.machine.load_of`; empty when not recorded), and ``loader``
+    the loader block the verdict derives from it, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``
+    (None for traces of other tools; see :mod:`perf_callbacks.analysis.load`). With the load measured, ``losses``
+    holds ``cpu_contention``: the share of the window the training thread waited for a CPU.
     """
 
     rank: int
@@ -101,6 +107,8 @@ class RankResult:
     prologue_ms: float = 0.0
     epilogue_ms: float = 0.0
     strip: str = ""
+    load: dict[str, Any] = field(default_factory=dict)
+    loader: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
@@ -164,6 +172,8 @@ class AnalysisResult:
         memory_by_op: the ops with the most self memory, ``{name, self_bytes, calls}`` (``analysis.memory_ops``).
         memory_peak: ``{bytes, op, ts_ms, memory}``: the highest allocated memory of any rank and the op there.
         op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
+        loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
+            the rank that waited longest for data (None without our metadata; see ``analysis.load``).
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
@@ -203,6 +213,7 @@ class AnalysisResult:
     memory_by_op: list[dict[str, Any]] = field(default_factory=list)
     memory_peak: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
+    loader: dict[str, Any] | None = None
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -232,7 +243,7 @@ class AnalysisResult:
             "mfu": self.mfu,
             "achieved_tflops": self.achieved_tflops,
         }
-        for cause in ("sync", "host", "copy", "communication", "other"):
+        for cause in ("sync", "host", "copy", "communication", "other", "cpu_contention"):
             shares = [r.losses[cause] for r in self.ranks if cause in r.losses]
             key = {"sync": "host_sync", "host": "launch_overhead", "other": "unexplained_idle"}.get(cause, cause)
             values[f"{key}_fraction"] = sum(shares) / len(shares) if shares else None

@@ -79,7 +79,22 @@ def _headline(result: AnalysisResult) -> list[str]:
         lines.append(f"peak memory allocated: {result.peak_memory_bytes / 1e9:.2f} GB{of}")
     if len(result.ranks) == 1:
         lines.append("time by cause: " + _causes(result.ranks[0]))
+    if result.loader is not None:
+        lines.append(loader_line(result.loader))
     return lines
+
+
+def loader_line(block: dict[str, Any]) -> str:
+    """The loader block: ``loader: num_workers=2, workers on a CPU 3%, a batch 20.0 ms (p50), advice: io_wait``.
+
+    Example:
+        >>> loader_line({"num_workers": 0, "workers_cpu_fraction": None, "fetch_ms_p50": None, "advice_kind": "none"})
+        'loader: num_workers=0, workers on a CPU n/a, a batch n/a (p50), advice: none'
+    """
+    workers = "unknown" if block["num_workers"] is None else block["num_workers"]
+    cpu = block["workers_cpu_fraction"]
+    return f"loader: num_workers={workers}, workers on a CPU {'n/a' if cpu is None else f'{cpu:.0%}'}, a batch " \
+           f"{_ms(block['fetch_ms_p50'])} (p50), advice: {block['advice_kind']}"
 
 
 def _utilization(result: AnalysisResult) -> str:
@@ -130,7 +145,10 @@ def _causes(r: RankResult) -> str:
         by_cause = {c: r.losses.get(c, r.backlog_fraction if c == "backlog" else 0.0) for c in _CAUSES}
         by_cause["compute"] = 1.0 - sum(by_cause.values()) if r.gpu_utilization is not None else 0.0
     span = (sum(by_cause.values()) or 1.0) if r.steps or r.timeline is not None else 1.0
-    return ", ".join(f"{c} {by_cause[c] / span:.1%}" for c in _CAUSES if by_cause.get(c, 0.0) / span >= 0.001)
+    text = ", ".join(f"{c} {by_cause[c] / span:.1%}" for c in _CAUSES if by_cause.get(c, 0.0) / span >= 0.001)
+    if "cpu_contention" in r.losses:  # across the causes above: the thread was ready to run, in any of them
+        text += f"; cpu_contention {r.losses['cpu_contention']:.1%} (waiting for a CPU, within the above)"
+    return text
 
 
 def _ops(result: AnalysisResult, top_k: int) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perf_callbacks.analysis.evidence import evidence_note, judged_losses
+from perf_callbacks.analysis.load import loader_block
 from perf_callbacks.analysis.recommend import (
     ADVICE,
     HOST_UNTRACED,
@@ -30,8 +31,9 @@ VERDICT_OF = {
     "copy": "copy_bound",
     "communication": "communication_bound",
     "other": "unexplained_idle",
+    "cpu_contention": "cpu_contention",
 }
-_LABEL = {"other": "unexplained idle"}
+_LABEL = {"other": "unexplained idle", "cpu_contention": "waiting for a CPU"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def judge_rank(r: RankResult) -> None:
 
     Advice is given for the verdict's cause and for every other loss of at least ``MATERIAL``. The verdict, and which
     advice is given, rest on the losses the evidence supports (:func:`perf_callbacks.analysis.evidence.judged_losses`);
-    the advice quotes the window's figures.
+    the advice quotes the window's figures. ``r.loader`` gets the loader block (:mod:`perf_callbacks.analysis.load`).
     """
     judged = judged_losses(r)
     r.verdict = verdict_from(judged)
@@ -130,3 +132,4 @@ def judge_rank(r: RankResult) -> None:
     if memory:
         recs.append(memory)
     r.recommendations = recs
+    r.loader = loader_block(r, judged.get("input", 0.0), judged.get("input", 0.0) >= MATERIAL)

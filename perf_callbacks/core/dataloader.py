@@ -23,7 +23,14 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset, SubsetRandomSampler, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from perf_callbacks.analysis.advice import available_cpus, loader_fix, ranks_on_machine, suggest_num_workers
+from perf_callbacks.analysis.advice import (
+    LoaderEvidence,
+    available_cpus,
+    loader_fix,
+    measured_fix,
+    ranks_on_machine,
+    suggest_num_workers,
+)
 
 #: attributes that show an IterableDataset splits its stream by rank (ours, HF datasets, webdataset, torchdata...)
 _SHARD_MARKERS = ("rank", "world_size", "num_shards", "shard_id", "process_index", "num_processes", "_distributed")
@@ -246,13 +253,16 @@ def _is_hf_iterable(dataset: Any) -> bool:
 
 
 def data_wait_finding(name: str, share: float, first: int, last: int, num_workers: int | None,
-                      local_world_size: int | None = None) -> Finding:
+                      local_world_size: int | None = None, evidence: LoaderEvidence | None = None) -> Finding:
     """Build the measured finding: data wait took ``share`` of step time over steps ``first``..``last``.
 
-    The fix fits the machine: no more workers when ``num_workers`` already uses every CPU core of this rank.
+    The fix fits the machine: no more workers when ``num_workers`` already uses every CPU core of this rank. With the
+    workers' load measured (``evidence``), it fits what they did: more workers for workers that wait (even beyond the
+    cores), none for workers busy on every core (:func:`perf_callbacks.analysis.advice.measured_fix`).
     """
     workers = f" has num_workers={num_workers};" if num_workers is not None else ":"
-    hint = loader_fix(num_workers, max(1, available_cpus() // (local_world_size or ranks_on_machine())))
+    cores = max(1, available_cpus() // (local_world_size or ranks_on_machine()))
+    hint = measured_fix(evidence) if evidence is not None else loader_fix(num_workers, cores)
     return Finding(
         "data_wait",
         name,

@@ -1,7 +1,9 @@
 """What the engine measured, step by step: interval metrics, and the warnings those measurements back.
 
 Every warning here quotes a measurement: the data-wait share over the first ``data_wait_steps`` steps, and a lasting
-slowdown against the run's own baseline. Nothing is said from a setting alone.
+slowdown against the run's own baseline. Nothing is said from a setting alone. The data-wait warning's advice rests on
+what the loader's workers did over those steps (``core/worker_load.py``, read when the check starts and ends), and a
+wait that was the training thread waiting for a CPU is no slow loader: it is not said.
 """
 
 from __future__ import annotations
@@ -9,13 +11,21 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
+from perf_callbacks.analysis.advice import LoaderEvidence, available_cpus, ranks_on_machine
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.cpu_wait import CpuWait
 from perf_callbacks.core.dataloader import Finding, data_wait_finding
 from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.outputs import Outputs
-from perf_callbacks.core.stats import MIN_SLOWDOWN_S, DataWaitCheck, DegradationDetector, StepStats
+from perf_callbacks.core.stats import (
+    MIN_ACTIONABLE_WAIT_S,
+    MIN_SLOWDOWN_S,
+    DataWaitCheck,
+    DegradationDetector,
+    StepStats,
+)
+from perf_callbacks.core.worker_load import Load, LoadMark, LoadProbe
 from perf_callbacks.exceptions import DataLoaderWarning, PerformanceDegradationWarning, PerfWarning, ShardingWarning
 
 WarnFn = Callable[[str, type[PerfWarning], str], None]
@@ -46,6 +56,9 @@ class StepMonitor:
         self._varied = False  # the batch size or the accumulation changed: the slowdown is told per sample
         self._steps: tuple[int, int] | None = None  # the first and last step measured in this interval
         self.rates: Callable[[dict[str, float]], None] | None = None  # adds rates from step time (TFLOP/s, MFU)
+        self._check_mark: LoadMark | None = None  # the load counters when the data-wait check began
+        self._round_set = False  # the data-wait check leaves the workers' first round out
+        self._interval_mark: LoadMark | None = None  # ... when this logging interval began
 
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
                  micro_batches: int = 1) -> None:
@@ -56,13 +69,42 @@ class StepMonitor:
         if self._units is None:
             self._units = units
         self._varied = self._varied or units != self._units
-        if loader_timed:
-            share = self.data_wait_check.update(step, step_time, wait)
-            if share is not None:
-                name, workers = self.ctx.data_loader
-                first = self.data_wait_check.first_step or 0
-                message = data_wait_finding(name, share, first, step, workers, self.ctx.local_world_size).message
-                self._warn("data_wait", DataLoaderWarning, self.ctx.rephrase(message))
+        if loader_timed and not self.data_wait_check.done:
+            self._check_data_wait(step, step_time, wait)
+
+    def _check_data_wait(self, step: int, step_time: float, wait: float) -> None:
+        check, (name, workers) = self.data_wait_check, self.ctx.data_loader
+        if not self._round_set:  # the workers' first round is a warm-up too
+            check.extra_warmup, self._round_set = max(0, (workers or 0) - 1), True
+        if self._check_mark is None and check.measuring:  # read when the check starts and ends, never in between
+            self._check_mark = LoadProbe(workers).mark()
+        share = check.update(step, step_time, wait)
+        if self._check_mark is None and check.measuring:
+            self._check_mark = LoadProbe(workers).mark()
+        if share is None:
+            return
+        probe = LoadProbe(workers)
+        evidence = self._evidence(probe.since(self._check_mark or probe.mark()), share)
+        if evidence is None:  # the fetch was slow because the thread waited for a CPU: not the loader
+            return
+        first = check.first_step or 0
+        message = data_wait_finding(name, share, first, step, workers, self.ctx.local_world_size, evidence).message
+        self._warn("data_wait", DataLoaderWarning, self.ctx.rephrase(message))
+
+    def _evidence(self, load: Load, share: float) -> LoaderEvidence | None:
+        """What the check measured, for the advice; None when the wait was the training thread waiting for a CPU.
+
+        In-process (``num_workers=0``), the fetches waited for a CPU as the rest of the step did: the median wait and
+        the share less that part of them must still reach 1 ms and the threshold (as ``analysis.evidence`` judges).
+        """
+        check, workers = self.data_wait_check, self.ctx.data_loader[1]
+        wait, ran = statistics.median(check.waits), 1.0 - (load.contention or 0.0) if workers == 0 else 1.0
+        if wait * ran < MIN_ACTIONABLE_WAIT_S or share * ran <= check.threshold:
+            return None
+        cores = max(1, available_cpus() // (self.ctx.local_world_size or ranks_on_machine()))
+        own = statistics.median(t - w for t, w in zip(check.times, check.waits, strict=True))
+        return LoaderEvidence(workers, cores, statistics.median(check.times) * 1e3, wait * 1e3, own * 1e3,
+                              load.workers_cpu_fraction, load.workers_busy, load.blocked, share)
 
     def set_aside(self) -> None:
         """A step left out of every figure (the FLOP-counting step): if it is the first, it is the data-wait warm-up.
@@ -94,6 +136,7 @@ class StepMonitor:
         measured, self._steps = self._steps or (step, step), None
         if not loader_timed:
             metrics.pop("train/data_wait_fraction", None)
+        self._interval_load(metrics)
         if self.rates is not None:
             self.rates(metrics)
         if memory is not None:
@@ -108,6 +151,19 @@ class StepMonitor:
         log = self.ctx.log_metrics
         if log is not None and metrics:
             self.outputs.call("metrics", lambda: log({f"perf/{k}": v for k, v in metrics.items()}, step))
+
+    def _interval_load(self, metrics: dict[str, float]) -> None:
+        """The interval's wait for a CPU and its loader workers' CPU share, where the kernel says (one mark each)."""
+        probe = LoadProbe(self.ctx.data_loader[1])
+        start, now = self._interval_mark, probe.mark()
+        self._interval_mark = now
+        if start is None:
+            return
+        load = probe.between(start, now)
+        if load.contention is not None:
+            metrics["train/cpu_wait_fraction"] = load.contention
+        if load.workers_cpu_fraction is not None:
+            metrics["loader/workers_cpu_fraction"] = load.workers_cpu_fraction
 
     def _check_slowdown(self, median: float, steps: tuple[int, int], seconds: float, own: float | None) -> None:
         """``steps``: the first and last step measured in the interval; ``own``: its own time per unit (ms)."""

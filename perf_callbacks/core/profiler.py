@@ -62,6 +62,10 @@ class ProfilerSession:
         """A top-level ``key`` of the exported trace, holding ``value`` (JSON); call before :meth:`prepare`."""
         self._prof.preset_metadata_json(key, json.dumps(value))
 
+    def add_meta(self, key: str, value: dict[str, Any]) -> None:
+        """A top-level ``key`` of the exported trace, holding ``value`` (JSON); call while recording."""
+        self._prof.add_metadata_json(key, json.dumps(value))
+
     @property
     def stolen(self) -> bool:
         """Recording, but torch's profiler is off: another profiler stopped it (its events are gone)."""

@@ -176,7 +176,9 @@ class DataWaitCheck:
     """The measured data-wait share over the first ``steps`` optimizer steps after a warm-up step.
 
     The first step seen is a warm-up and is not measured: its fetch holds one-time costs (creating the iterator,
-    starting workers, lazy imports, cold caches) that say nothing about the loader's steady pace. The share is the
+    starting workers, lazy imports, cold caches) that say nothing about the loader's steady pace. With ``num_workers``
+    workers, each worker's first batch holds its start: the rest of that first round (``extra_warmup`` steps) is
+    left out too. The share is the
     measured steps' total data wait over their total step time; it is reported only when the *median* step waited at
     least 1 ms, so that one preempted fetch cannot make a fast loader look slow.
 
@@ -188,11 +190,17 @@ class DataWaitCheck:
     def __init__(self, steps: int, threshold: float) -> None:
         self.steps, self.threshold = steps, threshold
         self.waits: list[float] = []  # per measured step (seconds)
+        self.times: list[float] = []  # their step times (seconds)
         self.total = 0.0  # their step time
         self.warmed_up = False
+        self.extra_warmup = 0  # steps left out after the first: the rest of the workers' first round
         self.first_step: int | None = None
         self.done = False
 
+    @property
+    def measuring(self) -> bool:
+        """The warm-up is over: the next step is measured."""
+        return self.warmed_up and self.extra_warmup <= 0
     @property
     def count(self) -> int:
         """Steps measured so far."""
@@ -205,9 +213,13 @@ class DataWaitCheck:
         if not self.warmed_up:
             self.warmed_up = True
             return None
+        if self.extra_warmup > 0:
+            self.extra_warmup -= 1
+            return None
         if self.first_step is None:
             self.first_step = step
         self.waits.append(data_wait)
+        self.times.append(step_time)
         self.total += step_time
         if self.count < self.steps:
             return None

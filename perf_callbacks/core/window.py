@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -37,9 +37,12 @@ from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.summary import publish_summary, window_header, window_line
 from perf_callbacks.core.trace_cut import cut_at_step
 from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, export_raw, size_text
+from perf_callbacks.core.worker_load import META_KEY as LOAD_META_KEY
+from perf_callbacks.core.worker_load import LoadMark, LoadProbe
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning, TraceSizeWarning
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 WarnFn = Callable[[str, type[PerfWarning], str, bool], None]
 
 
@@ -83,6 +86,7 @@ class WindowRecorder:
         self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
         self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
+        self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
 
     # ---- per step ------------------------------------------------------------------------------------------------
     def begin_step(self, step: int) -> bool:
@@ -131,6 +135,7 @@ class WindowRecorder:
                 self.session = None  # and is dropped unstarted (stopping it would stop theirs)
                 return False
             self.session.start()
+            self._load = _quiet(LoadProbe(self.ctx.data_loader[1]).mark)
             if self.config.nsys_steps is None:
                 self.nsys.start(step)
             if self.module_ranges is not None and self.model is not None:
@@ -170,6 +175,7 @@ class WindowRecorder:
             self._stolen(self.steps[-1] if self.steps else -1)
             return
         try:
+            self._record_load(session)
             self._instruments_off()
             recorded = session.recording
             session.stop()
@@ -179,6 +185,13 @@ class WindowRecorder:
             self._fail(err)
         finally:
             self.stall_s = time.perf_counter() - t0
+
+    def _record_load(self, session: ProfilerSession) -> None:
+        """The window's load (the training thread's and the loader workers' CPU time and wait) into its trace."""
+        mark, self._load = self._load, None
+        if mark is not None and session.recording:
+            load = LoadProbe(self.ctx.data_loader[1]).since(mark)
+            _quiet(lambda: session.add_meta(LOAD_META_KEY, load.meta()))
 
     def _export(self, session: ProfilerSession, error: BaseException | None) -> None:
         first, last = self.steps[0], self.steps[-1]
@@ -319,9 +332,10 @@ class WindowRecorder:
         return bool(self.jobs) or (self.uploads is not None and self.uploads.news)
 
 
-def _quiet(fn: Callable[[], Any]) -> None:
+def _quiet(fn: Callable[[], T]) -> T | None:
     try:
-        fn()
+        return fn()
     except Exception:  # noqa: BLE001
         log.debug("ignored error while stopping the profiler", exc_info=True)
+        return None
 

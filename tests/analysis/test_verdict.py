@@ -75,7 +75,8 @@ def test_margin_names_what_the_verdict_would_flip_to(losses: dict[str, float], m
 
 def test_every_cause_has_a_verdict_and_advice() -> None:
     assert VERDICT_OF == {"input": "input_bound", "host": "host_bound", "sync": "sync_bound", "copy": "copy_bound",
-                          "communication": "communication_bound", "other": "unexplained_idle"}
+                          "communication": "communication_bound", "other": "unexplained_idle",
+                          "cpu_contention": "cpu_contention"}
     for cause in VERDICT_OF:
         assert len(rank(losses={cause: 0.5}).recommendations) == 1
 

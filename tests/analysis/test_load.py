@@ -1,0 +1,108 @@
+"""The window's measured load in the verdict: cpu_contention, a contended fetch, and the loader advice it supports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from perf_callbacks.analysis.advice import LoaderEvidence, loader_kind, measured_fix, workers_to_try
+from perf_callbacks.analysis.api import build_result
+from perf_callbacks.analysis.load import BAR, contention_loss
+from perf_callbacks.analysis.machine import load_of
+from perf_callbacks.analysis.result import RankResult, StepResult
+from perf_callbacks.analysis.text import format_text
+from perf_callbacks.analysis.verdict import judge_rank
+
+MACHINE = {"cpu_cores": 2, "local_world_size": 1, "loader": "train_dataloader", "num_workers": 0, "cuda": False}
+
+
+def load(run_queue: float | None, ran: float | None = 10.0, workers: int = 0, workers_cpu: float | None = None,
+         workers_wait: float | None = None) -> dict[str, Any]:
+    return load_of({"perf_callbacks_load": {"wall_ms": 100.0, "run_queue_ms": run_queue, "ran_ms": ran,
+                                            "workers": workers, "workers_cpu_ms": workers_cpu,
+                                            "workers_run_queue_ms": workers_wait}})
+
+
+def rank(steps: list[tuple[float, float]], measured: dict[str, Any], machine: dict[str, Any] | None = None,
+         gpu: float | None = None) -> RankResult:
+    """A rank whose steps are ``(ms, of which input)``, judged as the analysis judges it."""
+    results = [StepResult(i, ms, {"compute": ms - wait, "input": wait}) for i, (ms, wait) in enumerate(steps)]
+    total = sum(ms for ms, _ in steps)
+    share = sum(w for _, w in steps) / total
+    r = RankResult(0, "rank0.pt.trace.json.gz", total, gpu, None, None, share,
+                   {"input": share, **contention_loss(measured)}, results, {}, {}, [], None, None, [],
+                   "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", [], {}, None,
+                   machine=machine if machine is not None else MACHINE, load=measured)
+    judge_rank(r)
+    return r
+
+
+def test_a_fetch_stretched_by_a_wait_for_the_cpu_is_no_slow_loader() -> None:
+    steps = [(4.0, 2.0)] * 6  # half of each step in next(): 2 ms, over the 1 ms floor
+    assert rank(steps, {}).verdict == "input_bound"  # without the load: as before
+    contended = rank(steps, load(run_queue=70.0))  # the thread waited for a CPU 70%: 0.6 ms of its own
+    assert contended.verdict == "cpu_contention", contended.losses
+    assert not any("num_workers" in r and "try" in r for r in contended.recommendations), contended.recommendations
+    assert contended.loader is not None and contended.loader["advice_kind"] == "none"
+    text = format_text(build_result("w", [contended]))
+    assert "the median step's 2.0 ms wait is 0.6 ms of its own, a busy machine, not a slow loader" in text, text
+    assert "; cpu_contention 70.0% (waiting for a CPU, within the above)" in text, text
+
+
+def test_contention_under_its_bar_is_shown_but_not_judged() -> None:
+    r = rank([(20.0, 0.1)] * 6, load(run_queue=100 * BAR - 1.0))
+    assert r.losses["cpu_contention"] == pytest.approx(BAR - 0.01)
+    assert r.verdict == "compute_bound" and not any("waited for a CPU" in t for t in r.recommendations)
+    assert rank([(20.0, 0.1)] * 6, load(run_queue=100 * BAR)).verdict == "cpu_contention"
+
+
+def test_on_a_device_the_host_wait_is_a_loss_only_as_far_as_the_device_idled() -> None:
+    assert contention_loss(load(run_queue=60.0), device_idle=0.05) == {"cpu_contention": 0.05}
+    assert contention_loss(load(run_queue=None)) == {}
+    assert contention_loss({}) == {}
+
+
+@pytest.mark.parametrize(("raw", "ok"), [
+    ({"wall_ms": 100.0, "run_queue_ms": 1.0, "workers": 0}, True),
+    ({"wall_ms": 0.0, "run_queue_ms": 1.0, "workers": 0}, False),
+    ({"wall_ms": 100.0, "run_queue_ms": "x", "workers": 0}, False),
+    ({"wall_ms": 100.0, "run_queue_ms": float("nan"), "workers": 0}, False),
+    ({"wall_ms": 100.0, "workers": -1}, False),
+    ("not a dict", False),
+])
+def test_malformed_load_metadata_is_no_load(raw: Any, ok: bool) -> None:
+    assert bool(load_of({"perf_callbacks_load": raw})) is ok
+
+
+def evidence(workers: int, busy: float, cpu: float, blocked: float | None = None) -> LoaderEvidence:
+    return LoaderEvidence(workers, 2, step_ms=25.0, wait_ms=20.0, own_ms=5.0, workers_cpu=cpu, workers_busy=busy,
+                          main_blocked=blocked, share=0.8)
+
+
+def test_the_advice_follows_what_the_workers_did() -> None:
+    waiting = evidence(2, busy=0.05, cpu=0.04)
+    assert loader_kind(waiting) == "io_wait" and workers_to_try(waiting) == 13  # 1.25 x 50 ms / 5 ms
+    assert "raise num_workers to 13" in measured_fix(waiting) and "beyond the 2 CPU cores" in measured_fix(waiting)
+    saturated = evidence(2, busy=0.95, cpu=0.5)
+    assert loader_kind(saturated) == "cpu_saturated" and "cannot help" in measured_fix(saturated)
+    assert loader_kind(evidence(1, busy=0.95, cpu=0.9)) == "cpu_bound"
+    assert "raise num_workers up to 2" in measured_fix(evidence(1, busy=0.95, cpu=0.9))
+    handover = evidence(2, busy=0.05, cpu=0.04, blocked=0.1)  # the training thread ran through its wait
+    assert loader_kind(handover) == "handover" and "larger batches" in measured_fix(handover)
+    assert loader_kind(evidence(0, busy=0.0, cpu=0.0)) == "in_process"
+    unknown = LoaderEvidence(2, 2, 25.0, 20.0, 5.0)
+    assert loader_kind(unknown) == "not_measured" and "already uses the 2 CPU cores" in measured_fix(unknown)
+
+
+def test_more_workers_are_capped_by_what_the_cores_can_run() -> None:
+    assert workers_to_try(evidence(2, busy=0.3, cpu=0.25)) == 8  # 2 cores / 0.25 of a core each
+
+
+def test_workers_that_hand_over_in_rounds_are_judged_over_rounds() -> None:
+    """Two workers finish together: one step of each pair waits for both, the other finds its batch ready."""
+    steps = [(30.0, 25.0), (5.0, 0.0)] * 4
+    two = {**MACHINE, "num_workers": 2}
+    r = rank(steps, load(run_queue=1.0, ran=20.0, workers=2, workers_cpu=2.0, workers_wait=0.0), two)
+    assert r.verdict == "input_bound", r.losses
+    assert r.loader == {"num_workers": 2, "workers_cpu_fraction": 0.01, "fetch_ms_p50": 35.0, "advice_kind": "io_wait"}
