@@ -199,7 +199,7 @@ class _Collector:
             t.loader_spans.append((ts, end, name))
         elif name.startswith(_COMM_PREFIXES):
             t.comm_spans.append((ts, end, name))
-            t.extra.host_comm(ts, end, name, _args(e))
+            t.extra.host_comm(ts, end, name, _args(e), e.get("tid"))
 
     def _memory(self, args: dict[str, Any]) -> None:
         if args.get("Device Type") != 1:
