@@ -79,12 +79,21 @@ def _copy_advice(r: RankResult, share: float) -> str:
 
 
 def _comm_advice(r: RankResult, share: float) -> str:
-    tot, over = r.comm_ms.get("total", 0.0), r.comm_ms.get("overlapped", 0.0)
-    ops = ", ".join(f"{name} {ms:.1f} ms" for name, ms in list(r.collectives_by_op_ms.items())[:3])
+    """The collectives' advice, quoting the collectives table's names and times where the rank has the table."""
+    if r.communication:
+        by_name: dict[str, float] = {}
+        for row in r.communication:  # the table's rows, most time first; one figure per collective
+            by_name[row["name"]] = by_name.get(row["name"], 0.0) + row["total_ms"]
+        tot, exposed = sum(by_name.values()), sum(row["exposed_ms"] for row in r.communication)
+        named, figures = by_name, f"{tot:.1f} ms in collectives, {exposed:.1f} ms exposed"
+    else:
+        tot, over = r.comm_ms.get("total", 0.0), r.comm_ms.get("overlapped", 0.0)
+        named, figures = r.collectives_by_op_ms, f"{tot:.1f} ms in collectives, {over:.1f} ms overlapped with compute"
+    ops = ", ".join(f"{name} {ms:.1f} ms" for name, ms in list(named.items())[:3])
     which = f" ({ops})" if ops else ""
-    return f"collectives{which} were exposed {_pct(share)} of the time ({tot:.1f} ms in collectives, {over:.1f} ms " \
-           "overlapped with compute): overlap them (DDP bucket_cap_mb, FSDP prefetch), fix stragglers first, or " \
-           "communicate less often (gradient accumulation with no_sync)"
+    return f"collectives{which} were exposed {_pct(share)} of the time ({figures}): overlap them (DDP " \
+           "bucket_cap_mb, FSDP prefetch), fix stragglers first, or communicate less often (gradient accumulation " \
+           "with no_sync)"
 
 
 def host_untraced(r: RankResult) -> bool:
