@@ -57,6 +57,9 @@ def _host_advice(r: RankResult, share: float) -> str:
 _COPY_FIX = {
     "HtoD/pageable": "copy from pinned memory (DataLoader pin_memory=True) with .to(device, non_blocking=True)",
     "DtoH/pageable": "read results back less often, into pinned buffers, with non_blocking=True",
+    "HtoD/host": "if the host buffers are pageable (the trace does not say), pin them (DataLoader pin_memory=True) "
+                 "and copy with .to(device, non_blocking=True); else start the copy early on a side stream",
+    "DtoH/host": "read results back less often: keep metrics on the device and fetch them every N steps",
     "HtoD/pinned": "start the next batch's copy early (non_blocking=True on a side stream, or a prefetcher) so it "
                    "overlaps compute",
     "DtoH/pinned": "read results back less often: keep metrics on the device and fetch them every N steps",

@@ -194,15 +194,19 @@ def _busy_segments(trace: RankTrace, device: int, tl: Timeline) -> tuple[list[Sp
 def copy_kind(kind: str, name: str) -> str:
     """``HtoD/pageable``, ``DtoD/device``, ``memset``...: direction and host memory of a copy or memset.
 
+    A copy to or from the host whose name does not say pageable or pinned (HIP's ``Memcpy HtoD (Host -> Device)``)
+    is ``host``: never ``device``.
+
     Example:
-        >>> copy_kind("memcpy", "Memcpy HtoD (Pageable -> Device)")
-        'HtoD/pageable'
+        >>> copy_kind("memcpy", "Memcpy HtoD (Pageable -> Device)"), copy_kind("memcpy", "Memcpy DtoH (Device -> Host)")
+        ('HtoD/pageable', 'DtoH/host')
     """
     if kind == "memset":
         return "memset"
     match = _MEMCPY.match(name)
     direction = match.group(1) if match else "other"
-    memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else "device"
+    memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else \
+        "host" if "H" in direction else "device"
     return f"{direction}/{memory}"
 
 

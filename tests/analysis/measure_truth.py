@@ -121,17 +121,19 @@ def gloo_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
 def copy_figures(ev: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (direction, host memory): count, bytes, total_ms, gbps of the memcpys in the window."""
     lo, hi = window(ev)
-    acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    acc: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, 0, 0.0])
     for e in ev:
         if e.get("cat") != "gpu_memcpy" or not inside(e, lo, hi):
             continue
         kind = re.match(r"Memcpy (\w+)", e["name"]).group(1)  # type: ignore[union-attr]
-        memory = "pageable" if "Pageable" in e["name"] else "pinned" if "Pinned" in e["name"] else "device"
+        named = "pageable" if "Pageable" in e["name"] else "pinned" if "Pinned" in e["name"] else None
+        memory = named or ("device" if kind in ("DtoD", "PtoP") else "host")  # HIP: "(Host -> Device)"
         row = acc[(kind, memory)]
         row[0] += 1
-        row[1] += e["args"]["bytes"]
+        row[1] = None if row[1] is None or "bytes" not in e["args"] else row[1] + e["args"]["bytes"]
         row[2] += e["dur"]
-    return {k: {"count": c, "bytes": b, "total_ms": us / 1e3, "gbps": b / us / 1e3} for k, (c, b, us) in acc.items()}
+    return {k: {"count": c, "bytes": b, "total_ms": us / 1e3, "gbps": None if b is None else b / us / 1e3}
+            for k, (c, b, us) in acc.items()}
 
 
 def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
