@@ -23,7 +23,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
-from perf_callbacks.analysis.events import RankTrace
+from perf_callbacks.analysis.events import DEVICE_EVENT, RankTrace
 from perf_callbacks.analysis.intervals import Span, clip, gaps, intersect, subtract, total, union
 
 CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
@@ -37,6 +37,8 @@ WINDOW_HOST_ONLY = "first to last traced op (the trace has no ProfilerStep)"
 Segment = tuple[float, float, str]
 GpuOp = tuple[float, float, str, str, int, int, int]
 _MEMCPY = re.compile(r"Memcpy (\w+)")
+COPY_KINDS = ("memcpy", "memset")
+"""The kinds of device activity that are copies (the rest: kernels and ``DEVICE_EVENT`` records and waits)."""
 
 
 @dataclass
@@ -180,15 +182,18 @@ def _busy_segments(trace: RankTrace, device: int, tl: Timeline) -> tuple[list[Sp
     ops = [g for g in trace.gpu if g[4] == device and g[1] > lo and g[0] < hi]
     kernels = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == "kernel" and "nccl" not in g[3].lower())
     comm = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == "kernel" and "nccl" in g[3].lower())
-    copies = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] != "kernel")
+    copies = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] in COPY_KINDS)
+    waits = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == DEVICE_EVENT)
     comm_exposed = subtract(comm, kernels)
     copy_exposed = subtract(subtract(copies, kernels), comm)
+    wait_exposed = subtract(subtract(waits, kernels), union(comm + copies))
     for kind, spans in copy_spans(ops).items():
         exposed = total(subtract(intersect(copy_exposed, clip(spans, lo, hi)), tl.aside))
         if exposed > 0:
             tl.copy_exposed_us[kind] = exposed
     segments = _label(kernels, "compute") + _label(comm_exposed, "communication") + _label(copy_exposed, "copy")
-    return union(kernels + comm + copies), segments
+    segments += _label(wait_exposed, "sync")  # the device's queue waited on an event: busy as HTA counts it
+    return union(kernels + comm + copies + waits), segments
 
 
 def copy_kind(kind: str, name: str) -> str:
@@ -204,7 +209,7 @@ def copy_kind(kind: str, name: str) -> str:
     if kind == "memset":
         return "memset"
     match = _MEMCPY.match(name)
-    direction = match.group(1) if match else "other"
+    direction = match.group(1) if match else "DMA" if name.startswith("dma") else "other"
     memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else \
         "host" if "H" in direction else "device"
     return f"{direction}/{memory}"
@@ -214,7 +219,7 @@ def copy_spans(ops: list[GpuOp]) -> dict[str, list[Span]]:
     """The merged intervals of each copy kind among ``ops``."""
     by_kind: dict[str, list[Span]] = {}
     for g in ops:
-        if g[2] != "kernel":
+        if g[2] in COPY_KINDS:
             by_kind.setdefault(copy_kind(g[2], g[3]), []).append((g[0], g[1]))
     return {k: union(v) for k, v in by_kind.items()}
 
