@@ -42,6 +42,11 @@ SYNC_CALLS = frozenset(
         "aten::_local_scalar_dense",
     }
 )
+HOLDING_CALLS = frozenset(
+    {"hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream"}
+)
+"""HIP's blocking calls: kept with the syncs, but only a gap they hold from end to end is put down to them (the
+device idled while the host sat in one); the "idled as it returned" rule is CUDA's (``SYNC_CALLS``)."""
 OWN_SPAN_PREFIX = "perf_callbacks."
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _COMM_PREFIXES = ("gloo:", "nccl:")
@@ -186,7 +191,7 @@ class _Collector:
             t.launch_tids[corr] = tid if isinstance(tid, (int, str)) else None
             if name in GRAPH_LAUNCHES:
                 t.graph_launches[corr] = ts + _dur(e)
-        if name in SYNC_CALLS:
+        if name in SYNC_CALLS or name in HOLDING_CALLS:
             t.syncs.append((ts, ts + _dur(e), name))
 
     def _annotation(self, e: dict[str, Any]) -> None:
