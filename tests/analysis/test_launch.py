@@ -47,6 +47,7 @@ def test_mtia_small_kernels_match_independent_count() -> None:
     assert result.launch["small_kernels"] == sum(e["dur"] < 10 for e in kernels)
     assert [(c["kind"], c["count"]) for c in result.copies] == [
         ("DMA", sum(e["name"].startswith("dma") for e in device))]
+    assert result.ranks[0].launches_per_step == len(kernels)  # was 25812, with the DMAs and event records
     assert result.gpu_utilization == pytest.approx(0.578, abs=0.001)  # unchanged: HTA's 57.6% busy, as before
     assert result.verdict == "host_bound"
     assert "DMA x" in format_text(result)
