@@ -6,20 +6,23 @@ input), AllToAll, Gather and Scatter, and ``1`` for Broadcast, Reduce and send/r
 of one moves no data: its busbw is 0.
 
 The calls come from the NCCL kernels on the rank's device (their own arguments, else those of the
-``record_param_comms`` op that launched them); on a trace without NCCL kernels, from the host's ``gloo:`` spans, sized
-from their ``Input Dims`` (``record_shapes=True``). A call without a size is counted and timed, and gets no bandwidth.
+``record_param_comms`` op that launched them, else, on an older torch, the ``nccl:<collective>`` host annotation whose
+span holds the kernel's launch call on the same thread: its name, and its size from its ``Input Dims``/``Input type``;
+an all-to-all runs as a ``SendRecv`` kernel and is named by the annotation); on a trace without NCCL kernels, from
+the host's ``gloo:`` spans, sized from their ``Input Dims`` (``record_shapes=True``). A call without a size is counted
+and timed, and gets no bandwidth.
 ``nccl:`` host spans alone time only the host's enqueue: they are counted, never turned into a bandwidth.
 Exposed time is the part of the calls that the timeline labels ``communication`` (not overlapped by compute).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from statistics import median
 from typing import Any
 
 from perf_callbacks.analysis.events import RankTrace, collective_name, nccl_collective
-from perf_callbacks.analysis.extra_events import Nccl
+from perf_callbacks.analysis.extra_events import HostComm, Nccl
 from perf_callbacks.analysis.intervals import Span, clip, intersect, total, union
 from perf_callbacks.analysis.measure_base import InWindow, element_bytes, gbps, number, tensor_bytes
 from perf_callbacks.analysis.timeline import Timeline
@@ -28,8 +31,14 @@ OUTPUT_SIZED = ("AllGather", "Gather")
 """Collectives whose message size is their output (nccl-tests); every other one is sized by its input."""
 NO_SIZE = "collectives without a message size in the trace (an older torch; gloo without record_shapes=True, or a " \
           "gloo collective other than all_reduce, broadcast and reduce): counts and times only, no bandwidth"
+GLOO_SIZED = ("AllReduce", "Broadcast", "Reduce")
+"""Collectives whose input is their output (one tensor in and out): a gloo span's ``Input Dims`` size them."""
 HOST_ONLY = "nccl collectives seen only on the host (no NCCL kernel traced): their time is the host's enqueue, not " \
             "the transfer; no bandwidth"
+GATHER_UNSIZED = "AllGather sized by its nccl: host annotation needs the group size (its output is its input times " \
+                 "the ranks), which the trace does not give: no bandwidth"
+ANNOTATION_SIZED = ("AllReduce", "Broadcast", "Reduce", "ReduceScatter", "AllToAll")
+"""Collectives that an ``nccl:`` annotation's one input tensor sizes (nccl-tests: their input)."""
 GROUP_OF_ONE = "a collective on a group of one rank moves no data: its busbw is 0"
 
 Call = tuple[str, str | None, int | None, float, float, int | None]
@@ -128,14 +137,57 @@ def _figures(name: str, group: str | None, n: int | None, count: int, nbytes: in
 
 def _device_calls(trace: RankTrace, device: int | None, keep: InWindow) -> tuple[list[Call], list[str]]:
     extra = trace.extra
+    mine = [k for k in extra.nccl if k[2] == device and keep(k[0])]
     calls: list[Call] = []
-    for k in extra.nccl:
-        if k[2] != device or not keep(k[0]):
-            continue
+    notes: set[str] = set()
+    annotated = _annotations(trace, mine)
+    group, n = _only_group(trace.meta.get("distributedInfo"))
+    for k in mine:
         ext = _external_id(trace, k) if k[4] is None else None
         args = k[4] if k[4] is not None else extra.param_comms.get(ext) if isinstance(ext, (int, str)) else None
-        calls.append(_nccl_call(k, args))
-    return calls, [NO_SIZE] if any(c[5] is None for c in calls) else []
+        span = annotated.get(id(k)) if args is None else None
+        call = _nccl_call(k, args) if span is None else _annotated_call(k, span, group, n)
+        if call[5] is None:
+            notes.add(GATHER_UNSIZED if span is not None and call[0] == "AllGather" and n is None else NO_SIZE)
+        calls.append(call)
+    return calls, sorted(notes)
+
+
+def _annotations(trace: RankTrace, kernels: list[Nccl]) -> dict[int, HostComm | None]:
+    """Each kernel's ``nccl:`` host annotation: the span that holds its launch call on the launching thread.
+
+    An annotation holding the launches of several NCCL kernels cannot say which moved what: those kernels map to None.
+    """
+    spans: dict[Any, list[HostComm]] = defaultdict(list)
+    for h in trace.extra.host_comms:
+        if h[2].startswith("nccl:"):
+            spans[h[5]].append(h)
+    if not spans:
+        return {}
+    found: dict[int, HostComm] = {}
+    for k in kernels:
+        launched = trace.launches.get(k[6]) if isinstance(k[6], int) else None
+        if launched is not None:
+            span = _holding(spans.get(trace.launch_tids.get(k[6]), []), launched[0])
+            if span is not None:
+                found[id(k)] = span
+    uses = Counter(id(s) for s in found.values())
+    return {key: span if uses[id(span)] == 1 else None for key, span in found.items()}
+
+
+def _holding(spans: list[HostComm], ts: float) -> HostComm | None:
+    """The latest-starting span that holds ``ts``."""
+    inside = [s for s in spans if s[0] <= ts <= s[1]]
+    return max(inside, key=lambda s: s[0]) if inside else None
+
+
+def _annotated_call(k: Nccl, span: HostComm, group: str | None, n: int | None) -> Call:
+    """A kernel named and sized by its ``nccl:`` annotation (AllGather: its input times the group size)."""
+    name = collective_name(span[2].split(":", 1)[-1].strip("_"))
+    nbytes = _span_bytes(name, span[3], span[4], ANNOTATION_SIZED + ("AllGather",))
+    if name == "AllGather":
+        nbytes = None if nbytes is None or n is None else nbytes * n
+    return name, group, n, k[0], k[1], nbytes
 
 
 def _external_id(trace: RankTrace, k: Nccl) -> Any:
@@ -160,20 +212,20 @@ def _host_calls(trace: RankTrace, keep: InWindow) -> tuple[list[Call], list[str]
     group, n = _only_group(trace.meta.get("distributedInfo"))
     calls: list[Call] = []
     notes: set[str] = set()
-    for ts, end, span, dims, types in trace.extra.host_comms:
+    for ts, end, span, dims, types, _tid in trace.extra.host_comms:
         if not keep(ts):
             continue
         name = collective_name(span.split(":", 1)[-1])
-        nbytes = _span_bytes(name, dims, types) if span.startswith("gloo:") else None
+        nbytes = _span_bytes(name, dims, types, GLOO_SIZED) if span.startswith("gloo:") else None
         if nbytes is None:
             notes.add(NO_SIZE if span.startswith("gloo:") else HOST_ONLY)
         calls.append((name, group, n, ts, end, nbytes))
     return calls, sorted(notes)
 
 
-def _span_bytes(name: str, dims: Any, types: Any) -> int | None:
-    """Bytes of a gloo span's single tensor: for collectives whose input is their output (one tensor in and out)."""
-    if name not in ("AllReduce", "Broadcast", "Reduce") or not isinstance(dims, list) or not isinstance(types, list):
+def _span_bytes(name: str, dims: Any, types: Any, sized: tuple[str, ...]) -> int | None:
+    """Bytes of a host span's single input tensor, for the collectives in ``sized``."""
+    if name not in sized or not isinstance(dims, list) or not isinstance(types, list):
         return None
     if len(dims) != 1 or len(types) != 1:
         return None

@@ -15,6 +15,9 @@ from perf_callbacks.analysis.loader import rank_from_name, read_trace
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
             "Memset": "memset", "mtia_ccp_events": "kernel"}
 """Device activity categories: Kineto's, PyTorch 1.8-1.13's (``Kernel``, ``Memcpy``, ``Memset``) and MTIA's."""
+DEVICE_EVENT = "event"
+"""The kind of a device-side event record or wait (MTIA's ``event_record``/``event_wait``): neither a kernel nor a
+copy; the device's queue waits on another stream's event. Busy time as HTA counts it, but not work."""
 CATEGORY = {
     "cpu_op": "cpu_op", "Operator": "cpu_op",
     "cuda_runtime": "runtime", "cuda_driver": "runtime", "Runtime": "runtime", "mtia_runtime": "runtime",
@@ -39,6 +42,11 @@ SYNC_CALLS = frozenset(
         "aten::_local_scalar_dense",
     }
 )
+HOLDING_CALLS = frozenset(
+    {"hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream"}
+)
+"""HIP's blocking calls: kept with the syncs, but only a gap they hold from end to end is put down to them (the
+device idled while the host sat in one); the "idled as it returned" rule is CUDA's (``SYNC_CALLS``)."""
 OWN_SPAN_PREFIX = "perf_callbacks."
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _COMM_PREFIXES = ("gloo:", "nccl:")
@@ -163,6 +171,7 @@ class _Collector:
         if e["cat"] == "mtia_ccp_events":
             self.trace.device_kind = "mtia"
             device = e.get("pid", 0)
+            kind = mtia_kind(str(e.get("name", "")))
         row = (ts, ts + _dur(e), kind, str(e.get("name", "")), device if isinstance(device, int) else 0,
                args.get("correlation", -1), args.get("External id", args.get("external id", -1)))
         self.trace.gpu.append(row)
@@ -182,7 +191,7 @@ class _Collector:
             t.launch_tids[corr] = tid if isinstance(tid, (int, str)) else None
             if name in GRAPH_LAUNCHES:
                 t.graph_launches[corr] = ts + _dur(e)
-        if name in SYNC_CALLS:
+        if name in SYNC_CALLS or name in HOLDING_CALLS:
             t.syncs.append((ts, ts + _dur(e), name))
 
     def _annotation(self, e: dict[str, Any]) -> None:
@@ -199,7 +208,7 @@ class _Collector:
             t.loader_spans.append((ts, end, name))
         elif name.startswith(_COMM_PREFIXES):
             t.comm_spans.append((ts, end, name))
-            t.extra.host_comm(ts, end, name, _args(e))
+            t.extra.host_comm(ts, end, name, _args(e), e.get("tid"))
 
     def _memory(self, args: dict[str, Any]) -> None:
         if args.get("Device Type") != 1:
@@ -209,6 +218,18 @@ class _Collector:
         if isinstance(allocated, int) and isinstance(reserved, int):
             t.peak_allocated = max(t.peak_allocated or 0, allocated)
             t.peak_reserved = max(t.peak_reserved or 0, reserved)
+
+
+def mtia_kind(name: str) -> str:
+    """The kind of an ``mtia_ccp_events`` event: ``dma_*`` copies are ``memcpy``, ``event_*`` are ``DEVICE_EVENT``.
+
+    Example:
+        >>> mtia_kind("dma_request"), mtia_kind("event_wait"), mtia_kind("fc-dtype_Float")
+        ('memcpy', 'event', 'kernel')
+    """
+    if name.startswith("dma"):
+        return "memcpy"
+    return DEVICE_EVENT if name.startswith("event_") else "kernel"
 
 
 def collective_name(raw: str) -> str:

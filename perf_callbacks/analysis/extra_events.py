@@ -21,8 +21,8 @@ Copy = tuple[float, float, int, str, Any]
 """``(start, end, device, name, bytes)``; bytes as the trace has it (None when absent)."""
 Nccl = tuple[float, float, int, str, "dict[str, Any] | None", Any, Any]
 """``(start, end, device, kernel name, collective arguments or None, External id, correlation)``."""
-HostComm = tuple[float, float, str, Any, Any]
-"""``(start, end, span name, Input Dims, Input type)`` of a ``gloo:``/``nccl:`` host span."""
+HostComm = tuple[float, float, str, Any, Any, Any]
+"""``(start, end, span name, Input Dims, Input type, thread)`` of a ``gloo:``/``nccl:`` host span."""
 Memory = tuple[float, Any, Any, Any, Any, Any]
 """``(ts, tid, Bytes, Total Allocated, Device Type, Addr)`` of a ``[memory]`` event."""
 
@@ -67,9 +67,9 @@ class ExtraEvents:
         if isinstance(corr, (int, str)) and _LAUNCH.search(name):
             self.launch_calls[corr] = (ts, dur)
 
-    def host_comm(self, ts: float, end: float, name: str, args: dict[str, Any]) -> None:
-        """A ``gloo:``/``nccl:`` annotation span."""
-        self.host_comms.append((ts, end, name, args.get("Input Dims"), args.get("Input type")))
+    def host_comm(self, ts: float, end: float, name: str, args: dict[str, Any], tid: Any = None) -> None:
+        """A ``gloo:``/``nccl:`` annotation span on thread ``tid``."""
+        self.host_comms.append((ts, end, name, args.get("Input Dims"), args.get("Input type"), tid))
 
     def memory_event(self, e: dict[str, Any]) -> None:
         """A ``[memory]`` instant event."""

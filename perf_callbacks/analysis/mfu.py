@@ -7,19 +7,20 @@ window's median step time (the ``step_time_ms`` figure)::
     achieved FLOP/s = flops_per_step / median step time
     MFU             = achieved FLOP/s / peak FLOP/s
 
-and the gap, ``1 - MFU``, splits into the share of the window the device sat idle for each cause of the
-time-by-cause breakdown (``input``, ``host``, ``sync``, ``copy``, ``communication``, ``other``) and the rest,
-``below_peak``: the time the device was busy, but ran below its peak (kernels slower than peak, FLOPs the formula
-does not count such as element-wise ops and the optimizer). The parts are fractions (0.12 = 12 points) and sum to
-``1 - MFU``.
+and the gap, ``1 - MFU``, splits into the share of the window lost to each cause of the time-by-cause breakdown
+(``input``, ``host``, ``sync``, ``copy``, ``communication``, ``other``) and the rest, ``below_peak``: the time the
+device was busy, but ran below its peak (kernels slower than peak, FLOPs the formula does not count such as
+element-wise ops and the optimizer). ``copy`` is not idle time: the device was busy copying (copies that overlapped no
+kernel), so the report's line puts it apart from the idle causes. The parts are fractions (0.12 = 12 points) and sum
+to ``1 - MFU``.
 
 Example:
     >>> fields, notes = window_mfu([{"flops_per_step": 4e12, "peak_tflops": 100.0}], 100.0,
-    ...                            {"input": 0.12, "communication": 0.06})
+    ...                            {"input": 0.12, "communication": 0.06, "copy": 0.05})
     >>> round(fields["mfu"], 2), {k: round(v, 2) for k, v in fields["mfu_gap"].items() if v}
-    (0.4, {'input': 0.12, 'communication': 0.06, 'below_peak': 0.42})
+    (0.4, {'input': 0.12, 'copy': 0.05, 'communication': 0.06, 'below_peak': 0.37})
     >>> mfu_line(fields)
-    'MFU 40%: idle 18 pts (input 12, communication 6); busy but below peak 42 pts'
+    'MFU 40%: idle 18 pts (input 12, communication 6); busy copying 5 pts; busy but below peak 37 pts'
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from typing import Any
 META_KEY = "perf_callbacks_flops"
 """The trace metadata key written by the training process (``perf_callbacks.core.flops.META_KEY``)."""
 IDLE = ("input", "host", "sync", "copy", "communication", "other")
-"""The idle causes of the gap, in the JSON's order; ``below_peak`` follows them."""
+"""The causes of the gap from the time-by-cause breakdown, in the JSON's order; ``below_peak`` follows them."""
+BUSY = ("copy",)
+"""The causes among ``IDLE`` in which the device was busy (copying), not idle: the report's line shows them apart."""
 _LABELS = {"other": "unexplained"}
 
 
@@ -104,16 +107,23 @@ def mfu_gap(mfu: float, losses: dict[str, float]) -> tuple[dict[str, float], str
 
 
 def mfu_line(fields: dict[str, Any]) -> str | None:
-    """``MFU 41%: idle 18 pts (input 12, communication 6); busy but below peak 41 pts``, None without an MFU."""
+    """``MFU 41%: idle 18 pts (input 12, communication 6); busy copying 3 pts; busy but below peak 38 pts``.
+
+    None without an MFU; the copying part only when it is at least half a point.
+    """
     mfu, gap = fields.get("mfu"), fields.get("mfu_gap")
     if mfu is None or not gap:
         return None
-    idle = sorted(((gap[c], c) for c in IDLE if gap.get(c, 0.0) >= 0.005), reverse=True)
-    total = sum(gap.get(c, 0.0) for c in IDLE)
+    causes = [c for c in IDLE if c not in BUSY]
+    idle = sorted(((gap[c], c) for c in causes if gap.get(c, 0.0) >= 0.005), reverse=True)
+    total = sum(gap.get(c, 0.0) for c in causes)
     parts = ", ".join(f"{_LABELS.get(c, c)} {share * 100:.0f}" for share, c in idle)
     inside = f" ({parts})" if parts else ""
+    copying = sum(gap.get(c, 0.0) for c in BUSY)
+    copies = f"; busy copying {copying * 100:.0f} pts" if copying >= 0.005 else ""
     share = f"{mfu:.0%}" if mfu >= 0.01 else f"{mfu * 100:.2g}%"
-    return f"MFU {share}: idle {total * 100:.0f} pts{inside}; busy but below peak {gap['below_peak'] * 100:.0f} pts"
+    return f"MFU {share}: idle {total * 100:.0f} pts{inside}{copies}; busy but below peak " \
+           f"{gap['below_peak'] * 100:.0f} pts"
 
 
 def mfu_lines(fields: dict[str, Any]) -> list[str]:

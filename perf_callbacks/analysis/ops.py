@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 from perf_callbacks.analysis.events import RankTrace
-from perf_callbacks.analysis.timeline import copy_kind
+from perf_callbacks.analysis.timeline import COPY_KINDS, copy_kind
 
 
 def top_ops(trace: RankTrace, k: int = 10) -> list[dict[str, Any]]:
@@ -45,7 +45,7 @@ def copy_times(trace: RankTrace, device: int | None = None) -> dict[str, float]:
     """Memcpy and memset microseconds by direction and host memory kind, e.g. ``HtoD/pageable``, ``memset``."""
     out: dict[str, float] = defaultdict(float)
     for ts, end, kind, name, dev, *_ in trace.gpu:
-        if kind != "kernel" and (device is None or dev == device):
+        if kind in COPY_KINDS and (device is None or dev == device):
             out[copy_kind(kind, name)] += end - ts
     return dict(out)
 

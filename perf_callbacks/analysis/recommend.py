@@ -78,6 +78,9 @@ def _host_advice(r: RankResult, share: float) -> str:
 _COPY_FIX = {
     "HtoD/pageable": "copy from pinned memory (DataLoader pin_memory=True) with .to(device, non_blocking=True)",
     "DtoH/pageable": "read results back less often, into pinned buffers, with non_blocking=True",
+    "HtoD/host": "if the host buffers are pageable (the trace does not say), pin them (DataLoader pin_memory=True) "
+                 "and copy with .to(device, non_blocking=True); else start the copy early on a side stream",
+    "DtoH/host": "read results back less often: keep metrics on the device and fetch them every N steps",
     "HtoD/pinned": "start the next batch's copy early (non_blocking=True on a side stream, or a prefetcher) so it "
                    "overlaps compute",
     "DtoH/pinned": "read results back less often: keep metrics on the device and fetch them every N steps",
@@ -100,12 +103,21 @@ def _copy_advice(r: RankResult, share: float) -> str:
 
 
 def _comm_advice(r: RankResult, share: float) -> str:
-    tot, over = r.comm_ms.get("total", 0.0), r.comm_ms.get("overlapped", 0.0)
-    ops = ", ".join(f"{name} {ms:.1f} ms" for name, ms in list(r.collectives_by_op_ms.items())[:3])
+    """The collectives' advice, quoting the collectives table's names and times where the rank has the table."""
+    if r.communication:
+        by_name: dict[str, float] = {}
+        for row in r.communication:  # the table's rows, most time first; one figure per collective
+            by_name[row["name"]] = by_name.get(row["name"], 0.0) + row["total_ms"]
+        tot, exposed = sum(by_name.values()), sum(row["exposed_ms"] for row in r.communication)
+        named, figures = by_name, f"{tot:.1f} ms in collectives, {exposed:.1f} ms exposed"
+    else:
+        tot, over = r.comm_ms.get("total", 0.0), r.comm_ms.get("overlapped", 0.0)
+        named, figures = r.collectives_by_op_ms, f"{tot:.1f} ms in collectives, {over:.1f} ms overlapped with compute"
+    ops = ", ".join(f"{name} {ms:.1f} ms" for name, ms in list(named.items())[:3])
     which = f" ({ops})" if ops else ""
-    return f"collectives{which} were exposed {_pct(share)} of the time ({tot:.1f} ms in collectives, {over:.1f} ms " \
-           "overlapped with compute): overlap them (DDP bucket_cap_mb, FSDP prefetch), fix stragglers first, or " \
-           "communicate less often (gradient accumulation with no_sync)"
+    return f"collectives{which} were exposed {_pct(share)} of the time ({figures}): overlap them (DDP " \
+           "bucket_cap_mb, FSDP prefetch), fix stragglers first, or communicate less often (gradient accumulation " \
+           "with no_sync)"
 
 
 def host_untraced(r: RankResult) -> bool:

@@ -7,7 +7,9 @@ operation was launched only after the device had gone idle, and ``other`` when i
 The gap at the window's start is ``backlog`` from the first op's launch to its start when it started long after
 its launch (more than ``BACKLOG_US``): the device was still running work queued before, which is not host idle. Before
 that launch the device had nothing to run: ``host`` (a trace whose first launch comes 20 s into the window, after
-CUDA initialisation, has 20 s of host time there, not backlog). The kernels of a
+CUDA initialisation, has 20 s of host time there, not backlog). While a blocking call (a synchronous
+``hipMemcpyWithStream``, say) holds the host for the whole of that gap, nothing was queued and running: the stream
+waited on an event, and the gap is ``sync``, not backlog. The kernels of a
 CUDA graph replay take the launch time of their ``cudaGraphLaunch``; idle between two kernels of one replay is
 ``other``, and counted in ``graph_idle_us``.
 On CPU-only traces the main thread is labelled instead: ``compute`` inside traced CPU ops, ``other`` outside them.
@@ -23,7 +25,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
-from perf_callbacks.analysis.events import RankTrace
+from perf_callbacks.analysis.events import DEVICE_EVENT, SYNC_CALLS, RankTrace
 from perf_callbacks.analysis.intervals import Span, clip, gaps, intersect, subtract, total, union
 
 CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
@@ -37,6 +39,8 @@ WINDOW_HOST_ONLY = "first to last traced op (the trace has no ProfilerStep)"
 Segment = tuple[float, float, str]
 GpuOp = tuple[float, float, str, str, int, int, int]
 _MEMCPY = re.compile(r"Memcpy (\w+)")
+COPY_KINDS = ("memcpy", "memset")
+"""The kinds of device activity that are copies (the rest: kernels and ``DEVICE_EVENT`` records and waits)."""
 
 
 @dataclass
@@ -180,29 +184,36 @@ def _busy_segments(trace: RankTrace, device: int, tl: Timeline) -> tuple[list[Sp
     ops = [g for g in trace.gpu if g[4] == device and g[1] > lo and g[0] < hi]
     kernels = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == "kernel" and "nccl" not in g[3].lower())
     comm = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == "kernel" and "nccl" in g[3].lower())
-    copies = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] != "kernel")
+    copies = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] in COPY_KINDS)
+    waits = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == DEVICE_EVENT)
     comm_exposed = subtract(comm, kernels)
     copy_exposed = subtract(subtract(copies, kernels), comm)
+    wait_exposed = subtract(subtract(waits, kernels), union(comm + copies))
     for kind, spans in copy_spans(ops).items():
         exposed = total(subtract(intersect(copy_exposed, clip(spans, lo, hi)), tl.aside))
         if exposed > 0:
             tl.copy_exposed_us[kind] = exposed
     segments = _label(kernels, "compute") + _label(comm_exposed, "communication") + _label(copy_exposed, "copy")
-    return union(kernels + comm + copies), segments
+    segments += _label(wait_exposed, "sync")  # the device's queue waited on an event: busy as HTA counts it
+    return union(kernels + comm + copies + waits), segments
 
 
 def copy_kind(kind: str, name: str) -> str:
     """``HtoD/pageable``, ``DtoD/device``, ``memset``...: direction and host memory of a copy or memset.
 
+    A copy to or from the host whose name does not say pageable or pinned (HIP's ``Memcpy HtoD (Host -> Device)``)
+    is ``host``: never ``device``.
+
     Example:
-        >>> copy_kind("memcpy", "Memcpy HtoD (Pageable -> Device)")
-        'HtoD/pageable'
+        >>> copy_kind("memcpy", "Memcpy HtoD (Pageable -> Device)"), copy_kind("memcpy", "Memcpy DtoH (Device -> Host)")
+        ('HtoD/pageable', 'DtoH/host')
     """
     if kind == "memset":
         return "memset"
     match = _MEMCPY.match(name)
-    direction = match.group(1) if match else "other"
-    memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else "device"
+    direction = match.group(1) if match else "DMA" if name.startswith("dma") else "other"
+    memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else \
+        "host" if "H" in direction else "device"
     return f"{direction}/{memory}"
 
 
@@ -210,7 +221,7 @@ def copy_spans(ops: list[GpuOp]) -> dict[str, list[Span]]:
     """The merged intervals of each copy kind among ``ops``."""
     by_kind: dict[str, list[Span]] = {}
     for g in ops:
-        if g[2] != "kernel":
+        if g[2] in COPY_KINDS:
             by_kind.setdefault(copy_kind(g[2], g[3]), []).append((g[0], g[1]))
     return {k: union(v) for k, v in by_kind.items()}
 
@@ -235,8 +246,18 @@ def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], tl: Timeli
         if cause == "graph":
             tl.graph_idle_us += _kept(tl, p0, p1)
             cause = "other"
+        held = _holding_call(trace.syncs, p0, p1) if cause == "backlog" else None
+        if held is not None:  # the host sat in a blocking call all along: nothing was queued and running
+            tl.sync_calls[held] = tl.sync_calls.get(held, 0.0) + _kept(tl, p0, p1)
+            cause = "sync"
         out.append((p0, p1, cause))
     return out
+
+
+def _holding_call(syncs: list[tuple[float, float, str]], p0: float, p1: float) -> str | None:
+    """The blocking call that held the host from ``p0`` to ``p1`` (within ``SLACK_US``), if one did."""
+    held = [s for s in syncs if s[0] <= p0 + SLACK_US and s[1] >= p1 - SLACK_US]
+    return min(held)[2] if held else None
 
 
 def _gap_cause(trace: RankTrace, ops: list[GpuOp], i: int, p0: float, tl: Timeline) -> str:
@@ -262,5 +283,5 @@ def _blocking_call(syncs: list[tuple[float, float, str]], ends: list[float], p0:
     """Return the outermost blocking call that waited as the device went idle at ``p0`` and returned soon after."""
     first = bisect_left(ends, p0 - SLACK_US)
     last = bisect_right(ends, min(p1, p0 + SYNC_WINDOW_US))
-    waiting = [s for s in syncs[first:last] if s[0] <= p0 + SLACK_US]
+    waiting = [s for s in syncs[first:last] if s[0] <= p0 + SLACK_US and s[2] in SYNC_CALLS]
     return min(waiting)[2] if waiting else None

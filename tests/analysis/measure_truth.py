@@ -121,17 +121,19 @@ def gloo_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
 def copy_figures(ev: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (direction, host memory): count, bytes, total_ms, gbps of the memcpys in the window."""
     lo, hi = window(ev)
-    acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    acc: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, 0, 0.0])
     for e in ev:
         if e.get("cat") != "gpu_memcpy" or not inside(e, lo, hi):
             continue
         kind = re.match(r"Memcpy (\w+)", e["name"]).group(1)  # type: ignore[union-attr]
-        memory = "pageable" if "Pageable" in e["name"] else "pinned" if "Pinned" in e["name"] else "device"
+        named = "pageable" if "Pageable" in e["name"] else "pinned" if "Pinned" in e["name"] else None
+        memory = named or ("device" if kind in ("DtoD", "PtoP") else "host")  # HIP: "(Host -> Device)"
         row = acc[(kind, memory)]
         row[0] += 1
-        row[1] += e["args"]["bytes"]
+        row[1] = None if row[1] is None or "bytes" not in e["args"] else row[1] + e["args"]["bytes"]
         row[2] += e["dur"]
-    return {k: {"count": c, "bytes": b, "total_ms": us / 1e3, "gbps": b / us / 1e3} for k, (c, b, us) in acc.items()}
+    return {k: {"count": c, "bytes": b, "total_ms": us / 1e3, "gbps": None if b is None else b / us / 1e3}
+            for k, (c, b, us) in acc.items()}
 
 
 def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
@@ -212,4 +214,42 @@ def _prefix_max(lst: list[tuple[float, float, float, str]]) -> list[float]:
     for o in lst:
         best = max(best, o[2])
         out.append(best)
+    return out
+
+
+ANNOTATED = {"all_to_all": "AllToAll", "all_reduce": "AllReduce", "_reduce_scatter_base": "ReduceScatter",
+             "_all_gather_base": "AllGather"}
+C_SIZES = {"float": 4, "long": 8, "int": 4, "unsigned char": 1, "signed char": 1}
+
+
+def annotated_nccl_figures(ev: list[dict[str, Any]], device: int) -> dict[str, dict[str, Any]]:
+    """Per collective of an older torch's NCCL kernels (no collective arguments): count, bytes, total_ms and algbw.
+
+    Each kernel's launch call (same correlation) lies inside one ``nccl:<collective>`` annotation on its thread: the
+    annotation names the collective and sizes it by its one input tensor (AllGather: no size, as the group size is
+    not in these traces). A kernel whose launch no annotation holds keeps its kernel's name and has no size."""
+    lo, hi = window(ev)
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]}
+    notes = [e for e in ev if str(e.get("name", "")).startswith("nccl:")]
+    rows: dict[str, list[tuple[float, int | None]]] = defaultdict(list)
+    for k in ev:
+        if k.get("cat") != "kernel" or "nccl" not in k["name"].lower() or k["args"].get("device") != device:
+            continue
+        if not inside(k, lo, hi):
+            continue
+        call = calls.get(k["args"].get("correlation"))
+        held = [a for a in notes if call is not None and a["tid"] == call["tid"]
+                and a["ts"] <= call["ts"] <= a["ts"] + a["dur"]]
+        if not held:
+            rows[re.search(r"ncclKernel_([A-Za-z]+)", k["name"]).group(1)].append((k["dur"], None))  # type: ignore[union-attr]
+            continue
+        name = ANNOTATED[held[0]["name"][5:]]
+        dims, kind = held[0]["args"]["Input Dims"][0], held[0]["args"]["Input type"][0]
+        rows[name].append((k["dur"], None if name == "AllGather" else math.prod(dims) * C_SIZES[kind]))
+    out = {}
+    for name, got in rows.items():
+        sized = None if any(b is None for _, b in got) else sum(b for _, b in got if b is not None)
+        us = sum(d for d, _ in got)
+        out[name] = {"count": len(got), "bytes": sized, "total_ms": us / 1e3,
+                     "algbw_gbps": None if sized is None else sized / us / 1e3}
     return out

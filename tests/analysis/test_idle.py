@@ -166,3 +166,28 @@ def test_foreign_device_to_device_copies_and_old_pytorch() -> None:
     assert not any("CUDA graphs" in r or "bf16" in r for r in amd.recommendations)
     cupti = format_text(analyze(FOREIGN / "cupti_profiler" / "benchmark_result_924719_1679055439_trace.json.gz"))
     assert "no device activity recorded" in cupti and "CPU-only" not in cupti and "bf16" not in cupti
+
+
+def _sglang_decode_shape(tmp_path: Path) -> Path:
+    """TraceLens's ``tl_sglang_decode`` (ROCm), in small: the stream waits on an event (``hipStreamWaitEvent``), a
+    kernel is queued behind it, and the host sits 463 ms in a synchronous ``hipMemcpyWithStream`` whose copy runs when
+    the wait ends; the device idles all that time."""
+    hip = [x("cuda_runtime", "hipStreamWaitEvent", 50, 5),
+           x("cuda_runtime", "hipLaunchKernel", 80, 5, correlation=2),
+           x("cuda_runtime", "hipMemcpyWithStream", 100, 463_050, correlation=3)]
+    device = [x("gpu_memcpy", "Memcpy HtoD (Host -> Device)", 463_100, 40, device=0, stream=7, correlation=3),
+              kernel(463_200, 6_800, 2, "decode_attention")]
+    events = [x("user_annotation", "ProfilerStep#1", 0, 480_000), *hip, *device]
+    return write_trace(tmp_path / "rank0.pt.trace.json", events)
+
+
+def test_an_event_wait_held_by_a_blocking_call_is_sync_not_backlog(tmp_path: Path) -> None:
+    """Backlog needs work queued and running: here nothing ran, the host sat in a blocking call the whole gap."""
+    result = analyze(_sglang_decode_shape(tmp_path), sidecars=False)
+    rank = result.ranks[0]
+    assert rank.device_kind == "rocm"
+    assert rank.backlog_fraction == 0.0  # was 96.4%, with the verdict compute_bound at 1.4% busy
+    assert rank.losses["sync"] == pytest.approx((463_100 - 100) / 480_000)
+    assert rank.sync_calls_ms == pytest.approx({"hipMemcpyWithStream": 463.0})
+    assert result.verdict == "sync_bound"
+    assert not any(r.startswith("backlog") for r in result.recommendations)

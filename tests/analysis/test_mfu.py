@@ -35,6 +35,15 @@ def test_the_gap_sums_to_one_minus_mfu_and_names_each_idle_cause() -> None:
     assert mfu_line(fields) == "MFU 40%: idle 18 pts (input 12, communication 6); busy but below peak 42 pts"
 
 
+def test_busy_copy_time_is_not_idle() -> None:
+    """Copies that overlapped no kernel kept the device busy: their points are copying, not idle."""
+    known = {"flops_per_step": 6e12, "peak_tflops": 100.0}
+    fields, _ = window_mfu([known], 150.0, {"input": 0.12, "copy": 0.2, "sync": 0.03})
+    assert fields["mfu_gap"]["copy"] == pytest.approx(0.2)  # the JSON keeps its keys
+    assert mfu_line(fields) == "MFU 40%: idle 15 pts (input 12, sync 3); busy copying 20 pts; busy but below peak " \
+                               "25 pts"
+
+
 def test_idle_beyond_one_minus_mfu_is_scaled_to_fit_with_a_note() -> None:
     gap, note = mfu_gap(0.5, {"input": 0.4, "sync": 0.2})
     assert sum(gap.values()) == pytest.approx(0.5) and gap["below_peak"] == 0.0
