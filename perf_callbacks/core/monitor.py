@@ -51,12 +51,13 @@ class StepMonitor:
                  micro_batches: int = 1) -> None:
         """One optimizer step of ``micro_batches`` micro-batches outside profiling windows (seconds)."""
         self.stats.update(step_time, wait, samples, micro_batches)
-        self._steps = (self._steps[0] if self._steps else step, step)
-        units = ("sample", samples) if samples else ("micro-batch", max(1, micro_batches))
+        self._steps = (self._steps[0], step) if self._steps else (step, step)
+        unit, count = ("sample", samples) if samples else ("micro-batch", micro_batches if micro_batches > 1 else 1)
         if self._units is None:
-            self._units = units
-        self._varied = self._varied or units != self._units
-        if loader_timed:
+            self._units = (unit, count)
+        elif not self._varied and (count != self._units[1] or unit != self._units[0]):
+            self._varied = True
+        if loader_timed and not self.data_wait_check.done:  # done: update() returns None (skip the call)
             share = self.data_wait_check.update(step, step_time, wait)
             if share is not None:
                 name, workers = self.ctx.data_loader
