@@ -49,4 +49,5 @@ class StepClock:
 
     def elapsed(self, t: float) -> float:
         """Step time of the open step if it ended at ``t``."""
-        return max(t - self.t_begin - self.aside, 0.0)
+        elapsed = t - self.t_begin - self.aside
+        return elapsed if elapsed > 0.0 else 0.0

@@ -43,6 +43,7 @@ from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.monitor import StepMonitor
 from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.schedule import Action
 from perf_callbacks.core.spans import enter_span, exit_span
 from perf_callbacks.core.warn import WarnOnce
 from perf_callbacks.core.window import WindowRecorder
@@ -92,10 +93,12 @@ class PerfEngine(SetAside, RunFiles):
         self._pending_t: float | None = None  # a fetch started before the next step's number was known
         self._phase: str | None = None
         self._phase_rf: Any = None  # the open phase's trace span (and the checkpoint's, below)
+        self._plain = False  # a phase is only a name: no NVTX tool, no window, no armed memory step (see _replain)
         self._ckpt_rf: Any = None
         self._t_aside, self._closed, self._clean = 0.0, False, True  # _clean: no window/validation/ckpt this interval
         self._samples = self._micro = 0  # samples and micro-batches of the open step that ended (0 micro: never ran)
         self._last_elapsed, self._logged = 0.0, False  # _logged: some logging interval was logged
+        self._log_every, self._nsys_steps = ctx.log_every_n_steps, config.nsys_steps  # read once per step
         self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self), os.getpid())
         atexit.register(self._at_exit)
@@ -118,12 +121,18 @@ class PerfEngine(SetAside, RunFiles):
             else:
                 self._begin(self._expected, t)
         self.clock.data_start(t)
-        self.phase("data_wait")
+        if self._plain:  # phase("data_wait") without the call
+            self._phase = "data_wait"
+        else:
+            self.phase("data_wait")
 
     def data_end(self) -> None:
         """The DataLoader handed over the batch (call right after ``next(iterator)`` returned or raised)."""
         self.clock.data_end(time.perf_counter())
-        self.phase("framework")
+        if self._plain:
+            self._phase = "framework"
+        else:
+            self.phase("framework")
 
     def batch_start(self, step: int, phase: str | None = "forward") -> None:
         """A micro-batch of optimizer step ``step`` starts, in ``phase`` (None: no phase range until the next)."""
@@ -134,37 +143,53 @@ class PerfEngine(SetAside, RunFiles):
         if self._flops_on:  # the FLOP-counting step starts at its first micro-batch (see core/flops.py)
             self._flops_on = self.flops.batch_start(self.step or 0, self._micro, self.windows.action.value != 0)
         if phase is not None:
-            self.phase(phase)
+            if self._plain:
+                self._phase = phase
+            else:
+                self.phase(phase)
 
     def batch_end(self, stepped: bool, samples: int | None = None) -> None:
         """A micro-batch of ``samples`` samples ended; ``stepped`` is True when it completed an optimizer step."""
-        self.end_phase()
+        if self._phase is not None:  # end_phase(), called only when a range or span is open
+            if self._plain:
+                self._phase = None
+            else:
+                self.end_phase()
         self._micro += 1
-        self._samples += samples or 0
+        if samples:
+            self._samples += samples
         if self._flops_on:
             self._flops_on = self.flops.batch_end(stepped, self._micro)
-        if stepped and self.step is not None and not self._ended:
+        step = self.step
+        if stepped and step is not None and not self._ended:
             self._last_elapsed = self.clock.elapsed(time.perf_counter())  # the last step's time, if no step follows
-            self._ended, self._expected, self._done = True, self.step + 1, self.step
+            self._ended, self._expected, self._done = True, step + 1, step
             self.steps_run += 1
-            if self.config.nsys_steps is not None and self.step == self.config.nsys_steps[1]:
-                self.windows.nsys.stop(self.step)
-            if (self.step + 1) % self.ctx.log_every_n_steps == 0:  # the steps measured so far (this one is not yet)
-                with self.tool_time("log"):
-                    self._log_interval(self.step + 1)
+            if self._nsys_steps is not None and step == self._nsys_steps[1]:
+                self.windows.nsys.stop(step)
+            if (step + 1) % self._log_every == 0:  # the steps measured so far (this one is not yet)
+                self._logging_step(step + 1)
             if self._recording:
                 with self.tool_time("window"):
                     if self.windows.step_completed():
                         self._recording, self._clean = False, False
-        self.phase("framework")
+                self._replain()
+        if self._plain:
+            self._phase = "framework"
+        else:
+            self.phase("framework")
 
     def phase(self, name: str) -> None:
         """End the current phase range and open ``name`` (NVTX always; a trace span inside windows)."""
+        if self._plain:  # the usual case outside windows: nothing to close or open
+            self._phase = name
+            return
         if self._phase is not None:
             self.end_phase()
         self._phase = name
         if self.mem.armed:
             self.mem.phase(name, self.step)
+            self._replain()  # the armed step's last phase disarms it
         if self._nvtx_on:
             self.nvtx.push(name)
         if self._recording:
@@ -175,6 +200,8 @@ class PerfEngine(SetAside, RunFiles):
         if self._phase is None:
             return
         self._phase = None
+        if self._plain:
+            return
         if self._nvtx_on:
             self.nvtx.pop()
         if self._phase_rf is not None:
@@ -183,26 +210,43 @@ class PerfEngine(SetAside, RunFiles):
 
     # ---- once per optimizer step -------------------------------------------------------------------------------
     def _begin(self, step: int, t: float) -> None:
-        carry = self._pending_t is not None
-        if self._pending_t is not None:
-            t, self._pending_t = self._pending_t, None
-        self.end_phase()
+        pending = self._pending_t
+        carry = pending is not None
+        if pending is not None:
+            t, self._pending_t = pending, None
+        if self._phase is not None:
+            if self._plain:
+                self._phase = None
+            else:
+                self.end_phase()
         if self.step is not None:
             self._end_step(t)
         self.step, self._ended, self._expected, self._micro, self._samples = step, False, step, 0, 0
-        self.clock.begin(t, carry_wait=carry)
+        self.clock.begin(t, carry)
         if not self.steps_run and not self.compile.installed:  # a model compiled after the engine was made
             self.compile.install()
         if self.mem.history_at is not None:
             self.mem.step_begins(step)
         if self._nvtx_on:
             self.nvtx.push_step(step)
-        nsys_steps = self.config.nsys_steps
+        nsys_steps = self._nsys_steps
         if nsys_steps is not None and step == nsys_steps[0]:
             self.windows.nsys.start(step)
-        if self.windows.busy:
-            self.windows.poll()
-        self._recording = self.windows.begin_step(step)
+        windows = self.windows
+        if (windows.jobs or windows.uploads is not None) and windows.busy:  # the property only when it can be true
+            windows.poll()
+        # before the schedule's next window the action stays NONE (quiet_until, set by begin_step): no call
+        self._recording = step >= windows.quiet_until and windows.begin_step(step)
+        if self._recording or not self._plain:  # else no flag changed since the last _replain
+            self._replain()
+
+    def _replain(self) -> None:
+        """Whether phases are only names until the flags change (at each step's begin, window end, logging step).
+
+        ``_nvtx_on``, ``_recording``, an open phase span and the memory watch's ``armed`` are read here, so that a
+        phase outside windows reads one flag.
+        """
+        self._plain = not (self._nvtx_on or self._recording or self._phase_rf is not None or self.mem.armed)
 
     def _end_step(self, t: float | None) -> None:
         """Measure the step that ended; ``t``: when the next began (None: at its optimizer step, no step follows)."""
@@ -217,7 +261,7 @@ class PerfEngine(SetAside, RunFiles):
         if step == self.flops.counted_step:  # its ops ran through the FLOP counter: its time is not its own
             self._clean = False
             self.monitor.set_aside()
-        elif self.windows.action.value:  # a profiled step: its times are not comparable
+        elif self.windows.action is not Action.NONE:  # a profiled step: its times are not comparable
             self._clean = False
         else:
             elapsed = self._last_elapsed if t is None else self.clock.elapsed(t)
@@ -240,17 +284,32 @@ class PerfEngine(SetAside, RunFiles):
             self._end_step(None)
         with self.tool_time("log"):
             self._log_interval(self._done + 1, clean=False)
+        self._replain()
         return True
 
     def _interval_rates(self, metrics: dict[str, float]) -> None:
         self.flops.add_metrics(metrics)
         self.compile.add_metrics(metrics, self.step)
 
+    def _logging_step(self, step: int) -> None:
+        """Log the interval that ends at ``step``: ``tool_time("log")`` without a generator, on the hot path's way."""
+        if self._recording:
+            with self.tool_time("log"):
+                self._log_interval(step)
+        else:
+            t0 = time.perf_counter()
+            try:
+                self._log_interval(step)
+            finally:
+                self._tool_spent("log", time.perf_counter() - t0)
+        if self.mem.armed:  # the interval's logging armed the next memory-measured step
+            self._plain = False
+
     def _log_interval(self, step: int, clean: bool = True) -> None:
         self._logged = True
         try:
-            self.monitor.log_interval(step, self.memory, clean and self._clean, self.clock.loader_timed,
-                                      lambda metrics: self.mem.log(metrics, step))
+            extra = (lambda metrics: self.mem.log(metrics, step)) if self.mem.peaks is not None else None
+            self.monitor.log_interval(step, self.memory, clean and self._clean, self.clock.loader_timed, extra)
             self._clean = True
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
             self.memory = None
@@ -281,6 +340,7 @@ class PerfEngine(SetAside, RunFiles):
                    lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history):
             _quiet(fn)
         self._recording = False
+        self._replain()
         if exc is None:  # after the window's export: our logging is no span in its trace
             _quiet(self.log_short_run)
         if exc is None and self.is_main and self.steps_run and self.windows.nothing_recorded():

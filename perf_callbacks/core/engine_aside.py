@@ -92,5 +92,9 @@ class SetAside:
             yield
         finally:
             exit_span(rf)
-            self.clock.set_aside(spent := self._now() - t0)
-            self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + spent
+            self._tool_spent(kind, self._now() - t0)
+
+    def _tool_spent(self, kind: str, spent: float) -> None:
+        """``spent`` seconds of our own ``kind`` of work: set aside from the open step, added to the overhead."""
+        self.clock.set_aside(spent)
+        self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + spent

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from typing import Any
@@ -93,15 +94,28 @@ class MemorySampler:
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_statm: dict[int, int] = {}  # pid -> open fd of /proc/self/statm (re-opened after fork)
+_statm: list[int] = []  # the open fd of this process's /proc/self/statm (a forked child opens its own)
+
+
+def _forked() -> None:
+    """In a forked child: the inherited fd reads the parent's statm."""
+    while _statm:
+        with contextlib.suppress(OSError):
+            os.close(_statm.pop())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def host_rss_bytes() -> int:
-    """Resident set size of this process (``/proc/self/statm``, kept open; peak RSS where /proc is missing)."""
+    """Resident set size of this process (``/proc/self/statm``, kept open; peak RSS where /proc is missing).
+
+    One ``pread`` a call: no ``getpid`` (a system call too) to tell a forked child, which opens its own at fork.
+    """
     try:
-        fd = _statm.get(os.getpid())
-        if fd is None:
-            fd = _statm[os.getpid()] = os.open("/proc/self/statm", os.O_RDONLY)
-        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
+        if not _statm:
+            _statm.append(os.open("/proc/self/statm", os.O_RDONLY))
+        return int(os.pread(_statm[0], 128, 0).split()[1]) * _PAGE
     except (OSError, ValueError, IndexError, AttributeError):
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

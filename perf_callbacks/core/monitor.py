@@ -64,11 +64,12 @@ class StepMonitor:
                  micro_batches: int = 1) -> None:
         """One optimizer step of ``micro_batches`` micro-batches outside profiling windows (seconds)."""
         self.stats.update(step_time, wait, samples, micro_batches)
-        self._steps = (self._steps[0] if self._steps else step, step)
-        units = ("sample", samples) if samples else ("micro-batch", max(1, micro_batches))
+        self._steps = (self._steps[0], step) if self._steps else (step, step)
+        unit, count = ("sample", samples) if samples else ("micro-batch", micro_batches if micro_batches > 1 else 1)
         if self._units is None:
-            self._units = units
-        self._varied = self._varied or units != self._units
+            self._units = (unit, count)
+        elif not self._varied and (count != self._units[1] or unit != self._units[0]):
+            self._varied = True
         if loader_timed and not self.data_wait_check.done:
             self._check_data_wait(step, step_time, wait)
 

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import math
 
 from perf_callbacks.config import ScheduleConfig
 
@@ -54,6 +55,19 @@ class Schedule:
         if pos < c.wait + c.warmup:
             return Action.WARMUP
         return Action.RECORD_AND_SAVE if pos == self.cycle - 1 else Action.RECORD
+
+    def next_active(self, step: int) -> float:
+        """The first step from ``step`` on whose action is not NONE (``inf`` when the schedule has no more windows)."""
+        c = self.config
+        rel = step - c.skip_first
+        if rel < 0:
+            rel = 0
+        cycle, pos = divmod(rel, self.cycle)
+        if c.repeat > 0 and cycle >= c.repeat:
+            return math.inf
+        if pos < c.wait:
+            return c.skip_first + cycle * self.cycle + c.wait
+        return max(step, c.skip_first)
 
     def window(self, step: int) -> tuple[int, int]:
         """First and last active step of the cycle that ``step`` belongs to."""

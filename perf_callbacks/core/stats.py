@@ -30,10 +30,12 @@ class StepStats:
     def update(self, step_time: float, data_wait: float, samples: int | None, micro_batches: int = 1) -> None:
         """Add one optimizer step (seconds) of ``samples`` samples in ``micro_batches`` micro-batches."""
         self.step_times.append(step_time)
-        self.unit_times.append(step_time / (samples or max(1, micro_batches)))
-        self.data_wait += data_wait
         if samples:
+            self.unit_times.append(step_time / samples)
             self.samples += samples
+        else:
+            self.unit_times.append(step_time / (micro_batches if micro_batches > 1 else 1))
+        self.data_wait += data_wait
 
     def compute(self) -> dict[str, float]:
         """Median step time, data-wait share and samples per second of the interval so far."""

@@ -69,6 +69,7 @@ class WindowRecorder:
         self.model: torch.nn.Module | None = None
         self.session: ProfilerSession | None = None
         self.action = Action.NONE
+        self.quiet_until: float = 0  # the schedule's action is NONE for every step before this one (set by begin_step)
         self.steps: list[int] = []  # steps begun while recording, in this window
         self.completed = 0  # of those, steps that finished their optimizer step
         self._retracted: int | None = None  # a step begun in this window that never completed (training ended)
@@ -93,7 +94,9 @@ class WindowRecorder:
         """The schedule's action for ``step``, taken at the step's first activity; True when the step is recorded."""
         self.action = self.schedule.action(step) if self.enabled else Action.NONE
         if self.action is Action.NONE:
+            self.quiet_until = self.schedule.next_active(step)
             return False
+        self.quiet_until = 0
         try:
             return self._enter(step)
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training

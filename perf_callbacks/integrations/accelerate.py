@@ -266,8 +266,18 @@ class AcceleratePerfHook(StepCounting):
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
             if self.accelerator is not None and len(self.accelerator._optimizers) > len(self._hooked):
                 self._hook_optimizers()  # prepared after register(): hook them now, or a plain loop counts nothing
-            with self.phase("backward"):
+            engine = self._open_engine()  # what `with self.phase("backward")` does, without a generator each step
+            if engine is not None:
+                engine.phase("backward")
+            try:
                 return backward(loss, **kwargs)
+            except OutOfMemoryError as err:
+                if engine is not None:
+                    engine.note_failure(err)
+                raise
+            finally:
+                if engine is not None and not self._closed:
+                    engine.end_phase()
 
         return wrapped
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -34,3 +35,17 @@ def test_a_single_cycle_records_nothing_after_it() -> None:
     s = Schedule(ScheduleConfig(wait=1, warmup=1, active=2, repeat=1, skip_first=3))
     assert [s.action(i).name for i in range(3, 9)] == ["NONE", "WARMUP", "RECORD", "RECORD_AND_SAVE", "NONE", "NONE"]
     assert s.action(100) is Action.NONE
+
+
+@pytest.mark.parametrize(
+    ("wait", "warmup", "active", "repeat", "skip_first"),
+    list(itertools.product([0, 1, 3], [0, 2], [1, 3], [0, 1, 2], [0, 4])),
+)
+def test_next_active_is_the_first_step_with_an_action(
+    wait: int, warmup: int, active: int, repeat: int, skip_first: int
+) -> None:
+    """What lets the engine skip the schedule until a window is due: never later than the first step that acts."""
+    s = Schedule(ScheduleConfig(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first))
+    for step in range(60):
+        first = next((i for i in range(step, 120) if s.action(i) is not Action.NONE), math.inf)
+        assert s.next_active(step) == first, step
