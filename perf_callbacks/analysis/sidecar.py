@@ -25,6 +25,7 @@ from typing import Any
 from perf_callbacks._errors import describe_error
 from perf_callbacks.analysis.api import build_result
 from perf_callbacks.analysis.collect import analyze_file
+from perf_callbacks.analysis.console import console_parts
 from perf_callbacks.analysis.sidecar_store import (
     CANNOT_WRITE,
     FORMAT,
@@ -50,7 +51,8 @@ def write_sidecar(trace: Path, meta: dict[str, Any] | None = None, top_k: int = 
         top_k: how many top ops the ``text`` report lists.
 
     Returns:
-        The sidecar: ``format``, ``trace``, ``trace_bytes``, ``meta``, and either ``text``, ``scalars``, ``rank``
+        The sidecar: ``format``, ``trace``, ``trace_bytes``, ``meta``, and either ``text``, ``scalars``, ``console``
+        (the window's console line as data, :mod:`perf_callbacks.analysis.console`), ``rank``
         (the rank result as a dict), ``verdict`` and ``verdict_note``, or ``error`` (one line) when it failed.
 
     Example:
@@ -69,7 +71,7 @@ def write_sidecar(trace: Path, meta: dict[str, Any] | None = None, top_k: int = 
     else:
         result = build_result(str(trace), [loaded.result], max(top_k, RANK_TOP_K))
         data.update(text=format_text(result, top_k=top_k), scalars=result.scalars(), verdict=result.verdict,
-                    verdict_note=result.verdict_note, rank=loaded.result.to_dict())
+                    verdict_note=result.verdict_note, console=console_parts(result), rank=loaded.result.to_dict())
     write_atomic(sidecar_path(trace), json.dumps(data, indent=1, default=_plain))
     return data
 

@@ -66,6 +66,7 @@ class WindowJob:
         self.tidy = False  # this process is the only writer of the run folder: a failed trace leaves no empty folder
         self.summary: str | None = None
         self.scalars: dict[str, float] = {}
+        self.console: dict[str, str] | None = None  # the window's line as data: {verdict, figure, action}
         self.analysis_s = 0.0
         self.finished = threading.Event()
         self.rephrase: Callable[[str], str] = str  # the analysis' advice in the framework's own terms
@@ -132,6 +133,10 @@ class WindowJob:
         else:
             body = self.rephrase(str(sidecar["text"]))
             self.scalars = {k: float(v) for k, v in (sidecar.get("scalars") or {}).items()}
+            line = sidecar.get("console")
+            if isinstance(line, dict) and all(isinstance(line.get(k), str) for k in ("verdict", "figure", "action")):
+                self.console = {"verdict": line["verdict"], "figure": line["figure"],
+                                "action": self.rephrase(line["action"])}
         text = self.shown("\n".join([*(self.header or []), body.rstrip(), f"trace: {trace}"]) + "\n")
         if self.write_summary:
             try:

@@ -57,25 +57,23 @@ def publish_summary(ctx: RunContext, text: str, scalars: dict[str, float], windo
         outputs.call("metrics", lambda: log_text("perf/window/summary", f"```\n{text}```", step))
 
 
-def window_line(text: str, scalars: dict[str, float], meta: dict[str, Any], folder: Path) -> str:
-    """The window's one console line: its steps, verdict, data wait and GPU busy share, first advice, and the folder.
+def window_line(console: dict[str, str] | None, meta: dict[str, Any], folder: Path) -> str:
+    """The window's one console line: its steps, verdict, the one number behind it, the first advice, the folder.
+
+    ``console`` is the analysis' own data (``perf_callbacks.analysis.console``), never read back from the summary's
+    text; None when the analysis gave none (the summary says why).
 
     Example:
-        >>> window_line("verdict: input_bound", {"perf/window/data_wait_fraction": 0.31,
-        ...                                     "perf/window/gpu_utilization": 0.64},
+        >>> window_line({"verdict": "input_bound", "figure": "data wait 31%", "action": "try num_workers=4"},
         ...             {"window": [12, 14], "partial": False}, Path("w"))
-        'perf-callbacks: steps 12-14 input_bound (data wait 31%, GPU busy 64%) -> w/summary.txt'
+        'perf-callbacks: steps 12-14 input_bound: data wait 31%; try num_workers=4 -> w/summary.txt'
     """
-    lines = text.splitlines()
-    verdict = next((x.split(":", 1)[1].strip() for x in lines if x.startswith("verdict:")), "no verdict")
-    advice = next((x.strip()[3:] for x in lines if x.startswith("  1. ")), "")
-    named = (("data wait", "perf/window/data_wait_fraction"), ("GPU busy", "perf/window/gpu_utilization"))
-    figures = [f"{name} {scalars[key]:.0%}" for name, key in named if key in scalars]
     first, last = meta["window"]
-    partial = " (partial)" if meta.get("partial") else ""
-    shown = f" ({', '.join(figures)})" if figures else ""
-    return (f"perf-callbacks: steps {first}-{last}{partial} {verdict}{shown}{': ' + advice if advice else ''}"
-            f" -> {folder / 'summary.txt'}")
+    head = f"perf-callbacks: steps {first}-{last}{' (partial)' if meta.get('partial') else ''}"
+    if console is None:
+        return f"{head}: no verdict (the trace could not be analysed) -> {folder / 'summary.txt'}"
+    said = "; ".join(part for part in (console["figure"], console["action"]) if part)
+    return f"{head} {console['verdict']}{': ' + said if said else ''} -> {folder / 'summary.txt'}"
 
 
 def console_text(text: str) -> str:

@@ -300,7 +300,7 @@ class WindowRecorder:
         if job.summary is None:
             return
         self.summaries.append(job.summary)
-        line = None if self.config.verbose else window_line(job.summary, job.scalars, job.meta, job.dest.parent)
+        line = None if self.config.verbose else window_line(job.console, job.meta, job.dest.parent)
         if line is not None and self.uploads is not None:
             line = self.uploads.shown(line)
         publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]), self.outputs, line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import warnings
@@ -172,7 +173,9 @@ def test_the_reporting_rank_publishes_its_windows_summary(tmp_path: Path, capsys
     assert texts == [("perf/window/summary", f"```\n{summary}```", 6)]
     ((step, figures),) = scalars
     assert step == 6 and figures and all(k.startswith("perf/window/") for k in figures)
-    line = window_line(summary, figures, {"window": [4, 5], "partial": False}, path.parent)
+    side = json.loads((path.parent / "rank0.summary.json").read_text())
+    line = window_line(side["console"], {"window": [4, 5], "partial": False}, path.parent)
+    assert line.startswith(f"perf-callbacks: steps 4-5 {side['verdict']}: ")
     assert capsys.readouterr().out == (console_text(summary) if verbose else line) + "\n"
 
 

@@ -47,8 +47,12 @@ def test_one_line_per_window_unless_verbose(capsys: pytest.CaptureFixture[str]) 
 
     text = "perf-callbacks summary: steps 6-6, rank 0\nverdict: host_bound\nrecommendations:\n  1. use CUDA graphs\n"
     meta = {"window": [6, 6], "partial": True}
-    line = window_line(text, {"perf/window/data_wait_fraction": 0.05}, meta, Path("w"))
-    assert line == "perf-callbacks: steps 6-6 (partial) host_bound (data wait 5%): use CUDA graphs -> w/summary.txt"
+    console = {"verdict": "host_bound", "figure": "device waiting on the host 40%", "action": "torch.compile"}
+    line = window_line(console, meta, Path("w"))
+    assert line == "perf-callbacks: steps 6-6 (partial) host_bound: device waiting on the host 40%; torch.compile -> " \
+                   "w/summary.txt"
+    assert window_line(None, meta, Path("w")) == "perf-callbacks: steps 6-6 (partial): no verdict (the trace could " \
+                                                 "not be analysed) -> w/summary.txt"
     ctx = RunContext(output_dir=Path("."), run_name="r")
     publish_summary(ctx, text, {}, 6, line=line)
     assert capsys.readouterr().out == line + "\n"

@@ -256,7 +256,7 @@ def test_a_window_summary_lands_at_the_step_after_the_window(tmp_path: Path, mon
     assert scalars["train/loss"] == [10, 20, 30] and trainer.state.global_step == 30
 
 
-def test_the_window_summary_speaks_in_training_arguments(tmp_path: Path) -> None:
+def test_the_window_summary_speaks_in_training_arguments(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """An input-bound window: the summary's advice names dataloader_num_workers, not the DataLoader's num_workers."""
     import re
 
@@ -269,6 +269,8 @@ def test_the_window_summary_speaks_in_training_arguments(tmp_path: Path) -> None
     # the caveat of record_shapes fits the verdict: the loading ran in this process; no host-bound verdict to confirm
     assert "with dataloader_num_workers=0 the loading runs in this process, so the data wait is inflated" in text, text
     assert "host-bound" not in text, text
+    (line,) = [x for x in capfd.readouterr().out.splitlines() if x.startswith("perf-callbacks: steps 3-4 ")]
+    assert "input_bound: data wait " in line and "; try dataloader_num_workers=" in line, line  # the line too
     assert not re.search(r"(?<!dataloader_)(num_workers|pin_memory|persistent_workers)=", text), text
 
 
