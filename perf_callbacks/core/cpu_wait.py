@@ -44,23 +44,30 @@ class ThreadWait:
 
     def __init__(self) -> None:
         self._fd: int | None = None
-        self._thread: int | None = None
+        self._owner: tuple[int, int] | None = None  # (process, thread) the file was opened for
         self._closer: weakref.finalize | None = None  # type: ignore[type-arg]
 
     def __call__(self) -> float | None:
         """Seconds the calling thread has waited for a CPU since it started; None where the kernel does not say."""
+        sched = self.sched()
+        return None if sched is None else sched[1]
+
+    def sched(self) -> tuple[float, float] | None:
+        """``(ran, waited)``: seconds the calling thread ran on a CPU and waited for one; None where not said."""
         try:
-            if self._thread != threading.get_ident() or self._fd is None:
+            if self._owner != (os.getpid(), threading.get_ident()) or self._fd is None:
                 self._open()
             assert self._fd is not None
-            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
-        except (OSError, ValueError, IndexError, AssertionError):
+            ran, waited = os.pread(self._fd, 128, 0).split()[:2]
+            return int(ran) / 1e9, int(waited) / 1e9
+        except (OSError, ValueError, AssertionError):
             return None
 
     def _open(self) -> None:
+        """Open the calling thread's file (a forked child opens its own: the inherited one is its parent's thread)."""
         if self._closer is not None:
             self._closer()
-        self._fd, self._thread = None, threading.get_ident()
+        self._fd, self._owner = None, (os.getpid(), threading.get_ident())
         self._fd = os.open(SCHEDSTAT, os.O_RDONLY)
         self._closer = weakref.finalize(self, os.close, self._fd)
 

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from perf_callbacks.core.cpu_wait import ThreadWait
+
 META_KEY = "perf_callbacks_load"
 """The trace's top-level metadata key (``perf_callbacks.analysis.machine.LOAD_KEY``)."""
 WORKER_NAME = "pt_data_worker"
@@ -118,7 +120,7 @@ class LoadProbe:
     def mark(self) -> LoadMark:
         """The counters now (call on the training thread)."""
         pids = worker_pids() if self.num_workers != 0 else []
-        return LoadMark(time.perf_counter(), threading.get_ident(), read_sched("/proc/thread-self/schedstat"),
+        return LoadMark(time.perf_counter(), threading.get_ident(), _own_sched(),
                         {pid: s for pid in pids if (s := read_sched(f"/proc/{pid}/schedstat"))})
 
     def since(self, start: LoadMark) -> Load:
@@ -135,6 +137,17 @@ class LoadProbe:
             deltas = deltas[:self.num_workers]
         return Load(max(end.t - start.t, 0.0), own[1] if own else None, own[0] if own else None, len(deltas),
                     sum(d[0] for d in deltas) if deltas else None, sum(d[1] for d in deltas) if deltas else None)
+
+
+_THREADS = threading.local()
+
+
+def _own_sched() -> Sched | None:
+    """The calling thread's ``(ran, waited)`` from a file kept open per thread: one ``pread``, no open each time."""
+    reader = getattr(_THREADS, "reader", None)
+    if reader is None:
+        reader = _THREADS.reader = ThreadWait()
+    return reader.sched()
 
 
 def read_sched(path: str) -> Sched | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 from perf_callbacks.config import PerfConfig
@@ -97,3 +98,25 @@ def test_the_kept_file_reads_what_the_kernel_says_now_and_follows_the_thread() -
     assert len(os.listdir("/proc/self/fd")) == files  # the first thread's file closed when the second's opened
     ThreadWait()()  # opens its file, and is gone
     assert len(os.listdir("/proc/self/fd")) == files  # closed with its reader
+
+
+def test_a_forked_child_reads_its_own_thread_not_the_file_it_inherited() -> None:
+    """The kept-open file names the thread that opened it: a forked child must open its own, or it would read its
+    parent's counters (a parent that ran 0.2 s on a CPU, a child that just started)."""
+    reader = ThreadWait()
+    end = time.perf_counter() + 0.2
+    while time.perf_counter() < end:
+        pass
+    parent = reader.sched()
+    assert parent is not None and parent[0] >= 0.1
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what it reads, and leave without running the parent's exit handlers
+        child = reader.sched()
+        os.write(write_fd, repr(None if child is None else child[0]).encode())
+        os._exit(0)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    child_ran = float(os.read(read_fd, 100))
+    os.close(read_fd)
+    assert child_ran < parent[0] / 2
