@@ -88,6 +88,9 @@ def _in_process(r: RankResult) -> bool:
 def judged_losses(r: RankResult) -> dict[str, float]:
     """``r.losses`` with the input loss replaced by the share its evidence supports, a contention under its bar by 0.
 
+    A contention over its bar leaves no input loss where the training thread loaded its batches itself
+    (``num_workers=0``): the fetches waited for a CPU as the rest did, and no num_workers advice can rest on them.
+
     The bar is :data:`perf_callbacks.analysis.load.BAR`.
     """
     judged = dict(r.losses)
@@ -95,6 +98,8 @@ def judged_losses(r: RankResult) -> dict[str, float]:
         judged["input"] = input_evidence(r).share
     if CAUSE in judged:
         judged[CAUSE] = judged_contention(judged[CAUSE])
+        if judged[CAUSE] and _in_process(r):  # loading in a thread that waited for a CPU most of the window:
+            judged["input"] = 0.0  # what is left of its wait is as stretched as the rest, no measure of the loader
     return judged
 
 
