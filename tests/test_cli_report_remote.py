@@ -169,3 +169,16 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     got = sorted(path.split("/", 3)[2:] for method, path, _ in s3.requests  # type: ignore[misc]
                  if method == "GET" and path.endswith(".pt.trace.json.gz"))
     assert got == [[side, f"run/window-000001-000003/rank{r}.pt.trace.json.gz"] for side in "ab" for r in (0, 1)]
+
+
+def test_report_no_sidecars_of_a_url_downloads_and_parses_every_trace(tmp_path: Path, s3: S3Server,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Every trace has its sidecar, but ``--no-sidecars`` asks for the traces: both downloaded whole, none looked at
+    first, and the text is that of the local folder parsed without sidecars."""
+    local = _run(tmp_path, ranks=2)
+    options = _upload(s3, local, "perf-nosidecars", "perf")
+    _, here = _report(capsys, str(local), "--no-sidecars")
+    s3.requests.clear()
+    code, there = _report(capsys, "s3://perf-nosidecars/perf", "--storage-options", options, "--no-sidecars")
+    assert code == 0 and there == here.replace(str(local), "s3://perf-nosidecars/perf")
+    assert _trace_gets(s3) == (2, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,21 @@ def test_ctrl_c_during_the_wait_at_close_says_what_is_left(tmp_path: Path, monke
     monkeypatch.setattr(up._done, "wait", interrupted)
     left = up.finish(timeout_s=30)  # returns instead of raising out of the engine's close
     assert len(left) == 3 and "3 file(s) not uploaded to s3://bucket/perf" in capsys.readouterr().err
+
+
+def test_each_retry_waits_its_delay_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two transient failures of the first file: it is tried again after 0.01 s, then 0.02 s; the others at once."""
+    slept: list[float] = []
+
+    class Clock:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def sleep(self, seconds: float) -> None:
+            slept.append(seconds)
+            time.sleep(seconds)
+
+    monkeypatch.setattr(remote, "time", Clock())
+    up, said, left = _run(tmp_path, Flaky(2, ConnectionError("connection reset by peer")), monkeypatch)
+    assert said == [] and left == [] and up.uploaded == 3
+    assert [s for s in slept if s > 0] == [0.01, 0.02]
