@@ -355,7 +355,7 @@ class FedRecords:
         self.records: list[Any] = []
         self.breaks: list[Any] = []
         self.said: list[str] = []
-        self.patches = [mock.patch("torch._dynamo.utils.get_compilation_metrics", side_effect=lambda: list(self.records)),
+        self.patches: list[Any] = [mock.patch("torch._dynamo.utils.get_compilation_metrics", side_effect=lambda: list(self.records)),
                         mock.patch("torch._dynamo.utils.graph_break_reasons", self.breaks)]
 
     def watch(self) -> CompileWatch:

@@ -7,6 +7,7 @@ import gzip
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 from unittest import mock
 
 import pytest
@@ -462,7 +463,7 @@ def test_a_compiled_model_is_never_run_under_the_counter(tmp_path: Path) -> None
     """A model the adapter says is compiled, or one wrapped by torch.compile (never run here: only looked at)."""
     with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
         told = counted_step_with(tmp_path, mlp(), compiled=True)
-        wrapped = counted_step_with(tmp_path, torch.compile(mlp()))
+        wrapped = counted_step_with(tmp_path, cast(nn.Module, torch.compile(mlp())))
     assert counter.call_count == 0
     for flops in (told, wrapped):
         assert flops.counted_step is None and flops.per_step is None and not flops.wants_hooks
