@@ -258,3 +258,16 @@ def test_a_damaged_sidecar_on_s3_gets_its_trace_read(tmp_path: Path, s3: S3Serve
     assert code == remote_code == 0
     assert there == here.replace(str(tmp_path / "perf"), url)
     assert "verdict: sync_bound" in there
+
+
+def test_report_no_sidecars_of_a_url_downloads_and_parses_every_trace(tmp_path: Path, s3: S3Server,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Every trace has its sidecar, but ``--no-sidecars`` asks for the traces: both downloaded whole, none looked at
+    first, and the text is that of the local folder parsed without sidecars."""
+    local = _run(tmp_path, ranks=2)
+    options = _upload(s3, local, "perf-nosidecars", "perf")
+    _, here = _report(capsys, str(local), "--no-sidecars")
+    s3.requests.clear()
+    code, there = _report(capsys, "s3://perf-nosidecars/perf", "--storage-options", options, "--no-sidecars")
+    assert code == 0 and there == here.replace(str(local), "s3://perf-nosidecars/perf")
+    assert _trace_gets(s3) == (2, 0)

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from bisect import bisect_right
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -167,7 +167,7 @@ def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
 
 def memory_figures(ev: list[dict[str, Any]], device_type: int = 1) -> dict[str, Any]:
     """Self bytes and calls per op (each memory event charged to the innermost cpu_op around it on its thread), the
-    peak of Total Allocated with its op and its time from the window start (ms), and what is held at the peak: the
+    memory events each op (or ``(outside any op)``) was charged with, the peak of Total Allocated with its op and its time from the window start (ms), and what is held at the peak: the
     allocations not yet freed (matched by address) by the op that made them, the rest allocated before the trace."""
     lo, _ = window(ev)
     ops: dict[Any, list[tuple[float, float, float, str]]] = defaultdict(list)
@@ -203,7 +203,7 @@ def memory_figures(ev: list[dict[str, Any]], device_type: int = 1) -> dict[str, 
     for nbytes, owner in alive.values():
         held[owner] += nbytes
     held["(allocated before the trace)"] = mem[top]["args"]["Total Allocated"] - sum(held.values())
-    return {"self_bytes": dict(self_bytes), "calls": dict(calls),
+    return {"self_bytes": dict(self_bytes), "calls": dict(calls), "events": dict(Counter(owners)),
             "peak": {"bytes": mem[top]["args"]["Total Allocated"], "op": owners[top],
                      "ts_ms": (mem[top]["ts"] - lo) / 1e3},
             "held": {k: v for k, v in held.items() if v > 0}}
@@ -253,3 +253,9 @@ def annotated_nccl_figures(ev: list[dict[str, Any]], device: int) -> dict[str, d
         out[name] = {"count": len(got), "bytes": sized, "total_ms": us / 1e3,
                      "algbw_gbps": None if sized is None else sized / us / 1e3}
     return out
+
+
+def op_calls(memory: dict[str, Any], name: str) -> int:
+    """What memory by op counts as ``calls`` for ``name`` in ``memory_figures``' result: the op's calls; for the
+    events outside any op, how many there are."""
+    return int(memory["events"][name] if name == "(outside any op)" else memory["calls"][name])

@@ -11,7 +11,7 @@ from perf_callbacks.analysis.diff import compare
 from perf_callbacks.analysis.diff_html import render_diff_html
 from perf_callbacks.analysis.diff_text import format_diff
 from tests.analysis import measure_truth as truth
-from tests.analysis.test_measures import H200, NCCL, analyzed, approx, h200
+from tests.analysis.test_measures import H200, NCCL, analyzed, approx, h200, raw
 from tests.foreign import needs_foreign
 
 
@@ -87,14 +87,16 @@ def test_diff_compares_bandwidth_latency_and_memory() -> None:
 
 
 @needs_foreign
-def test_diff_compares_collectives_per_step() -> None:
-    r = analyzed(NCCL)
-    d = compare(r, r)
+def test_diff_compares_collectives_per_step(tmp_path: Path) -> None:
+    """One rank against the same trace as two ranks: twice the calls over twice the steps, the same time per step."""
+    d = compare(analyzed(NCCL), analyze(_two_ranks(tmp_path, NCCL), sidecars=False))
     row = next(c for c in d.measures["communication"] if c["name"] == "AllReduce")
-    steps = sum(len(x.steps) for x in r.ranks)
-    allreduce = next(c for c in r.communication if c["name"] == "AllReduce")
-    assert row["base"]["exposed_ms_per_step"] == approx(allreduce["exposed_ms"] / steps)
-    assert row["base"] == row["new"]
+    want = truth.nccl_figures(raw(NCCL))["AllReduce"]
+    steps = len({e["name"] for e in raw(NCCL) if str(e.get("name", "")).startswith("ProfilerStep#")})
+    assert (row["base"]["count"], row["new"]["count"]) == (want["count"], 2 * want["count"])
+    for side in ("base", "new"):
+        assert row[side]["exposed_ms_per_step"] == approx(want["exposed_ms"] / steps)
+        assert row[side]["total_ms_per_step"] == approx(want["total_ms"] / steps)
     assert "AllReduce (default_pg) busbw" in format_diff(d)
 
 

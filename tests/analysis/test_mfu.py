@@ -66,9 +66,22 @@ def test_flops_not_measured_say_why_and_a_foreign_trace_says_nothing() -> None:
     fields, notes = window_mfu([known], 100.0, {})
     assert fields["flops_per_step"] is None and notes == [
         "MFU: FLOPs per step not measured (flops: false): set flops_per_step"]
-    assert window_mfu([{}], 100.0, {}) == (window_mfu([{}], 100.0, {})[0], [])
-    assert window_mfu([{}], 100.0, {})[0]["mfu"] is None
+    assert window_mfu([{}], 100.0, {}) == ({"flops_per_step": None, "achieved_tflops": None, "peak_tflops": None,
+                                            "mfu": None, "mfu_gap": None, "flops_source": "", "peak_source": ""}, [])
     assert flops_meta({META_KEY: {"flops_per_step": True, "peak_tflops": -1}})["flops_per_step"] is None
+
+
+def test_ranks_give_the_mean_of_their_flops_and_peaks_and_say_when_they_differ() -> None:
+    """Two ranks counting 2e12 and 4e12 FLOPs a step on 100 and 200 TFLOP/s peaks: 3e12 on 150 (the mean, not the
+    max), with a note; ranks that agree get none."""
+    ranks = [{"flops_per_step": f, "peak_tflops": p, "source": "counted", "peak_source": "table"}
+             for f, p in ((2e12, 100.0), (4e12, 200.0))]
+    fields, notes = window_mfu(ranks, 100.0, {})
+    assert (fields["flops_per_step"], fields["peak_tflops"]) == (3e12, 150.0)
+    assert fields["achieved_tflops"] == pytest.approx(30.0) and fields["mfu"] == pytest.approx(0.2)
+    assert notes == ["MFU: the ranks' FLOPs per step differ (2e+12 to 4e+12): their mean"]
+    fields, notes = window_mfu([ranks[0], dict(ranks[0])], 100.0, {})
+    assert fields["flops_per_step"] == 2e12 and notes == []
 
 
 def run_windows(tmp_path: Path, summary: bool, **options: object) -> PerfEngine:

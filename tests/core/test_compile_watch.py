@@ -19,6 +19,7 @@ import torch
 import torch._dynamo
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.compile_watch import CompileWatch
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.exceptions import CompileWarning, InstrumentUnavailableWarning, PerformanceDegradationWarning
 
@@ -345,3 +346,70 @@ def test_graph_break_and_storm_words() -> None:
     assert storm_message([(5, 0.25), (6, 0.5)], 50, record, None).startswith(
         "torch.compile recompiled at 2 of the last 50 steps (steps 5, 6; 0.8 s of compilation); `step` (train.py:7) was "
         "recompiled (torch recorded no reason: run with TORCH_LOGS=recompiles to see it). ")
+
+
+class FedRecords:
+    """torch's compile records and graph-break reasons, fed by the test to a CompileWatch (torch._dynamo loaded)."""
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+        self.breaks: list[Any] = []
+        self.said: list[str] = []
+        self.patches: list[Any] = [mock.patch("torch._dynamo.utils.get_compilation_metrics", side_effect=lambda: list(self.records)),
+                        mock.patch("torch._dynamo.utils.graph_break_reasons", self.breaks)]
+
+    def watch(self) -> CompileWatch:
+        return CompileWatch(lambda key, category, message: self.said.append(key), lambda seconds: None)
+
+    def compile_at(self, watch: CompileWatch, step: int, *cache_sizes: int) -> list[str]:
+        """Compilations in ``step`` (a cache size of 1 or more: a recompilation); what the watch said at its poll."""
+        from types import SimpleNamespace
+
+        self.records += [SimpleNamespace(cache_size=n, fail_reason=None, co_name="f", co_filename="t.py",
+                                         co_firstlineno=1, recompile_reason="size") for n in cache_sizes]
+        for _ in cache_sizes:  # torch's callbacks around each compilation
+            watch._start()
+            watch._end()
+        before = len(self.said)
+        watch.poll(step)
+        return self.said[before:]
+
+
+def test_a_recompilation_fifty_steps_back_is_out_of_the_storm_window() -> None:
+    """Recompiles at steps 10, 20, 30, 40 and 60: step 10 is 50 steps back from 60, out of the window (4 in it)."""
+    fed = FedRecords()
+    with fed.patches[0], fed.patches[1]:
+        watch = fed.watch()
+        assert fed.compile_at(watch, 0, 0) == []
+        for step in (10, 20, 30, 40):
+            assert fed.compile_at(watch, step, 1) == []
+        assert fed.compile_at(watch, 60, 1) == []
+        assert fed.compile_at(watch, 61, 1) == ["recompile_storm"]  # the control: 20, 30, 40, 60, 61
+        watch.close()
+
+
+def test_the_first_compiling_step_is_not_counted_in_a_storm() -> None:
+    """The first step compiles, then recompiles (a dynamic shape found at once): four later recompiles are no storm."""
+    fed = FedRecords()
+    with fed.patches[0], fed.patches[1]:
+        watch = fed.watch()
+        assert fed.compile_at(watch, 3, 0, 1) == []
+        for step in (10, 20, 30, 40):
+            assert fed.compile_at(watch, step, 1) == []
+        assert fed.compile_at(watch, 45, 1) == ["recompile_storm"]  # the control: a fifth later step
+        watch.close()
+
+
+def test_a_graph_break_is_said_and_counted_once() -> None:
+    from types import SimpleNamespace
+
+    fed = FedRecords()
+    with fed.patches[0], fed.patches[1]:
+        watch = fed.watch()
+        fed.breaks.append(SimpleNamespace(reason="generic_jump", user_stack=[]))
+        assert fed.compile_at(watch, 1, 0) == ["graph_breaks"]
+        assert fed.compile_at(watch, 2) == []
+        metrics: dict[str, float] = {}
+        watch.add_metrics(metrics, 3)
+        assert metrics["compile/graph_breaks"] == 1.0
+        watch.close()

@@ -7,6 +7,7 @@ import gzip
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 from unittest import mock
 
 import pytest
@@ -18,7 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.flop_count import StepCounter, extra_formulas
-from perf_callbacks.core.flops import META_KEY
+from perf_callbacks.core.flops import META_KEY, StepFlops
 from perf_callbacks.core.peak import peak_flops
 
 NO_WINDOWS = {"skip_first": 10_000}
@@ -434,3 +435,36 @@ def test_without_a_counted_step_the_dtype_is_the_adapters_then_the_parameters(tm
     assert engine.flops.compute_dtype() is torch.bfloat16
     engine.ctx.compute_dtype = torch.float16
     assert engine.flops.compute_dtype() is torch.float16
+
+
+def counted_step_with(tmp_path: Path, model: nn.Module, compiled: bool = False, **options: object) -> StepFlops:
+    """StepFlops driven by hand (no engine) over 6 steps of ``model``, as the engine calls it."""
+    flops = StepFlops(PerfConfig.from_dict({"summary": False, **options}),
+                      RunContext(output_dir=tmp_path, run_name="run"), lambda *args: None)
+    flops.model, flops.compiled = model, compiled
+    x = torch.randn(2, 32)
+    for step in range(6):
+        if flops.wants_hooks:
+            flops.batch_start(step, 0, False)
+        if not compiled and not hasattr(model, "_orig_mod"):
+            once(model, x)
+        if flops.wants_hooks:
+            flops.batch_end(True, 1)
+    return flops
+
+
+def test_the_counted_step_is_the_first_after_the_nsight_range_both_ends_included(tmp_path: Path) -> None:
+    flops = counted_step_with(tmp_path, mlp(), nsys_capture=True, nsys_steps=[0, 2])
+    assert flops.counted_step == 3 and flops.per_step == counted_by_test(mlp(), torch.randn(2, 32))
+    assert counted_step_with(tmp_path, mlp(), nsys_capture=True, nsys_steps=[1, 1]).counted_step == 0
+
+
+def test_a_compiled_model_is_never_run_under_the_counter(tmp_path: Path) -> None:
+    """A model the adapter says is compiled, or one wrapped by torch.compile (never run here: only looked at)."""
+    with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
+        told = counted_step_with(tmp_path, mlp(), compiled=True)
+        wrapped = counted_step_with(tmp_path, cast(nn.Module, torch.compile(mlp())))
+    assert counter.call_count == 0
+    for flops in (told, wrapped):
+        assert flops.counted_step is None and flops.per_step is None and not flops.wants_hooks
+        assert flops.note.startswith("not measured: the model is compiled (torch.compile)")

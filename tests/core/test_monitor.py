@@ -249,3 +249,24 @@ def test_the_warning_names_the_whole_baseline_span() -> None:
            "of 5 logging intervals over steps 10-59, beyond" in message, message
     (single,) = feed_monitor([(0.1, 32, 1)] * 10 + [(0.15, 32, 1)] * 30, every=1)
     assert "the median of 5 logging intervals over steps 1-5," in single, single
+
+
+def test_the_cpu_wait_of_an_unchecked_interval_is_not_charged_to_the_next() -> None:
+    """A run whose steps double (0.1 s -> 0.2 s, no CPU wait) while every other interval, left unchecked (a window,
+    say), waited 1.5 s for a CPU: the checked intervals' own time doubled, a slowdown (the unchecked interval's wait,
+    charged to the next, would hide it)."""
+    said: list[str] = []
+    waited = [0.0]
+    monitor = StepMonitor(PerfConfig(), RunContext(output_dir=Path("unused"), run_name="run", log_every_n_steps=10),
+                          lambda key, category, message: said.append(message), cpu_wait=CpuWait(lambda: waited[0]))
+    step = 0
+    for i in range(60):
+        slow = i >= 20
+        clean = not slow or i % 2 == 0
+        for _ in range(10):
+            monitor.measured(step, 0.2 if slow else 0.1, 0.0, None, False, 1)
+            step += 1
+        if not clean:
+            waited[0] += 1.5
+        monitor.log_interval(step, None, clean=clean, loader_timed=False)
+    assert len(said) == 1 and said[0].startswith("median step time has been 100% above this run's baseline")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -156,3 +158,30 @@ def test_ctrl_c_during_the_wait_at_close_says_what_is_left(tmp_path: Path, monke
     monkeypatch.setattr(up._done, "wait", interrupted)
     left = up.finish(timeout_s=30)  # returns instead of raising out of the engine's close
     assert len(left) == 3 and "3 file(s) not uploaded to s3://bucket/perf" in capsys.readouterr().err
+
+
+def test_each_retry_waits_its_delay_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two transient failures of the first file: it is tried again after 0.01 s, then 0.02 s; the others at once.
+
+    Only the sleeps of the thread that uploads to this test's file system count (another test's uploads may still be
+    retrying in theirs)."""
+    slept: list[tuple[threading.Thread, float]] = []
+
+    class Clock:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def sleep(self, seconds: float) -> None:
+            slept.append((threading.current_thread(), seconds))
+            time.sleep(seconds)
+
+    class Recorded(Flaky):
+        def put_file(self, local: str, dest: str) -> None:
+            self.thread = threading.current_thread()
+            super().put_file(local, dest)
+
+    monkeypatch.setattr(remote, "time", Clock())
+    fs = Recorded(2, ConnectionError("connection reset by peer"))
+    up, said, left = _run(tmp_path, fs, monkeypatch)
+    assert said == [] and left == [] and up.uploaded == 3
+    assert [s for thread, s in slept if thread is fs.thread and s > 0] == [0.01, 0.02]
