@@ -61,12 +61,14 @@ def before_shutdown(fn: Callable[[], object]) -> Callable[[], None]:
     ``atexit`` runs too late for an upload: by then ``concurrent.futures`` refuses new work ("cannot schedule new
     futures after interpreter shutdown"), and the storage clients need its pools (aiohttp resolves host names in one).
     ``threading``'s own exit hooks run first, the last registered first: this one, then the pools' shutdown. ``fn``
-    never raises out of it (that would skip the hooks after it); without those hooks, ``atexit`` is used.
+    never raises out of it (that would skip the hooks after it); without those hooks, ``atexit`` is used. Only in
+    this process: a DataLoader worker forked from it inherits the hook, and multiprocessing runs threading's exit
+    hooks when the worker ends (closing the parent's hook there popped its NVTX ranges and wrote its files).
     """
-    pending = [fn]
+    pending, pid = [fn], os.getpid()
 
-    def run() -> None:
-        if pending:
+    def run() -> None:  # not in a forked child: multiprocessing runs threading's exit hooks as each child ends
+        if pending and os.getpid() == pid:
             with contextlib.suppress(Exception):
                 pending.pop()()
 

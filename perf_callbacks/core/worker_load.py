@@ -11,9 +11,9 @@ steps only, never per step. Where ``/proc`` does not say (not Linux, workers sta
 "not measured".
 
 Example:
-    >>> probe = LoadProbe()
+    >>> probe = LoadProbe(num_workers=0)  # a loader without workers: no worker is read
     >>> load = probe.since(probe.mark())
-    >>> load.wall_s >= 0.0, load.workers_cpu_fraction is None  # no workers in a doctest
+    >>> load.wall_s >= 0.0, load.workers_cpu_fraction is None
     (True, True)
 """
 

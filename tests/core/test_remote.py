@@ -185,3 +185,23 @@ def test_each_retry_waits_its_delay_first(tmp_path: Path, monkeypatch: pytest.Mo
     up, said, left = _run(tmp_path, fs, monkeypatch)
     assert said == [] and left == [] and up.uploaded == 3
     assert [s for thread, s in slept if thread is fs.thread and s > 0] == [0.01, 0.02]
+
+
+def test_the_exit_hook_runs_only_in_the_process_that_registered_it(tmp_path: Path) -> None:
+    """multiprocessing runs threading's exit hooks as a forked child (a DataLoader worker) ends: the parent's close
+    must not run there."""
+    import multiprocessing
+    import os
+
+    from perf_callbacks.core.remote import before_shutdown
+
+    ran = tmp_path / "ran"
+    cancel = before_shutdown(lambda: ran.write_text(str(os.getpid())))
+    try:
+        child = multiprocessing.get_context("fork").Process(target=int)
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+        assert not ran.exists()  # the child ended without running the parent's hook
+    finally:
+        cancel()
