@@ -221,21 +221,9 @@ class AcceleratePerfHook(StepCounting):
         finally:  # `break` out of the loop: the micro-batch is over, but no collective here
             self._end_batch(flush=False)
 
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
+    def phase(self, name: str) -> _Phase:
         """Open a named phase range (NVTX, and ``record_function`` inside windows) around a block of the loop body."""
-        engine = self._open_engine()
-        if engine is not None:
-            engine.phase(name)
-        try:
-            yield
-        except OutOfMemoryError as err:  # the phase is closed below; the out-of-memory summary names it
-            if engine is not None:
-                engine.note_failure(err)
-            raise
-        finally:
-            if engine is not None and not self._closed:
-                engine.end_phase()
+        return _Phase(self, name)
 
     @contextlib.contextmanager
     def validation(self) -> Iterator[None]:
@@ -266,18 +254,8 @@ class AcceleratePerfHook(StepCounting):
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
             if self.accelerator is not None and len(self.accelerator._optimizers) > len(self._hooked):
                 self._hook_optimizers()  # prepared after register(): hook them now, or a plain loop counts nothing
-            engine = self._open_engine()  # what `with self.phase("backward")` does, without a generator each step
-            if engine is not None:
-                engine.phase("backward")
-            try:
+            with _Phase(self, "backward"):
                 return backward(loss, **kwargs)
-            except OutOfMemoryError as err:
-                if engine is not None:
-                    engine.note_failure(err)
-                raise
-            finally:
-                if engine is not None and not self._closed:
-                    engine.end_phase()
 
         return wrapped
 
@@ -323,3 +301,27 @@ class AcceleratePerfHook(StepCounting):
 def _loader_name(acc: Accelerator, loader: Any) -> str:
     index = next((i for i, dl in enumerate(acc._dataloaders) if dl is loader), None)
     return f"prepared DataLoader #{index}" if index is not None else "the DataLoader passed to hook.iter()"
+
+
+class _Phase:
+    """``hook.phase(name)``: a context manager without a generator (the backward wrapper enters one every step)."""
+
+    __slots__ = ("engine", "hook", "name")
+
+    def __init__(self, hook: AcceleratePerfHook, name: str) -> None:
+        self.hook, self.name = hook, name
+        self.engine: PerfEngine | None = None
+
+    def __enter__(self) -> None:
+        self.engine = engine = self.hook._open_engine()
+        if engine is not None:
+            engine.phase(self.name)
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
+        engine = self.engine
+        if engine is None:
+            return
+        if isinstance(err, OutOfMemoryError):  # the out-of-memory summary names the phase, closed below
+            engine.note_failure(err)
+        if not self.hook._closed:
+            engine.end_phase()
