@@ -143,7 +143,7 @@ class CompileWatch:
 
     def add_metrics(self, metrics: dict[str, float], step: int | None) -> None:
         """Add the logging interval's ``compile/...`` figures (once anything compiled in this run) and start anew."""
-        if self.install():  # also after torch._dynamo.reset()
+        if self.install() and (self.dirty or self._unread()):  # also after torch._dynamo.reset()
             dirty = self.dirty
             self.poll(step)
             self.dirty = dirty and self._error is None  # the step's end still sees that it compiled
@@ -186,6 +186,19 @@ class CompileWatch:
             said.append(("recompile_storm", storm_message(list(self._storm), STORM_WINDOW, self._reason,
                                                           self._gave_up)))
         return said
+
+    def _unread(self) -> bool:
+        """Whether torch may hold a record or graph break not read yet.
+
+        A recompile limit reached is a record made without a compilation. O(1) on torch's own deque, so that a logging
+        step of a run that compiles nothing copies no list; True where torch keeps them elsewhere.
+        """
+        try:
+            utils = sys.modules["torch._dynamo"].utils
+            records, breaks = utils._compilation_metrics, len(utils.graph_break_reasons)
+            return bool(records and records[-1] is not self._last) or breaks != self._breaks_seen
+        except Exception:  # noqa: BLE001 - another torch: read the public way
+            return True
 
     def _new_records(self) -> list[Any]:
         records = list(sys.modules["torch._dynamo"].utils.get_compilation_metrics())

@@ -19,6 +19,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
+from types import EllipsisType
 
 SCHEDSTAT = "/proc/thread-self/schedstat"
 
@@ -81,16 +82,19 @@ class CpuWait:
     """
 
     def __init__(self, read: Callable[[], float | None] | None = None) -> None:
+        self._fed = read is None  # a caller that already read the counter may pass it to interval()
         read = read or ThreadWait()
         self._read = read
         self._last: tuple[int, float | None] = (threading.get_ident(), read())
 
-    def interval(self) -> float | None:
+    def interval(self, reading: float | None | EllipsisType = ...) -> float | None:
         """Seconds waited for a CPU since the previous call (or construction).
 
+        ``reading``: the calling thread's cumulative wait, read by the caller from the same kernel counter (the
+        logging step's load mark reads it once for both); a ``read`` given at construction is used instead.
         None when a reading is missing or the previous one was taken on another thread (each thread counts its own).
         """
-        now = (threading.get_ident(), self._read())
+        now = (threading.get_ident(), reading if self._fed and not isinstance(reading, EllipsisType) else self._read())
         (thread, last), self._last = self._last, now
         if now[1] is None or last is None or thread != now[0]:
             return None

@@ -130,14 +130,16 @@ class StepMonitor:
     def log_interval(self, step: int, memory: MemorySampler | None, clean: bool, loader_timed: bool,
                      extra: Callable[[dict[str, float]], None] | None = None) -> None:
         """Close the logging interval ending at ``step``: log its metrics; ``clean`` feeds the slowdown detector."""
+        mark = LoadProbe(self.ctx.data_loader[1]).mark()  # one read of the thread's counters serves both below
         metrics, lasted = self.stats.compute(), sum(self.stats.step_times)
         per_unit = statistics.median(self.stats.unit_times) * 1e3 if self.stats.unit_times else None
-        own = _own_ms(self.stats.unit_times, lasted, self.cpu_wait.interval())  # read every interval: the next starts
+        waited = self.cpu_wait.interval(mark.own[1] if mark.own else None)  # every interval: the next one starts
+        own = _own_ms(self.stats.unit_times, lasted, waited)
         self.stats.reset()
         measured, self._steps = self._steps or (step, step), None
         if not loader_timed:
             metrics.pop("train/data_wait_fraction", None)
-        self._interval_load(metrics)
+        self._interval_load(metrics, mark)
         if self.rates is not None:
             self.rates(metrics)
         if memory is not None:
@@ -153,14 +155,12 @@ class StepMonitor:
         if log is not None and metrics:
             self.outputs.call("metrics", lambda: log({f"perf/{k}": v for k, v in metrics.items()}, step))
 
-    def _interval_load(self, metrics: dict[str, float]) -> None:
+    def _interval_load(self, metrics: dict[str, float], now: LoadMark) -> None:
         """The interval's wait for a CPU and its loader workers' CPU share, where the kernel says (one mark each)."""
-        probe = LoadProbe(self.ctx.data_loader[1])
-        start, now = self._interval_mark, probe.mark()
-        self._interval_mark = now
+        start, self._interval_mark = self._interval_mark, now
         if start is None:
             return
-        load = probe.between(start, now)
+        load = LoadProbe(self.ctx.data_loader[1]).between(start, now)
         if load.contention is not None:
             metrics["train/cpu_wait_fraction"] = load.contention
         if load.workers_cpu_fraction is not None:

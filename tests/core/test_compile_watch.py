@@ -413,3 +413,18 @@ def test_a_graph_break_is_said_and_counted_once() -> None:
         watch.add_metrics(metrics, 3)
         assert metrics["compile/graph_breaks"] == 1.0
         watch.close()
+
+
+def test_a_logging_step_of_a_run_that_compiles_nothing_copies_no_compile_records(tmp_path: Path) -> None:
+    """The logging step reads torch's compile records only when something may be new: a run that compiled nothing
+    (torch._dynamo loaded, as Lightning loads it) never calls ``get_compilation_metrics`` (a list copy each time)."""
+    clock, logged = FakeClock(), []
+    engine = make_engine(tmp_path, logged)
+    with mock.patch("time.perf_counter", clock), mock.patch.object(
+            torch._dynamo.utils, "get_compilation_metrics", wraps=torch._dynamo.utils.get_compilation_metrics) as read:
+        for step in range(20):
+            engine.batch_start(step)
+            clock.t += 0.01
+            engine.batch_end(True, 8)
+        engine.close()
+    assert len(logged) == 4 and read.call_count == 0

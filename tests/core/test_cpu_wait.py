@@ -120,3 +120,23 @@ def test_a_forked_child_reads_its_own_thread_not_the_file_it_inherited() -> None
     child_ran = float(os.read(read_fd, 100))
     os.close(read_fd)
     assert child_ran < parent[0] / 2
+
+
+def test_a_logging_step_reads_the_threads_counters_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The interval's CPU wait (slowdown detector) and its load (``train/cpu_wait_fraction``) come from one read of
+    ``/proc/thread-self/schedstat``, and the wait is still the kernel's: the two figures agree."""
+    logged: list[dict[str, float]] = []
+    ctx = RunContext(output_dir=Path("/nonexistent"), run_name="run", log_every_n_steps=10,
+                     log_metrics=lambda metrics, step: logged.append(metrics))
+    monitor = StepMonitor(PerfConfig(), ctx, lambda *a: None)
+    reads = []
+    real = ThreadWait.sched
+    monkeypatch.setattr(ThreadWait, "sched", lambda self: reads.append(1) or real(self))
+    for interval in range(3):
+        for step in range(10):
+            monitor.measured(interval * 10 + step, 0.01, 0.0, 8, True)
+        before = len(reads)
+        monitor.log_interval(interval * 10 + 10, None, True, True)
+        assert len(reads) - before == 1
+    if run_delay_s() is not None:  # Linux: both figures measured, from the same counter
+        assert "perf/train/cpu_wait_fraction" in logged[-1]
