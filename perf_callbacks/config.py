@@ -16,11 +16,10 @@ import dataclasses
 import difflib
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.exceptions import PerfConfigError
 
 ACTIVITIES = ("cpu", "cuda")
@@ -313,3 +312,36 @@ def _check_types(cfg: PerfConfig) -> None:
             isinstance(v, bool) or not isinstance(v, item_type) for v in value
         ):
             raise PerfConfigError(f"{name} must be a list of {item_type.__name__}, got {value!r}")
+
+
+def check_ranks(ranks: Sequence[int] | None, world_size: int | None = None) -> None:
+    """Raise :class:`PerfConfigError` unless ``ranks`` is None or distinct global ranks >= 0, below ``world_size``.
+
+    The one check of ``ranks``: :class:`~perf_callbacks.PerfConfig` calls it at construction (no world size yet), and
+    every adapter again when it learns the world size, before the first training step.
+
+    Example:
+        >>> check_ranks([0, 1], world_size=2)
+        >>> check_ranks(None, world_size=1)
+        >>> check_ranks([1], world_size=1)
+        Traceback (most recent call last):
+        ...
+        perf_callbacks.exceptions.PerfConfigError: ranks=[1] names ranks beyond the world size 1; valid ranks are 0-0
+    """
+    if ranks is None:
+        return
+    if not ranks:
+        raise PerfConfigError(
+            "ranks must be a non-empty list of global ranks >= 0, got []; omit ranks (or set it to null) to profile "
+            "all ranks"
+        )
+    if any(r < 0 for r in ranks):
+        raise PerfConfigError(f"ranks must be global ranks >= 0, got {list(ranks)}")
+    twice = sorted({r for r in ranks if list(ranks).count(r) > 1})
+    if twice:
+        raise PerfConfigError(f"ranks must list each global rank once, got {list(ranks)} (repeated: {twice})")
+    if world_size is not None and max(ranks) >= world_size:
+        raise PerfConfigError(
+            f"ranks={list(ranks)} names ranks beyond the world size {world_size}; "
+            f"valid ranks are 0-{world_size - 1}"
+        )

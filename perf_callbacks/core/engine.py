@@ -31,13 +31,13 @@ from typing import Any
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.adapters import ExitCause
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.compile_watch import CompileWatch
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.dataloader import Finding
 from perf_callbacks.core.engine_aside import SetAside
 from perf_callbacks.core.engine_files import RunFiles
+from perf_callbacks.core.exit import ExitCause
 from perf_callbacks.core.flops import StepFlops
 from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.memory_watch import MemoryWatch

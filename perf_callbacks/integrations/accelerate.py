@@ -28,12 +28,12 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
-from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.adapters import batch_size, catch_sigterm, distributed_initialized, in_phase, release_sigterm
+from perf_callbacks.config import PerfConfig, check_ranks
+from perf_callbacks.core.adapters import batch_size, distributed_initialized, in_phase
 from perf_callbacks.core.compile_watch import is_compiled
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
-from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.exit import catch_sigterm, release_sigterm
 from perf_callbacks.core.memory import OutOfMemoryError
 from perf_callbacks.core.peak import mixed_precision_dtype
 from perf_callbacks.core.remote import before_shutdown, resolve_output

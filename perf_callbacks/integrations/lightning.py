@@ -20,9 +20,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
-from perf_callbacks.config import PerfConfig
+from perf_callbacks.config import PerfConfig, check_ranks
 from perf_callbacks.core.adapters import batch_size, distributed_initialized
-from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.peak import mixed_precision_dtype
 from perf_callbacks.core.remote import join_output, resolve_output

@@ -31,11 +31,11 @@ from typing import Any
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from typing_extensions import override
 
-from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.adapters import catch_sigterm, distributed_initialized, release_sigterm
+from perf_callbacks.config import PerfConfig, check_ranks
+from perf_callbacks.core.adapters import distributed_initialized
 from perf_callbacks.core.dataloader import inspect_accelerate_loader
-from perf_callbacks.core.distributed import check_ranks
 from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.exit import catch_sigterm, release_sigterm
 from perf_callbacks.core.peak import mixed_precision_dtype
 from perf_callbacks.core.remote import join_output, resolve_output
 from perf_callbacks.core.traces import new_run_name

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.distributed import check_ranks
+from perf_callbacks.config import PerfConfig, check_ranks
 from perf_callbacks.exceptions import PerfConfigError
 
 
