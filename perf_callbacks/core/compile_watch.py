@@ -43,11 +43,11 @@ from typing import Any
 import torch
 
 from perf_callbacks.core.compile_text import break_line, graph_break_message, storm_message
-from perf_callbacks.exceptions import CompileWarning, InstrumentUnavailableWarning, PerfWarning
+from perf_callbacks.core.warn import WarnFn
+from perf_callbacks.exceptions import CompileWarning, InstrumentUnavailableWarning
 
 STORM_STEPS = 5
 STORM_WINDOW = 50
-WarnFn = Callable[[str, type[PerfWarning], str], None]
 
 
 def is_compiled(model: Any) -> bool:

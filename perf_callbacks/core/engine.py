@@ -25,7 +25,6 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -45,7 +44,7 @@ from perf_callbacks.core.monitor import StepMonitor
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.schedule import Action
 from perf_callbacks.core.spans import enter_span, exit_span
-from perf_callbacks.core.warn import WarnOnce
+from perf_callbacks.core.warn import WarnOnce, quiet
 from perf_callbacks.core.window import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
@@ -338,11 +337,11 @@ class PerfEngine(SetAside, RunFiles):
                    lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,
                    lambda: self.windows.finish(exc), self.windows.nsys.close, self.nvtx.pop_all,
                    lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history):
-            _quiet(fn)
+            quiet(fn)
         self._recording = False
         self._replain()
         if exc is None:  # after the window's export: our logging is no span in its trace
-            _quiet(self.log_short_run)
+            quiet(self.log_short_run)
         if exc is None and self.is_main and self.steps_run and self.windows.nothing_recorded():
             print(self.windows.nothing_recorded_line(self.steps_run), file=sys.stderr, flush=True)
         self.windows.enabled = False  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
@@ -358,9 +357,3 @@ def _close_at_exit(ref: weakref.ReferenceType[PerfEngine], pid: int) -> None:
     if os.getpid() == pid and (engine := ref()) is not None:
         engine.close(engine.exit_cause())
 
-
-def _quiet(fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except Exception:  # noqa: BLE001
-        log.debug("ignored error during close", exc_info=True)

@@ -35,10 +35,10 @@ from perf_callbacks.core.compile_watch import is_compiled
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.flop_count import StepCounter
 from perf_callbacks.core.peak import dtype_name, peak_flops
-from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning
+from perf_callbacks.core.warn import WarnFn
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 log = logging.getLogger(__name__)
-WarnFn = Callable[[str, type[PerfWarning], str, bool], None]
 META_KEY = "perf_callbacks_flops"
 """The trace's top-level metadata key that carries :meth:`StepFlops.meta` (read back by the analysis)."""
 MAX_TRIES = 3  # counting steps abandoned (their optimizer step never completed) before giving up

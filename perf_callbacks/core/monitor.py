@@ -25,10 +25,9 @@ from perf_callbacks.core.stats import (
     DegradationDetector,
     StepStats,
 )
+from perf_callbacks.core.warn import WarnFn
 from perf_callbacks.core.worker_load import Load, LoadMark, LoadProbe
-from perf_callbacks.exceptions import DataLoaderWarning, PerformanceDegradationWarning, PerfWarning, ShardingWarning
-
-WarnFn = Callable[[str, type[PerfWarning], str], None]
+from perf_callbacks.exceptions import DataLoaderWarning, PerformanceDegradationWarning, ShardingWarning
 
 
 class StepMonitor:

@@ -32,13 +32,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from perf_callbacks._errors import describe_error
-from perf_callbacks.core.warn import WarnOnce
-from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning
+from perf_callbacks.core.warn import WarnFn, WarnOnce
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 __all__ = ["WRITERS", "Outputs", "describe_error", "make_dirs", "remove_empty"]
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-WarnFn = Callable[[str, type[PerfWarning], str, bool], None]
 
 WRITERS: dict[str, tuple[str, str]] = {  # writer: (what is disabled, what goes on)
     "traces": ("profiler disabled", "training continues"),

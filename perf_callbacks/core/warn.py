@@ -21,17 +21,42 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import warnings
 from collections.abc import Callable
 from types import FrameType
+from typing import Protocol, TypeVar
 
 PREFIX = "perf-callbacks: "
 _FRAMEWORKS = frozenset(
     {"perf_callbacks", "lightning", "pytorch_lightning", "lightning_fabric", "accelerate", "transformers", "torch",
      "contextlib", "threading", "typing_extensions"}
 )
+
+
+class WarnFn(Protocol):
+    """How a part of the engine warns: ``warn(key, category, message)``, once per key (:class:`WarnOnce`).
+
+    ``main_only`` (default True): said on the main rank alone; False: on every rank that sees it.
+    """
+
+    def __call__(self, key: str, category: type[Warning], message: str, main_only: bool = True, /) -> None:
+        """Warn ``message`` under ``key`` unless it was already said."""
+
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def quiet(fn: Callable[[], T], what: str = "during close") -> T | None:
+    """``fn()``, or None if it raised: the error is logged at debug level (cleanup never raises into training)."""
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - cleanup must never raise
+        log.debug("ignored error %s", what, exc_info=True)
+        return None
 
 
 _SWAP = threading.RLock()  # our swaps of warnings.formatwarning, one at a time (a handler may warn again)

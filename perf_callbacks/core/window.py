@@ -37,13 +37,13 @@ from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.summary import publish_summary, window_header, window_line
 from perf_callbacks.core.trace_cut import cut_at_step
 from perf_callbacks.core.traces import TraceLayout, TraceTooLargeError, export_raw, size_text
+from perf_callbacks.core.warn import WarnFn, quiet
 from perf_callbacks.core.worker_load import META_KEY as LOAD_META_KEY
 from perf_callbacks.core.worker_load import LoadMark, LoadProbe
-from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfWarning, TraceSizeWarning
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, TraceSizeWarning
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-WarnFn = Callable[[str, type[PerfWarning], str, bool], None]
 
 
 class WindowRecorder:
@@ -138,7 +138,7 @@ class WindowRecorder:
                 self.session = None  # and is dropped unstarted (stopping it would stop theirs)
                 return False
             self.session.start()
-            self._load = _quiet(LoadProbe(self.ctx.data_loader[1]).mark)
+            self._load = quiet(LoadProbe(self.ctx.data_loader[1]).mark)
             if self.config.nsys_steps is None:
                 self.nsys.start(step)
             if self.module_ranges is not None and self.model is not None:
@@ -194,7 +194,7 @@ class WindowRecorder:
         mark, self._load = self._load, None
         if mark is not None and session.recording:
             load = LoadProbe(self.ctx.data_loader[1]).since(mark)
-            _quiet(lambda: session.add_meta(LOAD_META_KEY, load.meta()))
+            quiet(lambda: session.add_meta(LOAD_META_KEY, load.meta()))
 
     def _export(self, session: ProfilerSession, error: BaseException | None) -> None:
         first, last = self.steps[0], self.steps[-1]
@@ -202,7 +202,7 @@ class WindowRecorder:
         try:
             raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb, tidy)
             if self._retracted is not None:
-                _quiet(lambda: cut_at_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
+                quiet(lambda: cut_at_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
         except TraceTooLargeError as err:
             self._warn("max_trace_mb", TraceSizeWarning, (
                 f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {size_text(err.size_mb)}, above "
@@ -235,7 +235,7 @@ class WindowRecorder:
     def _stolen(self, step: int) -> None:
         """Another profiler stopped ours mid-window: drop the session (never touch it again) and say so once."""
         self.session = None
-        _quiet(self._instruments_off)
+        quiet(self._instruments_off)
         planned = self.schedule.window(self.steps[0] if self.steps else step)
         self._skip = planned
         self._warn("stolen", InstrumentUnavailableWarning, (
@@ -252,9 +252,9 @@ class WindowRecorder:
     def _fail(self, err: BaseException) -> None:
         session, self.session = self.session, None
         if self.module_ranges is not None:
-            _quiet(self.module_ranges.remove)
+            quiet(self.module_ranges.remove)
         if session is not None:
-            _quiet(session.stop)
+            quiet(session.stop)
         self.enabled = False
         self.outputs.failed("traces", err)  # "profiler disabled: No space left on device (ENOSPC): <path>; ..."
 
@@ -334,11 +334,5 @@ class WindowRecorder:
         """A background job is pending, or an upload failed (the engine polls only then)."""
         return bool(self.jobs) or (self.uploads is not None and self.uploads.news)
 
-
-def _quiet(fn: Callable[[], T]) -> T | None:
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001
-        log.debug("ignored error while stopping the profiler", exc_info=True)
         return None
 

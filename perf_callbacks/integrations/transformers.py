@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -39,7 +38,7 @@ from perf_callbacks.core.exit import catch_sigterm, release_sigterm
 from perf_callbacks.core.peak import mixed_precision_dtype
 from perf_callbacks.core.remote import join_output, resolve_output
 from perf_callbacks.core.traces import new_run_name
-from perf_callbacks.core.warn import warn_user
+from perf_callbacks.core.warn import quiet, warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
 from perf_callbacks.integrations import _transformers_hooks as hooks
 from perf_callbacks.integrations._transformers_metrics import MetricsRouter
@@ -196,12 +195,12 @@ class TransformersPerfCallback(TrainerCallback):
             self.engine.close(exc)
         trainer = self.trainer
         if trainer is not None:
-            _quiet(lambda: hooks.uninstall(trainer))
+            quiet(lambda: hooks.uninstall(trainer))
         if self._sigterm:
             release_sigterm()
             self._sigterm = False
         if self.metrics is not None:
-            _quiet(self.metrics.close)
+            quiet(self.metrics.close)
 
 
 def _broadcast_run_name(name: str) -> str:
@@ -227,9 +226,3 @@ def _in_training_args_words(message: str) -> str:
     message = _ARG_NAMES.sub(r"dataloader_\1=", message)
     return message.replace("let accelerator.prepare() shard the loader", "let the Trainer shard it")
 
-
-def _quiet(fn: Callable[[], Any]) -> None:
-    try:
-        fn()
-    except Exception:  # noqa: BLE001 - cleanup must never raise
-        log.debug("ignored error during close", exc_info=True)
