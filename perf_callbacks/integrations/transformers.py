@@ -20,11 +20,11 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -36,7 +36,7 @@ from perf_callbacks.core.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.exit import catch_sigterm, release_sigterm
 from perf_callbacks.core.peak import mixed_precision_dtype
-from perf_callbacks.core.remote import join_output, resolve_output
+from perf_callbacks.core.remote import before_shutdown, join_output, resolve_output
 from perf_callbacks.core.traces import new_run_name
 from perf_callbacks.core.warn import quiet, warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
@@ -71,6 +71,7 @@ class TransformersPerfCallback(TrainerCallback):
         self.metrics: MetricsRouter | None = None
         self._live = self._sigterm = False
         self._samples = 0
+        self._cancel_exit: Callable[[], None] = lambda: None
 
     @classmethod
     def from_config(cls, config: PerfConfig) -> TransformersPerfCallback:
@@ -118,7 +119,7 @@ class TransformersPerfCallback(TrainerCallback):
             self.engine.attach_model(kw["model"])
         self.engine.flops.compiled = bool(getattr(args, "torch_compile", False))  # compiled later: never counted
         self._live, self._samples, self._sigterm = True, 0, catch_sigterm()
-        atexit.register(self._close, None)
+        self._cancel_exit = before_shutdown(self._close_at_exit)  # while uploads to an object store still run
         if trainer is not None:
             hooks.install(trainer, self._live_engine, self._count_samples)
         elif state.is_world_process_zero:
@@ -185,12 +186,17 @@ class TransformersPerfCallback(TrainerCallback):
         findings = inspect_accelerate_loader(loader, "train_dataloader", args.world_size, self.engine.cuda, local)
         self.engine.report_findings(findings)  # phrased in TrainingArguments terms by the context's advice
 
+    def _close_at_exit(self) -> None:
+        """A run its ``train()`` wrapper never closed: flushed as the interpreter shuts down, with what ends it."""
+        engine = self.engine
+        self._close(engine.exit_cause() if engine is not None else None)
+
     def _close(self, exc: BaseException | None) -> None:
         """Flush and detach; never raises. Called at train end, on an exception and at interpreter exit."""
         if not self._live:
             return
         self._live = False
-        atexit.unregister(self._close)
+        self._cancel_exit()
         if self.engine is not None:
             self.engine.close(exc)
         trainer = self.trainer

@@ -321,6 +321,30 @@ def test_an_accelerate_hook_never_closed_uploads_at_exit(tmp_path: Path, s3: S3S
     assert staged(staging) == []
 
 
+def test_a_transformers_callback_never_closed_uploads_at_exit(tmp_path: Path, s3: S3Server, staging: Path) -> None:
+    """``Trainer.train`` called past the wrapper that closes the callback, and an exception inside the window: the
+    callback is flushed as the interpreter shuts down, with that exception (a partial window), while the upload
+    threads still take work; the user's exception still ends the process."""
+    import os
+    import subprocess
+    import sys
+
+    s3.fs().mkdir("perf-unclosed-hf")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-m", "tests.integrations.remote_unclosed_hf", "s3://perf-unclosed-hf/perf",
+                           s3.endpoint, str(tmp_path / "hf")],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "ValueError: user error at step 5" in proc.stderr, proc.stderr[-3000:]
+    assert "not uploaded" not in proc.stderr, proc.stderr[-3000:]
+    uploaded = remote_files(s3, "perf-unclosed-hf/perf")
+    windows = {name.split("/")[0] for name in uploaded if name.startswith("window-")}
+    assert len(windows) == 1, uploaded
+    (window,) = windows
+    assert {f"{window}/rank0.pt.trace.json.gz", f"{window}/rank0.summary.json"} <= uploaded
+    assert staged(staging) == []
+
+
 def test_what_the_run_names_is_where_its_files_are(tmp_path: Path, s3: S3Server, staging: Path,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     """``exported`` stays the local paths written; ``exported_urls`` and ``locate`` name the bucket once uploaded."""
