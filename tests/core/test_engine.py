@@ -22,33 +22,8 @@ from perf_callbacks.exceptions import (
     PerformanceDegradationWarning,
     TraceSizeWarning,
 )
-
-
-def make_engine(tmp_path: Path, logged: list | None = None, **options: object) -> PerfEngine:
-    options.setdefault("summary", False)
-    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 2, "wait": 1, "warmup": 1, "active": 2}, **options})
-    ctx = RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5,
-                     log_metrics=(lambda m, s: logged.append((s, m))) if logged is not None else None)
-    return PerfEngine(cfg, ctx)
-
-
-def run_steps(engine: PerfEngine, steps: int, accumulate: int = 1, start: int = 0) -> None:
-    x = torch.randn(8, 8, requires_grad=True)
-    for step in range(start, start + steps):
-        for micro in range(accumulate):
-            engine.data_start()
-            engine.data_end()
-            engine.batch_start(step)
-            (x @ x).sum().backward()
-            engine.batch_end(stepped=micro == accumulate - 1, samples=8)
-
-
-def trace_events(path: Path) -> list[dict]:
-    return json.load(gzip.open(path))["traceEvents"]
-
-
-def trace_steps(path: Path) -> list[int]:
-    return sorted(int(e["name"].split("#")[1]) for e in trace_events(path) if e.get("name", "").startswith("ProfilerStep#"))
+from tests.core import engine_helpers
+from tests.core.engine_helpers import FakeClock, fake_steps, make_engine, run_steps, trace_events, trace_steps
 
 
 def test_windows_follow_the_schedule_and_repeat(tmp_path: Path) -> None:
@@ -169,26 +144,6 @@ def test_repeat_zero_run_ending_between_windows_exports_only_real_windows(tmp_pa
     assert all(trace_steps(p) == [int(p.parent.name[7:13]), int(p.parent.name[14:])] for p in engine.exported)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def fake_steps(engine: PerfEngine, clock: FakeClock, steps: int, wait: float, work: float, framework: float = 0.0,
-               start: int = 0) -> None:
-    for step in range(start, start + steps):
-        engine.data_start()
-        clock.t += wait  # inside the DataLoader
-        engine.data_end()
-        engine.batch_start(step)
-        clock.t += work
-        engine.batch_end(stepped=True, samples=10)
-        clock.t += framework  # the framework's own work between batches (logging, a collective...)
-
-
 def test_data_wait_is_time_inside_the_dataloader_only(tmp_path: Path) -> None:
     logged: list = []
     engine = make_engine(tmp_path, logged, schedule={"skip_first": 1000}, data_wait_steps=4)
@@ -303,7 +258,7 @@ def test_foreign_profiler_makes_it_stand_aside_once_then_it_records_again(tmp_pa
     engine.close()
     ours = [w for w in caught if issubclass(w.category, InstrumentUnavailableWarning)]
     assert len(ours) == 1 and "stands aside and records no trace for steps 4-5" in str(ours[0].message)
-    assert ours[0].filename == __file__  # points at the caller's code, not at the engine
+    assert ours[0].filename == engine_helpers.__file__  # the loop that drives the engine (run_steps), not the engine
     assert [trace_steps(p) for p in engine.exported] == [[8, 9]]
 
 
@@ -637,7 +592,7 @@ def test_a_plain_fork_does_not_close_the_parents_engine_at_its_exit(tmp_path: Pa
 import os, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
 from pathlib import Path
-from tests.core.test_engine import make_engine, run_steps
+from tests.core.engine_helpers import make_engine, run_steps
 engine = make_engine(Path({str(tmp_path)!r}), schedule={{"skip_first": 100}})
 run_steps(engine, 2)
 pid = os.fork()

@@ -18,7 +18,7 @@ from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.profiler import ProfilerSession
 from perf_callbacks.core.summary import console_text, window_line
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, TraceSizeWarning
-from tests.core.test_engine import FakeClock, fake_steps, make_engine, run_steps, trace_events
+from tests.core.engine_helpers import FakeClock, fake_steps, make_engine, run_steps, trace_events
 
 SCHEDULE = {"skip_first": 2, "wait": 1, "warmup": 1, "active": 2}  # make_engine's: warm-up at 3, window 4-5
 

@@ -15,7 +15,7 @@ from perf_callbacks.core.memory import OutOfMemoryError
 from perf_callbacks.core.oom import OOMForensics, batch_from_traceback, describe_batch
 from perf_callbacks.core.oom_report import OOMFacts, advice, format_summary
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
-from tests.core.test_engine import make_engine, run_steps
+from tests.core.engine_helpers import make_engine, run_steps
 
 GB = 10**9
 MESSAGE = "CUDA out of memory. Tried to allocate 2.00 GiB"

@@ -13,7 +13,7 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.core.phase_peaks import PhasePeaks
-from tests.core.test_engine import make_engine
+from tests.core.engine_helpers import make_engine
 
 MB = 2**20
 

@@ -17,7 +17,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core import window as window_module
 from perf_callbacks.core.engine import PerfEngine, RunContext
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
-from tests.core.test_engine import make_engine, run_steps, trace_steps
+from tests.core.engine_helpers import make_engine, run_steps, trace_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -88,7 +88,7 @@ def test_the_logged_data_wait_is_the_loaders_time_not_our_flush(tmp_path: Path) 
     """Fed times (a fake clock for the engine): each fetch 30 ms, each step's work 70 ms, and our metrics flush at a
     logging step 2 s. The flush is ours, set aside: the logged data wait stays 30% of step time (17-35, i.e. the flush
     counted as the next step's data wait but not as its time, if the fetch's timing started before the flush)."""
-    from tests.core.test_engine import FakeClock
+    from tests.core.engine_helpers import FakeClock
 
     # flops off: the FLOP-counting step 0 would be set aside, leaving the first 2-step interval with no step measured
     acc, hook, (model, opt, dl) = setup(tmp_path, schedule=NO_WINDOW, log_every_n_steps=2, check_dataloaders=False,
