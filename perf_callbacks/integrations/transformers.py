@@ -225,10 +225,11 @@ def _logging_interval(args: TrainingArguments, state: TrainerState) -> int:
 
 
 _ARG_NAMES = re.compile(r"\b(num_workers|pin_memory|persistent_workers)=")
+_RAISE = re.compile(r"\bnum_workers to (\d+)")  # "raise num_workers to 17"
 
 
 def _in_training_args_words(message: str) -> str:
     """Phrase a DataLoader warning's fix in ``TrainingArguments`` names (``dataloader_num_workers=4``)."""
-    message = _ARG_NAMES.sub(r"dataloader_\1=", message)
+    message = _RAISE.sub(r"dataloader_num_workers to \1", _ARG_NAMES.sub(r"dataloader_\1=", message))
     return message.replace("let accelerator.prepare() shard the loader", "let the Trainer shard it")
 
