@@ -206,7 +206,7 @@ def test_randomly_damaged_events_never_raise(tmp_path: Path, capsys: pytest.Capt
 def test_one_file_nested_too_deeply_is_skipped_and_the_rest_reported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.analysis.test_diff_inputs import deep_trace
+    from tests.analysis.result_helpers import deep_trace
 
     deep = deep_trace(tmp_path / "a.json")
     shutil.copy(fixture_trace("sync_bound"), tmp_path / "rank0.pt.trace.json.gz")

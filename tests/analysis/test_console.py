@@ -12,7 +12,7 @@ from perf_callbacks.analysis.console import MAX_CHARS, console_parts
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.core.summary import window_line
 from tests.analysis.conftest import fixture_trace
-from tests.analysis.test_verdict import rank
+from tests.analysis.result_helpers import rank
 
 SCENARIOS = {  # the H200 fixtures: verdict, the figure, the advice
     "compute_bound": ("compute_bound", "GPU busy 99%", "bf16/TF32, torch.compile, fused kernels"),

@@ -16,14 +16,7 @@ from perf_callbacks.analysis import analyze
 from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
 from tests.analysis.conftest import fixture_trace, load_doc, save_doc
-
-
-def deep_trace(path: Path, depth: int = 100_000) -> Path:
-    """A small trace whose one argument is a list nested ``depth`` levels deep (json.loads recurses into it)."""
-    arg = "[" * depth + "]" * depth
-    path.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, '
-                    f'"dur": 2, "args": {{"device": 0, "deep": {arg}}}}}]}}')
-    return path
+from tests.analysis.result_helpers import deep_trace
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, close_stdout: bool = False) -> tuple[int, str, str]:

@@ -7,44 +7,20 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import cache
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 import pytest
 
-from perf_callbacks.analysis import AnalysisResult, analyze, format_text
+from perf_callbacks.analysis import analyze, format_text
 from perf_callbacks.analysis.measures import window_advice
 from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
 from tests.analysis import measure_truth as truth
-from tests.analysis.conftest import DATA, kernel, launch, save_doc, write_trace, x
-from tests.foreign import HTA, needs_foreign
-
-NCCL = HTA / "nccl_parser_config" / "nccl_data.json.gz"  # HTA's: tests that read it are marked needs_foreign
-H200 = DATA  # this project's own four H200 windows, in the repository
-SCENARIOS = ("compute_bound", "input_bound", "launch_bound_tiny_kernels", "sync_bound")
-REL = 0.01
-
-
-def h200(name: str) -> Path:
-    return H200 / f"{name}.pt.trace.json.gz"
-
-
-def approx(value: float) -> Any:
-    return pytest.approx(value, rel=REL)
-
-
-@cache
-def analyzed(path: Path) -> AnalysisResult:
-    """Each fixture parsed once per session (the tests only read the result)."""
-    return analyze(path, sidecars=False)
-
-
-@cache
-def raw(path: Path) -> list[dict[str, Any]]:
-    return truth.events(path)
+from tests.analysis.conftest import kernel, launch, save_doc, write_trace, x
+from tests.analysis.measure_helpers import NCCL, REL, SCENARIOS, analyzed, approx, h200, raw
+from tests.foreign import needs_foreign
 
 
 @needs_foreign

@@ -11,7 +11,7 @@ from perf_callbacks.analysis.diff import compare
 from perf_callbacks.analysis.diff_html import render_diff_html
 from perf_callbacks.analysis.diff_text import format_diff
 from tests.analysis import measure_truth as truth
-from tests.analysis.test_measures import H200, NCCL, analyzed, approx, h200, raw
+from tests.analysis.measure_helpers import H200, NCCL, analyzed, approx, h200, raw
 from tests.foreign import needs_foreign
 
 

@@ -13,27 +13,14 @@ from perf_callbacks.analysis.result import RankResult, StepResult
 from perf_callbacks.analysis.verdict import (
     VERDICT_OF,
     Margin,
-    judge_rank,
     verdict_from,
     verdict_margin,
     window_verdict,
 )
 from tests.analysis.conftest import load_doc, save_doc, write_trace, x
+from tests.analysis.result_helpers import rank
 from tests.foreign import HTA as FOREIGN
 from tests.foreign import needs_foreign
-
-
-def rank(**fields: Any) -> RankResult:
-    base: dict[str, Any] = {
-        "rank": 0, "path": "rank0.pt.trace.json.gz", "span_ms": 100.0, "gpu_utilization": 0.5,
-        "kernel_busy_fraction": None, "step_time_ms": None, "data_wait_fraction": 0.0, "losses": {}, "steps": [],
-        "copies_ms": {}, "comm_ms": {}, "top_ops": [], "peak_memory_bytes": None, "device_memory_bytes": None,
-        "profiler_flags": [], "data_loader": None, "collectives_ms": [], "sync_calls_ms": {},
-        "launches_per_step": None,
-    }
-    r = RankResult(**{**base, **fields})
-    judge_rank(r)
-    return r
 
 
 @pytest.mark.parametrize(("losses", "verdict"), [
