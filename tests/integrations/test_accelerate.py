@@ -5,10 +5,8 @@ The 2-process part runs this file as a script: ``python -m tests.integrations.te
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -26,68 +24,20 @@ from torch.utils.data.distributed import DistributedSampler
 
 from perf_callbacks import AcceleratePerfHook, DataLoaderWarning, PerfConfig, PerfConfigError, PerfWarning
 from perf_callbacks.integrations.accelerate import STATE_FILE
+from tests.integrations.acc_helpers import (
+    ROOT,
+    SCHEDULE,
+    _free_port,
+    data,
+    profiler_steps,
+    setup,
+    tb_scalars,
+    trace_events,
+    train,
+    windows,
+)
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
-ROOT = Path(__file__).resolve().parents[2]
-SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}
-
-
-
-
-def data(n: int = 64, **kwargs: Any) -> DataLoader:
-    g = torch.Generator().manual_seed(0)
-    ds = TensorDataset(torch.randn(n, 8, generator=g), torch.randn(n, 1, generator=g))
-    return DataLoader(ds, batch_size=kwargs.pop("batch_size", 4), num_workers=kwargs.pop("num_workers", 1), **kwargs)
-
-
-def setup(tmp_path: Path, ga: int = 1, n: int = 64, **options: Any) -> tuple[Accelerator, AcceleratePerfHook, Any]:
-    acc = Accelerator(cpu=True, gradient_accumulation_steps=ga)
-    model = nn.Linear(8, 1)
-    model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data(n))
-    options.setdefault("output_dir", str(tmp_path / "perf"))
-    options.setdefault("schedule", SCHEDULE)
-    options.setdefault("degradation_threshold", 1e6)
-    hook = AcceleratePerfHook(**options).register(acc)
-    return acc, hook, (model, opt, dl)
-
-
-def train(acc: Accelerator, hook: AcceleratePerfHook, parts: Any, fail_at: int | None = None,
-          stop_at: int | None = None) -> None:
-    model, opt, dl = parts
-    for x, y in hook.iter(dl):
-        with acc.accumulate(model):
-            acc.backward(nn.functional.mse_loss(model(x), y))
-            opt.step()
-            opt.zero_grad()
-        if fail_at is not None and hook.optimizer_steps == fail_at:
-            raise ValueError(f"user error at step {fail_at}")
-        if stop_at is not None and hook.optimizer_steps == stop_at and acc.sync_gradients:
-            break
-
-
-def trace_events(path: Path) -> list[dict[str, Any]]:
-    with gzip.open(path, "rt") as f:
-        return list(json.load(f)["traceEvents"])
-
-
-def profiler_steps(path: Path) -> set[int]:
-    return {int(e["name"].split("#")[1]) for e in trace_events(path) if e.get("name", "").startswith("ProfilerStep#")}
-
-
-def windows(out: Path) -> dict[str, list[str]]:
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    return {w.name: sorted(p.name for p in w.glob("*.gz")) for w in sorted(run.glob("window-*"))}
-
-
-def tb_scalars(logdir: Path) -> dict[str, list[int]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    (events,) = list(logdir.rglob("events.out.tfevents.*"))
-    acc = EventAccumulator(str(events.parent))
-    acc.Reload()
-    return {tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
 # ---- construction ----------------------------------------------------------------------------------------------------
 def test_construction_from_keywords_config_and_yaml(tmp_path: Path) -> None:
     assert AcceleratePerfHook().config == PerfConfig()
@@ -246,12 +196,6 @@ def test_two_processes(tmp_path: Path) -> None:
     # rank 1 raised inside a window, rank 0 stopped: both closed without hanging, partial traces on disk
     assert r1["error"] == "ValueError: user error at step 4" and not r1["profiler_enabled"]
     assert windows(tmp_path / "fail") == {"window-000003-000003": ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rank_main(rank: int, out: Path, port: int) -> None:

@@ -27,7 +27,7 @@ import os, signal, sys, torch
 from torch import nn
 from accelerate import Accelerator
 from perf_callbacks import AcceleratePerfHook
-from tests.integrations.test_accelerate import data
+from tests.integrations.acc_helpers import data
 
 out, mode, end, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 acc = Accelerator(cpu=True)
@@ -123,7 +123,7 @@ from pathlib import Path
 from torch import nn
 from accelerate import Accelerator
 from perf_callbacks import AcceleratePerfHook
-from tests.integrations.test_accelerate import data
+from tests.integrations.acc_helpers import data
 
 out, where = Path(sys.argv[1]), sys.argv[2]
 acc = Accelerator(cpu=True)

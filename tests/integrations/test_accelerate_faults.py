@@ -23,7 +23,7 @@ from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, PerfConfigError
 from perf_callbacks.integrations.accelerate import STATE_FILE
-from tests.integrations.test_accelerate import (
+from tests.integrations.acc_helpers import (
     _free_port,
     data,
     profiler_steps,
@@ -72,7 +72,7 @@ import os, signal, sys, torch
 from torch import nn
 from accelerate import Accelerator
 from perf_callbacks import AcceleratePerfHook
-from tests.integrations.test_accelerate import data
+from tests.integrations.acc_helpers import data
 
 acc = Accelerator(cpu=True)
 model = nn.Linear(8, 1)

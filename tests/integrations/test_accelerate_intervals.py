@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from perf_callbacks import AcceleratePerfHook, PerfWarning
 from perf_callbacks.integrations import _accelerate_metrics
-from tests.integrations.test_accelerate import ROOT, _free_port, data, setup, tb_scalars
+from tests.integrations.acc_helpers import ROOT, _free_port, data, setup, tb_scalars
 from tests.integrations.test_accelerate_loops import plain_loop
 from tests.integrations.test_accelerate_sharding import DATA
 

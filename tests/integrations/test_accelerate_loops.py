@@ -15,7 +15,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, InstrumentUnavailableWarning
-from tests.integrations.test_accelerate import (
+from tests.integrations.acc_helpers import (
     ROOT,
     data,
     profiler_steps,
@@ -175,7 +175,7 @@ import sys, torch
 from torch import nn
 from accelerate import Accelerator
 from perf_callbacks import AcceleratePerfHook
-from tests.integrations.test_accelerate import data
+from tests.integrations.acc_helpers import data
 
 acc = Accelerator(cpu=True)
 model = nn.Linear(8, 1)
@@ -194,7 +194,7 @@ import sys, torch, warnings
 from torch import nn
 from accelerate import Accelerator
 from perf_callbacks import AcceleratePerfHook
-from tests.integrations.test_accelerate import data
+from tests.integrations.acc_helpers import data
 
 acc = Accelerator(cpu=True)
 model = nn.Linear(8, 1)

@@ -13,7 +13,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from perf_callbacks import AcceleratePerfHook
-from tests.integrations.test_accelerate import data, profiler_steps
+from tests.integrations.acc_helpers import data, profiler_steps
 from tests.integrations.test_accelerate_loops import PlainOptimizer, plain_loop, spans
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py

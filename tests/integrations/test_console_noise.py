@@ -36,7 +36,7 @@ ACCELERATE_LOOP = textwrap.dedent("""
     from torch import nn
     from accelerate import Accelerator
     from perf_callbacks import AcceleratePerfHook
-    from tests.integrations.test_accelerate import data
+    from tests.integrations.acc_helpers import data
     out = sys.argv[1]
     acc = Accelerator(cpu=True, gradient_accumulation_steps=2)
     model = nn.Linear(8, 1)

@@ -101,7 +101,7 @@ def test_flops_per_step_in_lightningcli_yaml_wins(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("fresh_accelerate_state")
 @pytest.mark.parametrize("ga", [1, 4])
 def test_accelerate_counts_one_step_of_every_micro_batch(tmp_path: Path, ga: int) -> None:
-    from tests.integrations.test_accelerate import data, setup, train
+    from tests.integrations.acc_helpers import data, setup, train
 
     acc, hook, parts = setup(tmp_path, ga=ga, n=64, schedule=NO_WINDOWS, data_wait_steps=1000)
     model = parts[0]

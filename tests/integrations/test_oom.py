@@ -219,7 +219,7 @@ def _rank_main(rank: int, out: Path, port: int) -> None:
 
 
 if __name__ == "__main__":
-    from tests.integrations.test_accelerate import _free_port
+    from tests.integrations.acc_helpers import _free_port
 
     torch.multiprocessing.start_processes(_rank_main, args=(Path(sys.argv[1]), _free_port()), nprocs=2,
                                           start_method="fork")

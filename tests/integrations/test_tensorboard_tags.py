@@ -63,7 +63,7 @@ def test_a_lightning_run_shorter_than_one_interval_logs_its_interval_once_at_the
 
 @pytest.mark.usefixtures("fresh_accelerate_state")
 def test_an_accelerate_run_shorter_than_one_interval_logs_its_interval_once_at_close(tmp_path: Path) -> None:
-    from tests.integrations.test_accelerate import setup, train
+    from tests.integrations.acc_helpers import setup, train
 
     acc, hook, parts = setup(tmp_path, schedule=WINDOW, log_every_n_steps=50)  # 16 steps
     with hook:
