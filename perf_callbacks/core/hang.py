@@ -35,7 +35,16 @@ from typing import Any, NamedTuple
 
 from perf_callbacks.core.hang_dump import HangFacts, mark_resumed, training_thread_compiling, write_hang
 
-__all__ = ["ASIDE_FACTOR", "FLOOR_S", "MEDIANS", "HangWatch", "Progress", "auto_timeout", "watch_engine"]
+__all__ = [
+    "ASIDE_FACTOR",
+    "FLOOR_S",
+    "MEDIANS",
+    "HangWatch",
+    "Progress",
+    "auto_timeout",
+    "engine_probe",
+    "watch_engine",
+]
 log = logging.getLogger(__name__)
 FLOOR_S = 300.0  # under torch's NCCL default timeout (10 min): the folder is written before torch ends the process
 MEDIANS = 20  # a step 20x the median is no mere slow step (the slowdown alarm and anomaly windows see those)
@@ -130,7 +139,8 @@ class HangWatch:
             self._t_seen = now  # the aside's time does not count against the next step
             waited, limit = now - self._aside_since, self.limit * ASIDE_FACTOR
         else:
-            self._aside_since = None
+            if self._aside_since is not None:  # it ended since the last poll: count from now, never from before
+                self._t_seen, self._aside_since = now, None
             waited, limit = now - self._t_seen, self.limit
         if self.fired is not None or waited <= limit:
             return None
@@ -166,13 +176,20 @@ class HangWatch:
 
 
 def watch_engine(engine: Any, timeout: float | None, rank: int, world_size: int, run_dir: Path) -> HangWatch | None:
-    """Start the watchdog of ``engine`` (a ``PerfEngine``), read through a weak reference; None when ``timeout`` is 0.
-
-    Reads ``steps_run``, ``step``, the open phase and whether a checkpoint save is open: attributes the engine keeps
-    anyway, so its hot path does not change.
-    """
+    """Start the watchdog of ``engine`` (a ``PerfEngine``); None when ``timeout`` is 0 (off)."""
     if timeout == 0:
         return None
+    watch = HangWatch(engine_probe(engine), run_dir, rank, timeout, extra=lambda: {"world_size": world_size})
+    watch.start()
+    return watch
+
+
+def engine_probe(engine: Any) -> Callable[[], Progress]:
+    """What the watchdog reads of ``engine``, through a weak reference (the thread keeps no engine alive).
+
+    ``steps_run``, ``step``, the open phase, whether a checkpoint save is open and whether the open step ended:
+    attributes the engine keeps anyway, so its hot path does not change.
+    """
     ref = weakref.ref(engine)
 
     def probe() -> Progress:
@@ -183,6 +200,4 @@ def watch_engine(engine: Any, timeout: float | None, rank: int, world_size: int,
         aside = "validation" if phase == "validation" else "checkpoint" if e._in_checkpoint else None
         return Progress(e.steps_run, e.step, phase, aside or ("between steps" if e._ended else None))
 
-    watch = HangWatch(probe, run_dir, rank, timeout, extra=lambda: {"world_size": world_size})
-    watch.start()
-    return watch
+    return probe

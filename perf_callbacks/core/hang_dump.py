@@ -113,7 +113,7 @@ def thread_stacks(training_thread: int) -> list[dict[str, Any]]:
     out = [
         {"id": ident, "name": names.get(ident, "?"), "training": ident == training_thread, "frames": _frames(frame)}
         for ident, frame in sys._current_frames().items()
-        if ident != own
+        if ident != own or ident == training_thread  # the watchdog's own stack is noise
     ]
     return sorted(out, key=lambda t: not t["training"])
 

@@ -63,8 +63,7 @@ def _worker(
         error = type(exc).__name__
         engine.close(exc)
     Path(out, f"outcome-rank{rank}.json").write_text(json.dumps({"error": error, "last_step_time": last}))
-    if error is None:
-        dist.destroy_process_group()
+    dist.destroy_process_group()  # also after a timeout: else gloo's teardown at exit may abort (either way)
 
 
 def run_ranks(
