@@ -43,7 +43,11 @@ def test_it_writes_once_after_the_timeout_and_again_after_steps_resume(tmp_path:
     assert (data["rank"], data["step"], data["phase"], data["waited_s"]) == (3, 0, "forward", 10.5)
     training = data["threads"][0]
     assert training["training"] and training["id"] == threading.get_ident()
-    here = [f for f in training["frames"] if f["function"] == "test_it_writes_once_after_the_timeout_and_again_after_steps_resume"]
+    here = [
+        f
+        for f in training["frames"]
+        if f["function"] == "test_it_writes_once_after_the_timeout_and_again_after_steps_resume"
+    ]
     assert len(here) == 1 and not here[0]["library"] and here[0]["file"] == __file__
     assert f"line {here[0]['line']} in test_it_writes_once" in (folder / "stacks.txt").read_text()  # faulthandler's
     (folder / "hang.json").write_text(json.dumps({**data, "marker": 1}))
