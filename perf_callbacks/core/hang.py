@@ -100,6 +100,7 @@ class HangWatch:
         self._seen: int | None = None  # steps_run at the last change
         self._t_seen = 0.0  # when it changed (or when an aside ended)
         self._aside_since: float | None = None
+        self._aside: str | None = None  # the kind of aside seen at the last poll: a new kind counts from its start
         self._t_fired = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -134,8 +135,8 @@ class HangWatch:
         if not aside and self.fired is None and now - self._t_seen > self.limit:  # the stacks only when it matters
             aside = "compiling" if training_thread_compiling(self.training_thread) else None
         if aside:
-            if self._aside_since is None:
-                self._aside_since = now
+            if self._aside_since is None or aside != self._aside:
+                self._aside_since, self._aside = now, aside
             self._t_seen = now  # the aside's time does not count against the next step
             waited, limit = now - self._aside_since, self.limit * ASIDE_FACTOR
         else:
@@ -187,8 +188,9 @@ def watch_engine(engine: Any, timeout: float | None, rank: int, world_size: int,
 def engine_probe(engine: Any) -> Callable[[], Progress]:
     """What the watchdog reads of ``engine``, through a weak reference (the thread keeps no engine alive).
 
-    ``steps_run``, ``step``, the open phase, whether a checkpoint save is open and whether the open step ended:
-    attributes the engine keeps anyway, so its hot path does not change.
+    ``steps_run``, ``step``, the open phase, whether a checkpoint save is open, whether the open step ended or ran
+    no micro-batch after its fetch (the loader ran out: the loop is over, or an epoch ends): attributes the engine
+    keeps anyway, so its hot path does not change.
     """
     ref = weakref.ref(engine)
 
@@ -198,6 +200,7 @@ def engine_probe(engine: Any) -> Callable[[], Progress]:
             return Progress(0, None, None, None)
         phase = e._phase
         aside = "validation" if phase == "validation" else "checkpoint" if e._in_checkpoint else None
-        return Progress(e.steps_run, e.step, phase, aside or ("between steps" if e._ended else None))
+        idle = e._ended or (phase == "framework" and not e._micro)  # the step ended, or its fetch found no batch
+        return Progress(e.steps_run, e.step, phase, aside or ("between steps" if idle else None))
 
     return probe

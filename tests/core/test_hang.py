@@ -125,11 +125,26 @@ def test_a_long_validation_of_a_real_engine_is_no_hang(tmp_path: Path) -> None:
     engine.checkpoint_start()
     assert watch.check(80.0) is None
     engine.checkpoint_end()
+    engine.phase("backward")
     assert watch.check(84.0) is None
     assert not (tmp_path / "hang-rank0").exists()
     assert watch.check(90.0) is not None  # a step that then stops for the timeout is a hang
     data = json.loads((tmp_path / "hang-rank0" / "hang.json").read_text())
-    assert (data["step"], data["phase"], data["aside"]) == (3, "framework", None)
+    assert (data["step"], data["phase"], data["aside"]) == (3, "backward", None)
+
+
+def test_a_fetch_that_found_no_batch_is_between_steps_a_fetch_that_waits_is_not(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path, hang_timeout=0)
+    probe = engine_probe(engine)
+    run_steps(engine, 3)
+    assert probe().aside == "between steps"  # the step ended: the loop's own code runs
+    engine.data_start()
+    assert probe() == (3, 3, "data_wait", None)  # waiting for the loader is in the step: a stopped loader is a hang
+    engine.data_end()  # StopIteration: the loop is over (or an epoch ends)
+    assert probe().aside == "between steps"
+    engine.batch_start(3)
+    assert probe().aside is None
+    engine.close()
     engine.close()
 
 
