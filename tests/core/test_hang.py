@@ -178,3 +178,11 @@ def test_a_failing_write_never_raises(tmp_path: Path) -> None:
     watch = HangWatch(Fed(), blocker, rank=0, timeout=1.0)
     watch.check(0.0)
     assert watch.check(2.0) is not None  # it tried, logged, and goes on
+
+
+def test_the_cost_benchmark_runs() -> None:
+    import runpy
+
+    bench = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "hang_watch.py"))
+    result = bench["main"](["--steps", "200", "--rounds", "1"])
+    assert set(result) == {"off", "default", "1 s"} and all(r["best_us"] > 0 for r in result.values())
