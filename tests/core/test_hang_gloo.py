@@ -58,3 +58,16 @@ def test_slow_steps_that_keep_completing_leave_no_folder(tmp_path: Path) -> None
     outcomes = run_ranks(tmp_path, hang_timeout=HANG_TIMEOUT, step_s=HANG_TIMEOUT / 4)
     assert [o["error"] for o in outcomes] == [None, None]
     assert not list(tmp_path.rglob("hang-rank*"))
+
+
+def test_without_a_flight_recorder_the_report_finds_the_collective_on_the_stacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")  # read by each rank's process group at its creation
+    run_ranks(tmp_path, hang_timeout=HANG_TIMEOUT, stuck_s=6.0, pg_s=3.0)
+    assert not list(tmp_path.rglob("flight_recorder*.json"))
+    hang = report_json(tmp_path, capsys)["hang"]
+    assert hang["ranks"][0]["collective"] == {"op": "all_reduce", "seq": None, "group": None, "bytes": None,
+                                              "source": "stack"}  # fmt: skip
+    assert hang["summary"][0].startswith("rank 0 waits in all_reduce; rank 1 is in no collective: its stack is in ")
+    assert hang["summary"][0].endswith(" load_batch`")
