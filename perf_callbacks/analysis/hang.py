@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HangRank", "find_hangs", "hang_lines", "hang_only", "read_hangs", "rank_ranges"]
+__all__ = ["HangRank", "find_hangs", "hang_html", "hang_lines", "hang_only", "read_hangs", "rank_ranges"]
 HANG_FOLDER = "hang-rank"
 COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all", "all_to_all_single",
@@ -249,3 +249,11 @@ def hang_only(path: str | Path, as_json: bool) -> str | None:
     if as_json:
         return json.dumps({"path": str(path), "hang": hang}, indent=2) + "\n"
     return "\n".join([f"perf-callbacks report: {path}", *hang_lines(hang)]) + "\n"
+
+
+def hang_html(hang: dict[str, Any]) -> str:
+    """The HTML report's hang section: the same lines as the text report's."""
+    from html import escape
+
+    head, *rows = hang_lines(hang)
+    return f"<h2>{escape(head.rstrip(':'))}</h2><ul>" + "".join(f"<li>{escape(r.strip())}</li>" for r in rows) + "</ul>"

@@ -114,3 +114,6 @@ def test_report_with_traces_and_hang_folders_has_both(tmp_path: Path, capsys: py
     assert main(["report", str(tmp_path)]) in (0, 1)
     assert "hang (no step completed; from the hang-rank folders):\n  rank 0 waits in all_reduce" in \
         capsys.readouterr().out  # fmt: skip
+    page = tmp_path / "report.html"
+    assert main(["report", str(tmp_path), "--html", str(page)]) in (0, 1)
+    assert "<li>rank 0 waits in all_reduce</li>" in page.read_text()
