@@ -151,9 +151,16 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
     import json
 
     from perf_callbacks.analysis import analyze, format_text, render_html
+    from perf_callbacks.analysis.hang import hang_only
 
-    result = analyze(args.path, top_k=max(args.top, 10), jobs=args.jobs,
-                     sidecars=not args.no_sidecars and args.top <= 10)
+    try:
+        result = analyze(args.path, top_k=max(args.top, 10), jobs=args.jobs,
+                         sidecars=not args.no_sidecars and args.top <= 10)
+    except (FileNotFoundError, ValueError):
+        if (text := hang_only(args.path, args.json)) is None:  # a hung run's folder may hold no trace: its hang
+            raise
+        print(shown(text), end="")
+        return EXIT_OK
     for error in result.errors:
         print(shown(f"perf-callbacks report: skipped {error}"), file=sys.stderr)
     if args.html:

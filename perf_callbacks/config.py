@@ -93,6 +93,10 @@ class PerfConfig:
         memory_history_start: optimizer step at which that recording starts; default: the first profiling window.
         storage_options: passed to fsspec for a remote ``output_dir`` (``{"client_kwargs": {"endpoint_url": ...}}``,
             credentials...); default: fsspec's back end reads them from the environment.
+        hang_timeout: seconds without a completed step after which every rank writes ``hang-rank{R}/`` (stacks,
+            step and phase, the Flight Recorder's last collectives); default: ``max(300, 20 x the median step)``;
+            0 turns the watchdog off. Validation, checkpoint saves, compilation and code between steps get 10 times
+            as long. The run itself is never stopped.
     """
 
     output_dir: str | None = None
@@ -125,6 +129,7 @@ class PerfConfig:
     memory_history: int = 0
     memory_history_start: int | None = None
     storage_options: dict[str, Any] | None = None
+    hang_timeout: float | None = None
 
     def __post_init__(self) -> None:
         _normalize(self)
@@ -149,6 +154,8 @@ class PerfConfig:
         for name in ("data_wait_steps", "top_k"):
             if getattr(self, name) < 1:
                 raise PerfConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hang_timeout is not None and not (math.isfinite(self.hang_timeout) and self.hang_timeout >= 0):
+            raise PerfConfigError(f"hang_timeout must be a number of seconds >= 0 (0: off), got {self.hang_timeout!r}")
         if not self.nvtx_domain:
             raise PerfConfigError(f"nvtx_domain must be a non-empty string, got {self.nvtx_domain!r}")
 
@@ -293,6 +300,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "flops": (bool,),
     "flops_per_step": (int, float, type(None)),
     "peak_tflops": (int, float, type(None)),
+    "hang_timeout": (int, float, type(None)),
 }
 _SEQUENCE_TYPES: dict[str, type] = {"activities": str, "ranks": int, "nsys_steps": int}
 

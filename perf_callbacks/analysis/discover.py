@@ -106,7 +106,8 @@ def find_windows(path: str | Path) -> list[Window]:
 
 
 def _hidden(path: Path, root: Path) -> bool:
-    return any(part.startswith(".") for part in path.relative_to(root).parts)
+    """A hidden file or folder, or a hang watchdog's ``hang-rank{R}`` folder (its JSON files are no traces)."""
+    return any(part.startswith((".", "hang-rank")) for part in path.relative_to(root).parts)
 
 
 def _nothing_found(root: Path, skipped: list[tuple[Path, str]]) -> str:

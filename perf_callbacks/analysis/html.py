@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from perf_callbacks.analysis.hang import hang_html
 from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.mfu import mfu_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
@@ -42,6 +43,8 @@ def render_html(result: AnalysisResult) -> str:
         True
     """
     parts = [f"<h1>perf-callbacks report: {escape(result.path)}</h1>", *_window(result)]
+    if result.hang:
+        parts.insert(1, hang_html(result.hang))
     notes = result.notes + [f"skipped: {e}" for e in result.errors]
     if notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")

@@ -174,6 +174,8 @@ class AnalysisResult:
         op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
         loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
+        hang: what the hang watchdog's ``hang-rank{R}`` folders say, ``{ranks, missing, summary}`` (see
+            ``analysis.hang``), None without one.
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
@@ -214,6 +216,7 @@ class AnalysisResult:
     memory_peak: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     loader: dict[str, Any] | None = None
+    hang: dict[str, Any] | None = None
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:

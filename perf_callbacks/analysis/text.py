@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from perf_callbacks.analysis.hang import hang_lines
 from perf_callbacks.analysis.measures_text import measure_lines, op_lines
 from perf_callbacks.analysis.mfu import mfu_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
@@ -23,6 +24,7 @@ def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time
     partial = " (partial window: fewer completed steps than planned)" if result.partial else ""
     lines = [f"perf-callbacks report: {result.path}{partial}", f"verdict: {verdict_line(result)}",
              *_headline(result), ""]
+    lines += [*hang_lines(result.hang), ""] if result.hang else []
     lines += [f"note: {n}" for n in result.notes]
     lines += [f"skipped: {e}" for e in result.errors]
     lines += [""] if result.notes or result.errors else []

@@ -38,6 +38,7 @@ from perf_callbacks.core.engine_aside import SetAside
 from perf_callbacks.core.engine_files import RunFiles
 from perf_callbacks.core.exit import ExitCause
 from perf_callbacks.core.flops import StepFlops
+from perf_callbacks.core.hang import watch_engine
 from perf_callbacks.core.memory import MemorySampler
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.monitor import StepMonitor
@@ -101,6 +102,7 @@ class PerfEngine(SetAside, RunFiles):
         self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self), os.getpid())
         atexit.register(self._at_exit)
+        self.hang = watch_engine(self, config.hang_timeout, ctx.rank, ctx.world_size, self.windows.layout.run_dir)
 
     def _now(self) -> float:
         """``time.perf_counter`` for the time set aside (``core/engine_aside.py``), read where the hot path reads it."""
@@ -328,6 +330,8 @@ class PerfEngine(SetAside, RunFiles):
         if self._closed:
             return
         self._closed = True
+        if self.hang is not None:  # first: our own close (the window's export and analysis) is no hang
+            _quiet(self.hang.stop)
         if exc is not None:
             self.mem.on_exception(exc, self.step, self._phase, batch)
         elif self._recording and not self._ended:  # training ended before the open step's optimizer step: a fetch

@@ -34,6 +34,7 @@ class SetAside:
     _ckpt_rf: Any
     _t_aside: float
     _t_ckpt: float
+    _in_checkpoint = False  # a checkpoint save is open (read by the hang watchdog, core/hang.py)
 
     def phase(self, name: str) -> None:
         """The engine's phase ranges (``PerfEngine.phase``)."""
@@ -59,7 +60,7 @@ class SetAside:
     def checkpoint_start(self) -> None:
         """A checkpoint save begins: a range nested in the current phase; its time is left out of step and wait."""
         self._t_ckpt = self._now()
-        self._clean = False
+        self._clean, self._in_checkpoint = False, True
         if self._nvtx_on:
             self.nvtx.push("checkpoint")
         if self._recording:
@@ -67,6 +68,7 @@ class SetAside:
 
     def checkpoint_end(self) -> None:
         """The checkpoint save finished (or raised)."""
+        self._in_checkpoint = False
         if self._ckpt_rf is not None:
             rf, self._ckpt_rf = self._ckpt_rf, None
             exit_span(rf)

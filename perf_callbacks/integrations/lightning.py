@@ -81,6 +81,8 @@ class GPUPerfCallback(Callback):
         memory_history: allocator-history entries recorded for ``snapshot.pickle`` (0: off; CUDA only).
         memory_history_start: step at which that recording starts; default the first profiling window.
         storage_options: fsspec options for a remote ``output_dir`` (endpoint, credentials).
+        hang_timeout: seconds without a completed step before every rank writes ``hang-rank{R}/``; default
+            ``max(300, 20 x the median step)``; 0: off.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class GPUPerfCallback(Callback):
         memory_history: int = 0,
         memory_history_start: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        hang_timeout: float | None = None,
         **unknown: Any,
     ) -> None:
         options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}
