@@ -331,7 +331,7 @@ class PerfEngine(SetAside, RunFiles):
             return
         self._closed = True
         if self.hang is not None:  # first: our own close (the window's export and analysis) is no hang
-            _quiet(self.hang.stop)
+            quiet(self.hang.stop)
         if exc is not None:
             self.mem.on_exception(exc, self.step, self._phase, batch)
         elif self._recording and not self._ended:  # training ended before the open step's optimizer step: a fetch

@@ -15,6 +15,7 @@ Nothing here raises: a failure to write one file is logged and the others are st
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import logging
 import os
@@ -27,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from perf_callbacks.core.warn import quiet
 
 __all__ = ["FORMAT", "HangFacts", "mark_resumed", "thread_stacks", "training_thread_compiling", "write_hang"]
 log = logging.getLogger(__name__)
@@ -68,7 +71,7 @@ def write_hang(folder: Path, facts: HangFacts) -> Path:
     except OSError:
         log.warning("perf-callbacks: could not create %s", folder, exc_info=True)
         return folder
-    _quiet(lambda: _write_faulthandler(folder / "stacks.txt"))
+    quiet(lambda: _write_faulthandler(folder / "stacks.txt"))
     data = {
         "format": FORMAT,
         **asdict(facts),
@@ -79,7 +82,7 @@ def write_hang(folder: Path, facts: HangFacts) -> Path:
         "resumed": None,
     }
     data.update(data.pop("extra"))
-    _quiet(lambda: _write_json(folder / "hang.json", data))
+    quiet(lambda: _write_json(folder / "hang.json", data))
     print(
         f"perf-callbacks: rank {facts.rank}: no step completed for {facts.waited_s:.0f} s (step {facts.step}, "
         f"phase {facts.phase}); every thread's stack and the last collectives are in {folder}; it is not stopped: "
@@ -88,9 +91,9 @@ def write_hang(folder: Path, facts: HangFacts) -> Path:
         flush=True,
     )
     for name, file in _FLIGHT_RECORDERS:
-        if _quiet(lambda name=name, file=file: _write_flight_recorder(name, folder / file)):
+        if quiet(functools.partial(_write_flight_recorder, name, folder / file)):
             data["flight_recorder"].append(file)
-            _quiet(lambda: _write_json(folder / "hang.json", data))
+            quiet(lambda: _write_json(folder / "hang.json", data))
     return folder
 
 
@@ -103,7 +106,7 @@ def mark_resumed(folder: Path, steps_run: int, after_s: float) -> None:
         data["resumed"] = {"steps_run": steps_run, "after_s": round(after_s, 3)}
         _write_json(path, data)
 
-    _quiet(update)
+    quiet(update)
 
 
 def thread_stacks(training_thread: int) -> list[dict[str, Any]]:
@@ -167,11 +170,3 @@ def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_name(f".{path.name}.partial")
     tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _quiet(fn: Any) -> Any:
-    try:
-        return fn()
-    except Exception:  # noqa: BLE001 - the watchdog never raises
-        log.debug("hang evidence: a file could not be written", exc_info=True)
-        return None

@@ -11,7 +11,7 @@ import pytest
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.hang import ASIDE_FACTOR, FLOOR_S, MEDIANS, HangWatch, Progress, engine_probe
 from perf_callbacks.exceptions import PerfConfigError
-from tests.core.test_engine import make_engine, run_steps
+from tests.core.engine_helpers import make_engine, run_steps
 
 
 class Fed:

@@ -46,7 +46,7 @@ def test_lightning_starts_and_stops_the_watch_and_a_long_validation_is_no_hang(t
 
 @pytest.mark.usefixtures("fresh_accelerate_state")
 def test_accelerate_starts_and_stops_the_watch_and_own_code_after_the_loop_is_no_hang(tmp_path: Path) -> None:
-    from tests.integrations.test_accelerate import setup, train
+    from tests.integrations.acc_helpers import setup, train
 
     acc, hook, parts = setup(tmp_path, hang_timeout=HANG_TIMEOUT, summary=False)
     train(acc, hook, parts)
