@@ -117,6 +117,7 @@ class TransformersPerfCallback(TrainerCallback):
             ctx.log_metrics, ctx.log_text = self.metrics.log_metrics, self.metrics.log_text
         if kw.get("model") is not None:
             self.engine.attach_model(kw["model"])
+        self.engine.attach_owners(lambda: _owners(self.trainer, kw))
         self.engine.flops.compiled = bool(getattr(args, "torch_compile", False))  # compiled later: never counted
         self._live, self._samples, self._sigterm = True, 0, catch_sigterm()
         atexit.register(self._close, None)
@@ -233,3 +234,10 @@ def _quiet(fn: Callable[[], Any]) -> None:
         fn()
     except Exception:  # noqa: BLE001 - cleanup must never raise
         log.debug("ignored error during close", exc_info=True)
+
+
+def _owners(trainer: Trainer | None, kw: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The Trainer's model and optimizer as they are now (its optimizer is made after on_train_begin's arguments)."""
+    model = getattr(trainer, "model", None) or kw.get("model")
+    optimizer = getattr(trainer, "optimizer", None) or kw.get("optimizer")
+    return [model] if model is not None else [], [optimizer] if optimizer is not None else []
