@@ -44,11 +44,11 @@ class AdamModel(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
-def lightning_run(tmp_path: Path, accelerator: str) -> tuple[Any, tuple[int, int, int]]:
+def lightning_run(tmp_path: Path, accelerator: str, batch_size: int = 32) -> tuple[Any, tuple[int, int, int]]:
     model = AdamModel()
     cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), **OPTIONS)
     t = trainer(tmp_path, [cb], max_steps=4, accelerator=accelerator)
-    t.fit(model, loader(64, batch_size=32))
+    t.fit(model, loader(4 * batch_size, batch_size=batch_size))
     return analyze(str(tmp_path / "perf")), sizes(list(model.parameters()), t.optimizers[0], accelerator)
 
 
@@ -91,6 +91,24 @@ def test_lightning_adam_peak_by_category(tmp_path: Path) -> None:
     check_host(tmp_path, result, expected)
     summary = next((tmp_path / "perf").rglob("summary.txt")).read_text()
     assert "the peak by category (" in summary and "optimizer state " in summary  # the window summary shows it
+
+
+def test_diff_names_the_category_that_changed(tmp_path: Path) -> None:
+    from perf_callbacks.analysis.diff import compare
+    from perf_callbacks.analysis.diff_text import format_diff
+
+    base, _ = lightning_run(tmp_path / "base", "cpu", batch_size=32)
+    new, _ = lightning_run(tmp_path / "new", "cpu", batch_size=256)  # 8 times the activations, the same model
+    d = compare(base, new)
+    cats = d.memory_categories
+    assert cats["activations"]["new"] > 4 * cats["activations"]["base"] > 0
+    assert "activations" in cats["changed"] and "peak" in cats["changed"]
+    assert not {"parameters", "gradients", "optimizer_state"} & set(cats["changed"])  # the model did not change
+    text = format_diff(d)
+    (changed,) = [x for x in text.splitlines() if x.startswith("memory changed: ")]  # under the summary line
+    assert "activations +" in changed and "parameters" not in changed and "optimizer state" not in changed
+    (line,) = [x for x in text.splitlines() if x.startswith("  activations ")]
+    assert line.endswith("(changed)")
 
 
 @pytest.mark.usefixtures("fresh_accelerate_state")
