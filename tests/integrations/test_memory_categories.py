@@ -125,6 +125,8 @@ def check_cuda(tmp_path: Path, result: Any, expected: tuple[int, int, int], bloc
     assert cats["peak"] == total  # the allocator's own count
     parameters, _, optimizer_state = expected
     assert 0 <= at["before_trace"] - (parameters + optimizer_state) <= blocks * ROUNDING + 64 * 16 * 4  # + a batch
+    assert at["capacity"] == torch.cuda.get_device_properties(0).total_memory
+    assert not any(r.startswith("memory:") for r in result.recommendations)  # kilobytes of a whole GPU: no advice
 
 
 @pytest.mark.gpu
