@@ -151,7 +151,8 @@ state 400 B, activations 400 B, other 100 B']
     if not cats or not at:
         return []
     parts = ", ".join(f"{k.replace('_', ' ')} {size(cats[k])}" for k in _CATEGORIES)
-    lines = [f"  the peak by category ({size(cats['peak'])}, in {at['phase']}, at {at['op']}): {parts}"]
+    kept = f" with the {size(at['resident'])} that lived through the window" if at.get("memory") == "host" else ""
+    lines = [f"  the peak by category ({size(cats['peak'])}{kept}, in {at['phase']}, at {at['op']}): {parts}"]
     if (at.get("not_resident") or 0) > 0:
         lines.append(f"    of which {size(at['not_resident'])} was allocated before the window and is none of "
                      "parameters, gradients and optimizer state (the batch, tensors kept from an earlier step)")
