@@ -144,3 +144,16 @@ def test_accelerate_adam_peak_by_category_cuda(tmp_path: Path) -> None:
         pytest.skip("needs CUDA")
     result, expected = accelerate_run(tmp_path, cpu=False)
     check_cuda(tmp_path, result, expected, blocks=3 * 4)
+
+
+def test_transformers_trainer_parts_are_its_model_and_adamw(tmp_path: Path) -> None:
+    from perf_callbacks import TransformersPerfCallback
+    from tests.integrations.hf_helpers import QUIET, make_trainer
+
+    cb = TransformersPerfCallback(output_dir=str(tmp_path / "perf"), **{**QUIET, **OPTIONS})
+    t = make_trainer(tmp_path / "hf", [cb], max_steps=4)
+    t.train()
+    cats = analyze(str(tmp_path / "perf")).memory_categories
+    assert cats is not None
+    assert (cats["parameters"], cats["gradients"], cats["optimizer_state"]) == sizes(
+        list(t.model.parameters()), t.optimizer, "cpu")  # AdamW: two moments and a step per parameter
