@@ -91,6 +91,9 @@ def test_lightning_adam_peak_by_category(tmp_path: Path) -> None:
     check_host(tmp_path, result, expected)
     summary = next((tmp_path / "perf").rglob("summary.txt")).read_text()
     assert "the peak by category (" in summary and "optimizer state " in summary  # the window summary shows it
+    from perf_callbacks.analysis import render_html
+
+    assert "<th>the peak by category</th>" in render_html(result) and "<td>optimizer state</td>" in render_html(result)
 
 
 def test_diff_names_the_category_that_changed(tmp_path: Path) -> None:
