@@ -201,8 +201,8 @@ class PerfEngine(SetAside, RunFiles):
             self.nvtx.push(name)
         if self._recording:
             self._phase_rf = enter_span(f"perf_callbacks.{name}")
-            if name == "optimizer_step" and self.windows.parts is not None:  # inside windows only
-                self.windows.note_gradients()
+            if name == "optimizer_step" and (parts := self.windows.parts) is not None and not parts.grads_read:
+                self.windows.note_gradients()  # inside windows only, once a window
 
     def end_phase(self) -> None:
         """Close the current phase range, if any."""

@@ -49,7 +49,7 @@ def measure(models: Iterable[Any], optimizers: Iterable[Any], device_type: str) 
 class WindowParts:
     """The parts at a window's end, and what of them lived through the whole window.
 
-    Gradients are also read when an optimizer step of the window begins (:meth:`optimizer_step`): a loop that calls
+    Gradients are also read when the window's first optimizer step begins (:meth:`optimizer_step`): a loop that calls
     ``zero_grad()`` after ``step()`` has none left at the window's end.
 
     Args:
@@ -61,16 +61,18 @@ class WindowParts:
     def __init__(self, owners: Owners, device_type: str, capacity: int | None = None) -> None:
         self.owners, self.device_type, self.capacity = owners, device_type, capacity
         self._start: dict[int, weakref.ref[torch.Tensor]] = {}  # by id: a tensor's == is elementwise
-        self._grads = (0, 0)  # the most gradient bytes seen at an optimizer step of the window, and of them new
+        self._grads = (0, 0)  # the gradient bytes at the window's first optimizer step, and of them new
+        self.grads_read = False  # at this window's first optimizer step: once a window (the same tensors every step)
 
     def start(self) -> None:
         """Remember the tensors alive at the window's start."""
         models, optimizers = self.owners()
         self._start = {id(t): weakref.ref(t) for _, ts in _parts(models, optimizers) for t in ts}
-        self._grads = (0, 0)
+        self._grads, self.grads_read = (0, 0), False
 
     def optimizer_step(self) -> None:
-        """An optimizer step of the window begins: every gradient exists now (``zero_grad`` may free them later)."""
+        """The window's first optimizer step begins: every gradient exists now (``zero_grad`` may free them later)."""
+        self.grads_read = True
         models, _ = self.owners()
         seen: set[tuple[str, int]] = set()
         grads = [p.grad for p in (p for m in models for p in _parameters(m)) if p.grad is not None]
@@ -79,7 +81,7 @@ class WindowParts:
             n = _new_bytes(g, self.device_type, seen)
             total += n
             new += 0 if self._kept(g) else n
-        self._grads = max(self._grads, (total, new))
+        self._grads = (total, new)
 
     def meta(self) -> dict[str, Any]:
         """The trace metadata entry: the parts at the window's end, ``resident`` and ``new_gradients`` (bytes)."""

@@ -203,7 +203,7 @@ class WindowRecorder:
             _quiet(lambda: session.add_meta(LOAD_META_KEY, load.meta()))
 
     def note_gradients(self) -> None:
-        """An optimizer step of a recorded step begins: read its gradients (the window's end may have none)."""
+        """The window's first optimizer step begins: read its gradients (the window's end may have none)."""
         if self.parts is not None:
             _quiet(self.parts.optimizer_step)
 
