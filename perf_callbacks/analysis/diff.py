@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perf_callbacks.analysis.diff_measures import compare_measures
+from perf_callbacks.analysis.diff_memory import compare_categories
 from perf_callbacks.analysis.mfu_diff import mfu_delta
 from perf_callbacks.analysis.noise import Change, compare_samples
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
@@ -58,6 +59,8 @@ class DiffResult:
         mfu_gap: gap part (``input`` ... ``other``, ``below_peak``) -> ``{base, new, change}``, fractions of peak.
         measures: collective busbw and exposed time per step, copy rates, launch latency and the memory peak on
             each side (``diff_measures.compare_measures``).
+        memory_categories: category (``parameters`` ... ``peak``) -> ``{base, new, change}`` in bytes, and
+            ``changed``: the categories that moved by more than 10% of the base peak (``diff_memory``); {} without.
     """
 
     base: dict[str, Any]
@@ -79,6 +82,7 @@ class DiffResult:
     mfu: dict[str, Any] = field(default_factory=dict)
     mfu_gap: dict[str, dict[str, Any]] = field(default_factory=dict)
     measures: dict[str, Any] = field(default_factory=dict)
+    memory_categories: dict[str, Any] = field(default_factory=dict)
     base_result: AnalysisResult | None = field(default=None, repr=False)
     new_result: AnalysisResult | None = field(default=None, repr=False)
 
@@ -116,6 +120,7 @@ def compare(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
         base_result=base, new_result=new, mfu=mfu, mfu_gap=gap,
         measures=compare_measures(vars(base), vars(new), sum(len(x.steps) for x in base.ranks),
                                   sum(len(x.steps) for x in new.ranks)),
+        memory_categories=compare_categories(base.memory_categories, new.memory_categories),
     )
     result.summary = summarize(result)
     return result

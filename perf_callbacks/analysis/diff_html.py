@@ -7,6 +7,7 @@ from typing import Any
 
 from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult, causes_per_step
 from perf_callbacks.analysis.diff_measures import measure_diff_html
+from perf_callbacks.analysis.diff_memory import category_diff_lines
 from perf_callbacks.analysis.html import COLORS
 from perf_callbacks.analysis.result import AnalysisResult, RankResult, StepResult
 from perf_callbacks.analysis.timeline import CAUSES
@@ -59,6 +60,8 @@ def render_diff_html(d: DiffResult, top_k: int = 25) -> str:
         parts += [_rank_bars(a, b) for a, b in _rank_pairs(d.base_result, d.new_result)]
     parts.append("<h2>Ops, self time per step</h2>" + _ops_table(d, top_k))
     parts.append(measure_diff_html(d.measures))
+    if categories := category_diff_lines(d.memory_categories):
+        parts.append("<h2>Memory peak by category</h2><pre>" + escape("\n".join(categories)) + "</pre>")
     return f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>perf-callbacks diff</title>' \
            f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>"
 

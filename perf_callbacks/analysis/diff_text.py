@@ -6,6 +6,7 @@ from typing import Any
 
 from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult
 from perf_callbacks.analysis.diff_measures import measure_diff_lines
+from perf_callbacks.analysis.diff_memory import category_diff_lines, changed_line
 from perf_callbacks.analysis.mfu_diff import gap_lines
 
 
@@ -26,11 +27,15 @@ def format_diff(d: DiffResult, top_k: int = 8) -> str:
                  "(unchanged)")
     if d.recommendations.get("added"):
         lines += ["new recommendations:"] + [f"  {i}. {t}" for i, t in enumerate(d.recommendations["added"], 1)]
-    lines += ["", d.summary, "  " + _noise(d), ""]
+    lines += ["", d.summary, "  " + _noise(d)]
+    lines += [memory] if (memory := changed_line(d.memory_categories)) else []
+    lines += [""]
     lines += _headline(d) + [""] + _causes(d) + [""] + _ops(d, top_k) + _ranks(d)
     lines += [""] + gap_lines(d.mfu_gap) if d.mfu_gap else []
     measures = measure_diff_lines(d.measures)
     lines += [""] + measures if measures else []
+    categories = category_diff_lines(d.memory_categories)
+    lines += [""] + categories if categories else []
     return "\n".join(lines).rstrip() + "\n"
 
 

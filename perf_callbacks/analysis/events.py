@@ -83,6 +83,7 @@ class RankTrace:
     own_data_spans: list[Span] = field(default_factory=list)
     loader_spans: list[tuple[float, float, str]] = field(default_factory=list)
     aside_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    phase_spans: list[tuple[float, float, str]] = field(default_factory=list)
     comm_spans: list[tuple[float, float, str]] = field(default_factory=list)
     graph_launches: dict[int, float] = field(default_factory=dict)
     device_kind: str = "cuda"
@@ -209,6 +210,8 @@ class _Collector:
         elif name.startswith(_COMM_PREFIXES):
             t.comm_spans.append((ts, end, name))
             t.extra.host_comm(ts, end, name, _args(e), e.get("tid"))
+        elif name.startswith(OWN_SPAN_PREFIX):  # our phase spans: forward, backward, optimizer_step...
+            t.phase_spans.append((ts, end, name[len(OWN_SPAN_PREFIX):]))
 
     def _memory(self, args: dict[str, Any]) -> None:
         if args.get("Device Type") != 1:

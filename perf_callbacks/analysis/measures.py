@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf_callbacks.analysis import comms, copies, launch, memory_ops, op_table
+from perf_callbacks.analysis import comms, copies, launch, memory_ops, memory_parts, op_table
 from perf_callbacks.analysis.events import RankTrace
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.timeline import Timeline
@@ -24,6 +24,7 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
     self_cpu, calls, owners = op_table.walk(trace, [(m[0], m[1]) for m in events])
     by_op = memory_ops.by_op(events, owners, calls)
     memory = {name: row["self_bytes"] for name, row in by_op.items()}
+    cats, at = memory_parts.categories(events, owners, trace.phase_spans, memory_parts.parts_of(trace.meta), kind)
     return {
         "communication": comm_rows,
         "overlap_fraction": overlap,
@@ -32,6 +33,8 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
         "memory_by_op": memory_ops.top_by_op(by_op, top_k),
         "memory_peak": memory_ops.peak(events, owners, tl, kind),
         "memory_curve": memory_ops.curve(events, tl),
+        "memory_categories": cats,
+        "memory_at_peak": at,
         "op_table": op_table.op_table(trace, self_cpu, calls, memory, top_k),
         "measure_notes": comm_notes + copy_notes,
     }
@@ -46,7 +49,10 @@ def window_measures(ranks: list[RankResult], top_k: int = 10) -> dict[str, Any]:
     overlaps = [r.overlap_fraction for r in ranks if r.overlap_fraction is not None]
     peaks = [r.memory_peak for r in ranks if r.memory_peak is not None]
     single = len(ranks) == 1
+    cats, at = memory_parts.combine([(r.memory_categories, r.memory_at_peak) for r in ranks])
     return {
+        "memory_categories": cats,
+        "memory_at_peak": at,
         "communication": ranks[0].communication if single else comms.combine([r.communication for r in ranks]),
         "overlap_fraction": sum(overlaps) / len(overlaps) if overlaps else None,
         "copies": ranks[0].copies if single else copies.combine([r.copies for r in ranks]),
@@ -69,6 +75,9 @@ def window_advice(ranks: list[RankResult], recommendations: list[str]) -> list[s
     advice is added (prefixed with the rank when there are several).
     """
     out = list(recommendations)
+    cats, at = memory_parts.combine([(r.memory_categories, r.memory_at_peak) for r in ranks])
+    if (memory := memory_parts.advice(cats, at)) is not None:
+        out.append(memory)
     for r in ranks:
         for kind, rates, advice in copies.copy_advice(r):
             i = next((i for i, rec in enumerate(out) if kind in rec), None)

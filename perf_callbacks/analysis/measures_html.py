@@ -62,6 +62,9 @@ def _memory(result: AnalysisResult) -> list[str]:
     kind = "Host" if peak.get("memory") == "host" else "Device"
     parts = [f"<h2>{kind} memory</h2><p>peak {size(peak['bytes'])} allocated in {escape(str(peak['op']))}, "
              f"{peak['ts_ms']:.1f} ms into the window</p>", memory_curve_svg(result.ranks)]
+    if cats := result.memory_categories:
+        parts.append(_table(("the peak by category", "bytes"),
+                            [(k.replace("_", " "), size(v)) for k, v in cats.items()]))
     if peak.get("held_by_op"):
         parts.append(_table(("op that allocated it", "held at the peak"),
                             [(m["name"], size(m["bytes"])) for m in peak["held_by_op"]]))

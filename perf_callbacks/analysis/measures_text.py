@@ -138,6 +138,30 @@ def queue_note(x: dict[str, Any]) -> str:
         f"; {queued:.0%} of kernels queued behind earlier work"
 
 
+def category_lines(cats: dict[str, int] | None, at: dict[str, Any] | None) -> list[str]:
+    """``  the peak by category: parameters 1.2 MB, ...`` and, on a device, what the parts leave unexplained.
+
+    Example:
+        >>> cats = {"parameters": 600, "gradients": 0, "optimizer_state": 400, "activations": 400, "other": 100,
+        ...         "peak": 1500}
+        >>> category_lines(cats, {"phase": "backward", "op": "aten::add"})
+        ['  the peak by category (1.5 kB, in backward, at aten::add): parameters 600 B, gradients 0 B, optimizer \
+state 400 B, activations 400 B, other 100 B']
+    """
+    if not cats or not at:
+        return []
+    parts = ", ".join(f"{k.replace('_', ' ')} {size(cats[k])}" for k in _CATEGORIES)
+    kept = f" with the {size(at['resident'])} that lived through the window" if at.get("memory") == "host" else ""
+    lines = [f"  the peak by category ({size(cats['peak'])}{kept}, in {at['phase']}, at {at['op']}): {parts}"]
+    if (at.get("not_resident") or 0) > 0:
+        lines.append(f"    of which {size(at['not_resident'])} was allocated before the window and is none of "
+                     "parameters, gradients and optimizer state (the batch, tensors kept from an earlier step)")
+    return lines
+
+
+_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
+
+
 def duration(us: float) -> str:
     """Microseconds as ``12.8 us``, from 1 ms on as ``262.6 ms``.
 
@@ -155,6 +179,7 @@ def _memory(result: AnalysisResult) -> list[str]:
     kind = "host" if peak.get("memory") == "host" else "device"
     lines = [f"{kind} memory: peak {size(peak['bytes'])} allocated in {peak['op']}, {peak['ts_ms']:.1f} ms into the "
              "window"]
+    lines += category_lines(result.memory_categories, result.memory_at_peak)
     if peak.get("held_by_op"):
         held = ", ".join(f"{m['name']} {size(m['bytes'])}" for m in peak["held_by_op"][:3])
         lines.append(f"  held at the peak, by the op that allocated it: {held}")

@@ -94,6 +94,8 @@ class RankResult:
     memory_by_op: list[dict[str, Any]] = field(default_factory=list)
     memory_peak: dict[str, Any] | None = None
     memory_curve: list[list[float]] = field(default_factory=list)
+    memory_categories: dict[str, int] | None = None
+    memory_at_peak: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     measure_notes: list[str] = field(default_factory=list)
     bad_events: int = 0
@@ -171,6 +173,11 @@ class AnalysisResult:
         launch: ``{p50_us, p95_us, launch_call_p50_us, small_kernels, small_kernel_fraction}`` (``analysis.launch``).
         memory_by_op: the ops with the most self memory, ``{name, self_bytes, calls}`` (``analysis.memory_ops``).
         memory_peak: ``{bytes, op, ts_ms, memory}``: the highest allocated memory of any rank and the op there.
+        memory_categories: ``{parameters, gradients, optimizer_state, activations, other, peak}`` in bytes: what the
+            peak of the rank with the highest peak is made of (see ``analysis.memory_parts``); None without
+            ``profile_memory`` or without our metadata.
+        memory_at_peak: ``{phase, op, memory, capacity, resident}`` at that peak, with ``before_trace`` and
+            ``not_resident`` on a device.
         op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
         loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
@@ -214,6 +221,8 @@ class AnalysisResult:
     launch: dict[str, Any] | None = None
     memory_by_op: list[dict[str, Any]] = field(default_factory=list)
     memory_peak: dict[str, Any] | None = None
+    memory_categories: dict[str, int] | None = None
+    memory_at_peak: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     loader: dict[str, Any] | None = None
     hang: dict[str, Any] | None = None

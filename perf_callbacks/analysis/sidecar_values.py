@@ -50,6 +50,7 @@ def values_sound(data: dict[str, Any]) -> bool:
             and _rows_sound(data)
             and _launch_sound(data.get("launch"))
             and _amount((data.get("memory_peak") or {}).get("bytes"))
+            and all(_amount(v) for v in (data.get("memory_categories") or {}).values())
             and _flops_sound(data.get("flops")))
 
 

@@ -40,6 +40,7 @@ from perf_callbacks.core.exit import ExitCause
 from perf_callbacks.core.flops import StepFlops
 from perf_callbacks.core.hang import watch_engine
 from perf_callbacks.core.memory import MemorySampler
+from perf_callbacks.core.memory_parts import Owners, WindowParts, device_capacity
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.monitor import StepMonitor
 from perf_callbacks.core.nvtx import NvtxRanges
@@ -111,6 +112,12 @@ class PerfEngine(SetAside, RunFiles):
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
         self.windows.model = self.flops.model = model
+
+    def attach_owners(self, owners: Owners) -> None:
+        """Where the run's models and optimizers are: their bytes by part go into each window and the OOM summary."""
+        device = self.ctx.device
+        self.windows.parts = WindowParts(owners, device.type if device is not None else "cpu", device_capacity(device))
+        self.mem.oom.owners = owners
 
     # ---- hot path: once per micro-batch ---------------------------------------------------------------------
     def data_start(self) -> None:
@@ -195,6 +202,8 @@ class PerfEngine(SetAside, RunFiles):
             self.nvtx.push(name)
         if self._recording:
             self._phase_rf = enter_span(f"perf_callbacks.{name}")
+            if name == "optimizer_step" and (parts := self.windows.parts) is not None and not parts.grads_read:
+                self.windows.note_gradients()  # inside windows only, once a window
 
     def end_phase(self) -> None:
         """Close the current phase range, if any."""

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from perf_callbacks.core.memory import host_rss_bytes
+from perf_callbacks.core.memory_parts import Owners, measure
 from perf_callbacks.core.oom_report import OOMFacts, format_summary
 from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.phase_peaks import PhasePeaks
@@ -66,6 +67,7 @@ class OOMForensics:
         self.start = start
         self.recording = False
         self.captured: dict[str, Any] | None = None  # device state taken by the OOM observer
+        self.owners: Owners | None = None  # the run's models and optimizers: their bytes by part at the failure
         if self.device is not None:
             _attach_observer(self)
 
@@ -127,6 +129,8 @@ class OOMForensics:
         facts.host_rss, facts.host_peak_rss, facts.host_total = _host_state()
         if state:
             _fill_device(facts, state, "at the failing allocation" if at_alloc else facts.captured)
+        if self.owners is not None:
+            facts.categories = _categories(self.owners, self.device)
         if self.peaks is not None:
             facts.phase_peaks, facts.phase_peaks_step = dict(self.peaks.last), self.peaks.step
         folder: Path | None = self.run_dir / f"oom-rank{self.rank}"
@@ -183,6 +187,16 @@ def _collect(obj: Any, out: list[torch.Tensor], limit: int) -> None:
     elif isinstance(obj, list | tuple):
         for v in obj:
             _collect(v, out, limit)
+
+
+def _categories(owners: Owners, device: torch.device | None) -> dict[str, int]:
+    """Parameters, gradients and optimizer state at the failure, on the device (the host on CPU); {} if unreadable."""
+    try:
+        models, optimizers = owners()
+        return measure(models, optimizers, device.type if device is not None else "cpu")
+    except Exception:  # noqa: BLE001 - forensics must never mask the original error
+        log.debug("could not measure the memory parts", exc_info=True)
+        return {}
 
 
 def _host_state() -> tuple[int, int, int | None]:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from perf_callbacks.analysis.measures_text import size as size_text
+from perf_callbacks.analysis.memory_parts import CATEGORY_ADVICE
+
 MEMORY_VIZ = "https://pytorch.org/memory_viz"
 _GB = 1e9
 _FRAGMENTED = 0.2  # share of reserved memory that is cached but unused, above which fragmentation is called high
@@ -37,6 +40,7 @@ class OOMFacts:
     phase_peaks: dict[str, float] = field(default_factory=dict)  # MB
     phase_peaks_step: int | None = None
     captured: str = "when the exception reached the training loop"
+    categories: dict[str, int] = field(default_factory=dict)  # parameters, gradients, optimizer_state (bytes)
     files: list[str] = field(default_factory=list)
 
 
@@ -49,6 +53,7 @@ def format_summary(f: OOMFacts) -> str:
     lines.append(
         f"  host: RSS {_gb(f.host_rss)}, peak RSS {_gb(f.host_peak_rss)}, total {_gb(f.host_total)}"
     )
+    lines += _category_lines(f)
     if f.phase_peaks:
         peaks = ", ".join(f"{name} {mb * 2**20 / _GB:.2f} GB" for name, mb in f.phase_peaks.items())
         lines.append(f"  per-phase peaks (step {f.phase_peaks_step}, the last measured): {peaks}")
@@ -65,7 +70,7 @@ def format_summary(f: OOMFacts) -> str:
 
 def advice(f: OOMFacts) -> list[str]:
     """Suggestions that follow from the phase, the per-phase peaks and fragmentation; most specific first."""
-    out: list[str] = []
+    out: list[str] = list(_category_advice(f))
     top = max(f.phase_peaks.items(), key=lambda kv: kv[1])[0] if f.phase_peaks else None
     if f.phase in ("forward", "backward") or top in ("forward", "backward"):
         why = _why(f, top, ("forward", "backward"))
@@ -90,6 +95,41 @@ def advice(f: OOMFacts) -> list[str]:
     if not out:
         out.append("a smaller batch, activation checkpointing, or sharding parameters and optimizer state")
     return out
+
+
+def rest_bytes(f: OOMFacts) -> int | None:
+    """Allocated device memory that is neither parameters, gradients nor optimizer state (activations, temporaries)."""
+    if f.allocated is None or not f.categories:
+        return None
+    return max(f.allocated - sum(f.categories.values()), 0)
+
+
+def _category_lines(f: OOMFacts) -> list[str]:
+    if not f.categories:
+        return []
+    c = f.categories
+    where = "device" if f.allocated is not None else "host"
+    line = (f"  {where} memory by category: parameters {size_text(c.get('parameters'))}, gradients "
+            f"{size_text(c.get('gradients'))}, optimizer state {size_text(c.get('optimizer_state'))}")
+    rest = rest_bytes(f)
+    if rest is not None:
+        line += f", activations and temporaries {size_text(rest)} (allocated less the three)"
+    return [line]
+
+
+def _category_advice(f: OOMFacts) -> list[str]:
+    """One suggestion for the largest part of the memory held at the failure, when the parts are known."""
+    if not f.categories:
+        return []
+    parts = dict(f.categories)
+    rest = rest_bytes(f)
+    if rest is not None:
+        parts["activations"] = rest
+    name, nbytes = max(parts.items(), key=lambda kv: kv[1])
+    if nbytes <= 0:
+        return []
+    fix = CATEGORY_ADVICE.get(name)
+    return [f"{name.replace('_', ' ')} is the largest part ({size_text(nbytes)}): {fix}"] if fix else []
 
 
 def requested(error: str) -> str | None:

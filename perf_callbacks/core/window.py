@@ -26,6 +26,8 @@ from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.flops import META_KEY as FLOPS_META_KEY
 from perf_callbacks.core.machine import META_KEY as MACHINE_META_KEY
 from perf_callbacks.core.machine import machine_meta
+from perf_callbacks.core.memory_parts import META_KEY as PARTS_META_KEY
+from perf_callbacks.core.memory_parts import WindowParts
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
 from perf_callbacks.core.nsys import NsysCapture
@@ -88,6 +90,7 @@ class WindowRecorder:
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
         self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
+        self.parts: WindowParts | None = None  # the engine's: parameters, gradients, optimizer state into each trace
 
     # ---- per step ------------------------------------------------------------------------------------------------
     def begin_step(self, step: int) -> bool:
@@ -139,6 +142,8 @@ class WindowRecorder:
                 return False
             self.session.start()
             self._load = quiet(LoadProbe(self.ctx.data_loader[1]).mark)
+            if self.parts is not None:
+                quiet(self.parts.start)
             if self.config.nsys_steps is None:
                 self.nsys.start(step)
             if self.module_ranges is not None and self.model is not None:
@@ -179,6 +184,7 @@ class WindowRecorder:
             return
         try:
             self._record_load(session)
+            self._record_parts(session)
             self._instruments_off()
             recorded = session.recording
             session.stop()
@@ -195,6 +201,17 @@ class WindowRecorder:
         if mark is not None and session.recording:
             load = LoadProbe(self.ctx.data_loader[1]).since(mark)
             quiet(lambda: session.add_meta(LOAD_META_KEY, load.meta()))
+
+    def note_gradients(self) -> None:
+        """The window's first optimizer step begins: read its gradients (the window's end may have none)."""
+        if self.parts is not None:
+            quiet(self.parts.optimizer_step)
+
+    def _record_parts(self, session: ProfilerSession) -> None:
+        """The bytes of parameters, gradients and optimizer state at the window's end into its trace."""
+        parts = self.parts
+        if parts is not None and session.recording:
+            quiet(lambda: session.add_meta(PARTS_META_KEY, parts.meta()))
 
     def _export(self, session: ProfilerSession, error: BaseException | None) -> None:
         first, last = self.steps[0], self.steps[-1]

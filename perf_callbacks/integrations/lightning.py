@@ -164,6 +164,7 @@ class GPUPerfCallback(Callback):
         )
         self.engine = PerfEngine(self.config, ctx)
         self.engine.attach_model(pl_module)
+        self.engine.attach_owners(lambda: ([trainer.lightning_module], list(trainer.optimizers)))
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self.engine.windows.enabled = False
             warn_user("Trainer(profiler=PyTorchProfiler) records its own torch.profiler trace, and only one can run at "

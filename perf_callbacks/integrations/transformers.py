@@ -117,6 +117,7 @@ class TransformersPerfCallback(TrainerCallback):
             ctx.log_metrics, ctx.log_text = self.metrics.log_metrics, self.metrics.log_text
         if kw.get("model") is not None:
             self.engine.attach_model(kw["model"])
+        self.engine.attach_owners(lambda: _owners(self.trainer, kw))
         self.engine.flops.compiled = bool(getattr(args, "torch_compile", False))  # compiled later: never counted
         self._live, self._samples, self._sigterm = True, 0, catch_sigterm()
         self._cancel_exit = before_shutdown(self._close_at_exit)  # while uploads to an object store still run
@@ -233,3 +234,9 @@ def _in_training_args_words(message: str) -> str:
     message = _RAISE.sub(r"dataloader_num_workers to \1", _ARG_NAMES.sub(r"dataloader_\1=", message))
     return message.replace("let accelerator.prepare() shard the loader", "let the Trainer shard it")
 
+
+def _owners(trainer: Trainer | None, kw: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The Trainer's model and optimizer as they are now (its optimizer is made after on_train_begin's arguments)."""
+    model = getattr(trainer, "model", None) or kw.get("model")
+    optimizer = getattr(trainer, "optimizer", None) or kw.get("optimizer")
+    return [model] if model is not None else [], [optimizer] if optimizer is not None else []

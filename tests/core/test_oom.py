@@ -55,6 +55,35 @@ def test_advice_follows_the_numbers() -> None:
     assert any("torch.no_grad()" in a for a in advice(cuda_facts(phase="validation")))
 
 
+def test_summary_splits_the_device_memory_by_category_and_advises_on_the_largest() -> None:
+    parts = {"parameters": 10 * GB, "gradients": 10 * GB, "optimizer_state": 40 * GB}
+    facts = cuda_facts(categories=parts)  # 70 GB allocated: 10 GB is neither of the three
+    assert ("device memory by category: parameters 10.0 GB, gradients 10.0 GB, optimizer state 40.0 GB, activations "
+            "and temporaries 10.0 GB (allocated less the three)") in format_summary(facts)
+    first = advice(facts)[0]
+    assert first.startswith("optimizer state is the largest part (40.0 GB): shard it across ranks")
+    activations = advice(cuda_facts(categories={**parts, "optimizer_state": 5 * GB}))[0]  # 45 GB of the rest
+    assert activations.startswith("activations is the largest part (45.0 GB): use activation checkpointing")
+    host = format_summary(cuda_facts(categories=parts, allocated=None))
+    assert "host memory by category: parameters 10.0 GB, gradients 10.0 GB, optimizer state 40.0 GB\n" in host
+    assert "memory by category" not in format_summary(cuda_facts())  # not measured: no line
+
+
+def test_oom_measures_the_parts_of_the_live_tensors(tmp_path: Path) -> None:
+    model = torch.nn.Linear(8, 4)  # 36 parameters, tied below to a second module: counted once
+    twin = torch.nn.Linear(8, 4)
+    twin.weight = model.weight
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, 8)).sum().backward()
+    opt.step()
+    oom = OOMForensics(memory_history=0, rank=0, run_dir=tmp_path, device=None)
+    oom.owners = lambda: ([model, twin], [opt])
+    oom.on_oom(OutOfMemoryError("out of memory"), step=1, phase="forward", echo=False)
+    text = (tmp_path / "oom-rank0" / "summary.txt").read_text()
+    # twin's own bias (16 B) is new; Adam: two moments per parameter (144 B each) and a 4-byte step per parameter
+    assert "host memory by category: parameters 160 B, gradients 144 B, optimizer state 296 B\n" in text
+
+
 def test_describe_batch_and_find_it_in_a_traceback() -> None:
     batch = {"input_ids": torch.zeros(4, 128, dtype=torch.long), "extra": [torch.ones(4, 3, 2), "text"]}
     assert describe_batch(batch) == "size 4; shapes: int64[4, 128], float32[4, 3, 2]"

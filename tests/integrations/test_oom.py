@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback, InstrumentUnavailableWarning
+from perf_callbacks.analysis.measures_text import size
 from perf_callbacks.core.memory import OutOfMemoryError
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 
@@ -68,7 +69,7 @@ class FailingSGD(torch.optim.SGD):
     """SGD whose update raises when ``fire()`` says so (after Lightning's closure: forward and backward ran)."""
 
     def __init__(self, params: Any, lr: float, fire: Any, error: BaseException) -> None:
-        super().__init__(params, lr=lr)
+        super().__init__(params, lr=lr, momentum=0.9)  # momentum: optimizer state in the OOM summary
         self.fire, self.error = fire, error
 
     def step(self, closure: Any = None) -> Any:  # type: ignore[override]
@@ -104,6 +105,7 @@ def test_lightning_oom_writes_summary_naming_step_and_phase(tmp_path: Path, caps
         assert "batch: size 8; shapes: float32[8, 16], int64[8]" in text
     printed = capsys.readouterr().err
     assert f"perf-callbacks: out of memory on rank 0 at step {step}, phase {where}" in printed
+    assert categories_line(list(model.parameters()), t.optimizers[0]) in text  # as the tensors were at the failure
 
 
 def test_lightning_cli_yaml_takes_the_memory_history_keys(tmp_path: Path) -> None:
@@ -149,7 +151,7 @@ def accelerate_loop(acc: Accelerator, hook: AcceleratePerfHook, parts: Any, erro
 def test_accelerate_oom_writes_summary_naming_step_and_phase(tmp_path: Path, where: str) -> None:
     acc = Accelerator(cpu=True)
     model = nn.Linear(16, 4)
-    parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(num_workers=0))
+    parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), loader(num_workers=0))
     hook = AcceleratePerfHook(output_dir=str(tmp_path / "perf"), check_dataloaders=False).register(acc)
     error = OutOfMemoryError(MESSAGE)
     with pytest.raises(OutOfMemoryError) as info, hook:
@@ -161,7 +163,17 @@ def test_accelerate_oom_writes_summary_naming_step_and_phase(tmp_path: Path, whe
     assert "batch: size 8; shapes: float32[8, 16], int64[8]" in text
     assert "activation checkpointing" in text and "smaller batch (now 8)" in text
     assert _host_gb(text)[0] > 0
+    assert categories_line(list(model.parameters()), parts[1].optimizer) in text
     assert "backward" not in vars(acc)  # the wrapper is removed as usual
+
+
+def categories_line(params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> str:
+    """The summary's line for these tensors as they are now (nothing ran after the failure)."""
+    p = sum(t.numel() * t.element_size() for t in params)
+    g = sum(t.grad.numel() * t.grad.element_size() for t in params if t.grad is not None)
+    o = sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
+            if isinstance(v, torch.Tensor))
+    return f"host memory by category: parameters {size(p)}, gradients {size(g)}, optimizer state {size(o)}\n"
 
 
 def _host_gb(text: str) -> tuple[float, float]:
@@ -205,7 +217,7 @@ def _rank_main(rank: int, out: Path, port: int) -> None:
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     acc = Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=15))])
     model = nn.Linear(16, 4)
-    parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader(num_workers=0))
+    parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), loader(num_workers=0))
     hook = AcceleratePerfHook(output_dir=str(out / "perf"), check_dataloaders=False).register(acc)
     error = OutOfMemoryError(MESSAGE)
     result: dict[str, Any] = {"error": None}
