@@ -115,6 +115,9 @@ def _add_report(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--sort", choices=("device_time", "self_cpu", "calls", "memory"), default="device_time",
                    help="order of the op table: self device time (default), self CPU time, calls, or self memory "
                         "allocated (needs profile_memory=True)")
+    p.add_argument("--peak-tbps", type=float, default=None, metavar="TB/S",
+                   help="the device's peak memory bandwidth in TB/s for the roofline table (default: what the trace "
+                        "says, else the known-device table)")
     p.set_defaults(func=_run_report)
 
 
@@ -153,7 +156,7 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
     from perf_callbacks.analysis import analyze, format_text, render_html
 
     result = analyze(args.path, top_k=max(args.top, 10), jobs=args.jobs,
-                     sidecars=not args.no_sidecars and args.top <= 10)
+                     sidecars=not args.no_sidecars and args.top <= 10, peak_tbps=args.peak_tbps)
     for error in result.errors:
         print(shown(f"perf-callbacks report: skipped {error}"), file=sys.stderr)
     if args.html:

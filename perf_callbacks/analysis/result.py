@@ -109,6 +109,9 @@ class RankResult:
     strip: str = ""
     load: dict[str, Any] = field(default_factory=dict)
     loader: dict[str, Any] | None = None
+    roofline: list[dict[str, Any]] = field(default_factory=list)
+    roofline_peaks: dict[str, Any] = field(default_factory=dict)
+    precision: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
@@ -174,6 +177,13 @@ class AnalysisResult:
         op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
         loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
+        roofline: operators against the roofline, per (op, shapes, dtype) group: ``{op, shapes, dtype, kind,
+            device, count, device_time_ms, time_fraction, flops, bytes, achieved_tflops, achieved_tbps, intensity,
+            peak_dtype, peak_tflops, peak_tbps, bound_tflops, bound_share, bound, kernels}`` (``analysis.roofline``).
+        roofline_peaks: the peaks the rows are held to, ``{tflops, tbps, tflops_source, tbps_source, device}``.
+        precision: the precision hint (fp32 matrix math without tensor cores), None when there is none: ``{kernels,
+            time_ms, device_share, window_share, settings, dtype_evidence, estimated_gain, estimated_gain_ms,
+            estimated_gain_fraction, basis, text, rank}`` (``analysis.precision``).
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
@@ -214,6 +224,9 @@ class AnalysisResult:
     memory_peak: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     loader: dict[str, Any] | None = None
+    roofline: list[dict[str, Any]] = field(default_factory=list)
+    roofline_peaks: dict[str, Any] = field(default_factory=dict)
+    precision: dict[str, Any] | None = None
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
