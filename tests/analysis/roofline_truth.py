@@ -8,6 +8,7 @@ inputs and the output, each once.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from collections import defaultdict
@@ -51,6 +52,15 @@ def gemm_groups(path: Path, bytes_per_s: float = H200_BYTES_PER_S) -> dict[tuple
         out[key] = {"count": len(g["calls"]), "time_ms": g["time_us"] / 1e3, "flops": flops, "bytes": nbytes,
                     "tflops": flops / seconds / 1e12, "share": flops / seconds / bound}
     return out
+
+
+@functools.cache
+def analyzed(name: str) -> Any:
+    """``analyze`` of a fixture trace, once per test session (the roofline and precision tests share it)."""
+    from perf_callbacks.analysis import analyze
+    from tests.analysis.conftest import fixture_trace
+
+    return analyze(fixture_trace(name), sidecars=False)
 
 
 def _cost(name: str, dims: list[list[int]], size: int) -> tuple[int, int]:

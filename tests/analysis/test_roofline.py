@@ -13,7 +13,7 @@ from torch import nn
 
 from perf_callbacks.analysis import analyze, format_text, render_html
 from tests.analysis.conftest import fixture_trace
-from tests.analysis.roofline_truth import gemm_groups
+from tests.analysis.roofline_truth import analyzed, gemm_groups
 
 FIXTURES = ("compute_bound", "input_bound", "launch_bound_tiny_kernels", "sync_bound")
 GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -21,7 +21,7 @@ GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, object]:
-    return {name: analyze(fixture_trace(name), sidecars=False) for name in FIXTURES}
+    return {name: analyzed(name) for name in FIXTURES}
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -37,6 +37,16 @@ def test_every_gemm_group_equals_an_independent_count(results: dict, name: str) 
         assert got["bytes"] == pytest.approx(want["bytes"], rel=0.01), key
         assert got["achieved_tflops"] == pytest.approx(want["tflops"], rel=0.01), key
         assert got["bound_share"] == pytest.approx(want["share"], rel=0.01), key
+
+
+def test_a_call_that_launches_several_kernels_counts_once(results: dict) -> None:
+    """cuDNN's attention backward launches 3 kernels per call: 18 calls (one per layer and step), FLOPs by hand
+    (torch's formula: twice the forward's ``2 * batch * heads * L * S * (E + Ev)``)."""
+    rows = [r for r in results["compute_bound"].roofline if r["op"] == "aten::_cudnn_attention_backward"]
+    (row,) = rows
+    assert len(row["kernels"]) == 3
+    assert row["count"] == 18 and row["flops"] == 18 * 2 * (2 * 32 * 16 * 1024 * 1024 * (128 + 128))
+    assert row["kind"] == "attention" and row["dtype"] == "bf16"
 
 
 def test_the_classes_follow_the_ridge_point(results: dict) -> None:
