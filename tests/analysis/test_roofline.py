@@ -80,6 +80,18 @@ def test_the_report_shows_the_table_under_top(tmp_path: Path) -> None:
     assert "<h2>Operators against the roofline</h2>" in (tmp_path / "r.html").read_text()
 
 
+def test_the_documented_example_is_what_report_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """reading-the-output.md's roofline table and precision hint, re-run: each line, word for word."""
+    from perf_callbacks.cli import main
+
+    page = (Path(__file__).parents[2] / "docs" / "reading-the-output.md").read_text()
+    sample = page.split("```\nprecision: fp32")[1].split("```")[0]
+    assert main(["report", str(fixture_trace("sync_bound")), "--no-sidecars", "--top", "3"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    lines = [line for line in ("precision: fp32" + sample).splitlines() if line]
+    assert len(lines) == 7 and all(line in printed for line in lines)
+
+
 class Small(nn.Module):
     def __init__(self) -> None:
         super().__init__()
