@@ -8,7 +8,7 @@ the memory bandwidth). Bytes are the least traffic the call can do: each input r
 
 Example:
     >>> op_cost("aten::mm", [[64, 32], [32, 16]], ["float", "float"], [])
-    ('gemm', 32768, 12288)
+    ('gemm', 65536, 14336)
     >>> op_cost("aten::add", [[8, 4], [8, 4], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"], [])
     ('elementwise', 32, 192)
     >>> op_cost("aten::mm", [[64, 32], []], ["float", ""], []) is None

@@ -37,6 +37,10 @@ def fp32_math(kernel: str) -> bool:
     Example:
         >>> fp32_math("cutlass_80_simt_sgemm_256x128_8x4_nt_align1"), fp32_math("cutlass_80_tensorop_s1688tf32gemm")
         (True, False)
+        >>> fp32_math("implicit_convolve_sgemm"), fp32_math("fmha_cutlassF_f32_aligned_64x64_rf_sm80")
+        (True, True)
+        >>> fp32_math("sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16"), fp32_math("nvjet_sm90_tst_128x256")
+        (False, False)
     """
     return bool(_FP32_MATH.search(kernel)) and "tf32" not in kernel.lower()
 
@@ -96,7 +100,7 @@ def estimate(
                 continue
             shaped += mine
             new_s = r["flops"] / (tflops[target] * 1e12)
-            if tbps:
+            if tbps and r["bytes"] is not None:
                 new_s = max(new_s, r["bytes"] / (2 if target == "bf16" else 1) / (tbps * 1e12))
             saved += max(r["device_time_ms"] - new_s * 1e3, 0.0) * mine / r["device_time_ms"]
         saved += max(time_ms - shaped, 0.0) * (1.0 - tflops["fp32"] / tflops[target])
@@ -161,16 +165,28 @@ def combine(
 
 
 def _evidence(rows: list[dict[str, Any]], kernels: dict[str, float]) -> str:
-    ops = sorted({r["op"] for r in rows if r["dtype"] == "fp32" and any(k["name"] in kernels for k in r["kernels"])})
-    calls = sum(r["count"] for r in rows if r["op"] in ops and r["dtype"] == "fp32")
+    shaped = [
+        r
+        for r in rows
+        if r["dtype"] == "fp32"
+        and r.get("flops_source") == "recorded shapes"
+        and any(k["name"] in kernels for k in r["kernels"])
+    ]
+    ops = sorted({r["op"] for r in shaped})
+    calls = sum(r["count"] for r in shaped)
     return f"{calls} calls of {', '.join(ops)} with fp32 inputs" if ops else ""
 
 
 def _basis(rows: list[dict[str, Any]], kernels: dict[str, float], peaks: dict[str, Any], known: bool) -> str:
     if not known:
         return "no estimate: the device's fp32 and TF32 peaks are not known (set peak_tflops)"
-    shaped = any(r["flops"] is not None and any(k["name"] in kernels for k in r["kernels"]) for r in rows)
-    how = "FLOPs and bytes from the recorded shapes" if shaped else "the ratio of the fp32 and TF32 peaks (no shapes)"
+    mine = [r for r in rows if r["flops"] is not None and any(k["name"] in kernels for k in r["kernels"])]
+    if any(r["bytes"] is not None for r in mine):
+        how = "FLOPs and bytes from the recorded shapes"
+    elif mine:
+        how = "FLOPs from the run's FlopCounterMode count (no shapes, so no bytes)"
+    else:
+        how = "the ratio of the fp32 and TF32 peaks (no FLOPs known)"
     bw = f", {peaks['tbps']:g} TB/s" if peaks.get("tbps") else ""
     return (
         f"estimate, upper bound: the fp32 kernels' time at the TF32 roofline bound ({peaks['tflops']['tf32']:g} "

@@ -79,6 +79,21 @@ def test_tf32_kernels_are_not_named(tmp_path: Path) -> None:
     assert analyze(path, sidecars=False).precision is None
 
 
+def test_a_sidecar_gives_the_same_table_and_hint(tmp_path: Path) -> None:
+    """The report from the sidecar written during training equals the report from parsing the trace."""
+    import shutil
+
+    from perf_callbacks.analysis.sidecar import write_sidecar
+
+    trace = tmp_path / "rank0.pt.trace.json.gz"
+    shutil.copy(fixture_trace("sync_bound"), trace)
+    write_sidecar(trace)
+    parsed, side = analyzed("sync_bound"), analyze(trace, sidecars=True)
+    assert side.ranks[0].timeline is None  # read from the sidecar, not parsed
+    assert json.dumps(side.roofline) == json.dumps(parsed.roofline)
+    assert side.precision["text"] == parsed.precision["text"]
+
+
 def test_the_live_settings_are_read_from_the_trace(tmp_path: Path) -> None:
     doc = load_doc("sync_bound")
     doc["perf_callbacks_device"] = {"float32_matmul_precision": "highest", "cuda_matmul_allow_tf32": False,

@@ -49,6 +49,29 @@ def test_a_call_that_launches_several_kernels_counts_once(results: dict) -> None
     assert row["kind"] == "attention" and row["dtype"] == "bf16"
 
 
+def test_without_shapes_the_flops_come_from_the_runs_flop_counter(tmp_path: Path) -> None:
+    """sync_bound with its shapes taken out and the run's per-operator FlopCounterMode count of one step written in
+    (as our callbacks write it): each op's FLOPs are that count times the window's 3 steps; the bytes are unknown."""
+    from tests.analysis.conftest import load_doc, save_doc
+
+    doc = load_doc("sync_bound")
+    for e in doc["traceEvents"]:
+        for key in ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"):
+            e.get("args", {}).pop(key, None)
+    per_step = {"aten::mm": 96 * 2**30, "aten::addmm": 48 * 2**30}
+    doc["perf_callbacks_flops"] = {"flops_per_step": float(sum(per_step.values())), "source": "counted",
+                                   "dtype": "fp32", "flops_by_op": per_step}
+    result = analyze(save_doc(tmp_path / "rank0.pt.trace.json.gz", doc), sidecars=False)
+    rows = {r["op"]: r for r in result.roofline}
+    assert len(result.ranks[0].steps) == 3
+    for op, flops in per_step.items():
+        assert rows[op]["shapes"] == "" and rows[op]["bytes"] is None and rows[op]["intensity"] is None
+        assert rows[op]["flops"] == 3 * flops and rows[op]["dtype"] == "fp32"
+        assert rows[op]["bound_tflops"] == 67.0 and rows[op]["bound"] is None  # the compute peak alone
+    assert "[shapes not recorded]" in format_text(result)
+    assert "FlopCounterMode" in result.precision["basis"] and "fp32 inputs" not in result.precision["text"]
+
+
 def test_the_classes_follow_the_ridge_point(results: dict) -> None:
     """bf16 GEMMs of intensity 1560 FLOP/B are compute-bound on an H200 (ridge 989.4 / 4.8 = 206); tiny fp32 ones
     of intensity 3 memory-bound (ridge 67 / 4.8 = 14)."""
