@@ -92,6 +92,17 @@ def test_a_given_bandwidth_moves_the_bound(results: dict) -> None:
     assert results["sync_bound"].roofline_peaks["tbps"] == 4.8
 
 
+def test_the_report_takes_peak_tbps(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from perf_callbacks.cli import main
+
+    assert main(["report", str(fixture_trace("sync_bound")), "--no-sidecars", "--json", "--peak-tbps", "0.05"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["roofline_peaks"]["tbps"] == 0.05 and {r["bound"] for r in out["roofline"] if r["op"] in GEMMS} == {
+        "memory"}
+
+
 def test_the_report_shows_the_table_under_top(tmp_path: Path) -> None:
     cmd = [sys.executable, "-c", "import sys; from perf_callbacks.cli import main; sys.exit(main())", "report",
            str(fixture_trace("sync_bound")), "--no-sidecars", "--top", "2", "--html", str(tmp_path / "r.html")]
@@ -153,6 +164,7 @@ def test_a_cpu_trace_with_shapes_equals_flops_computed_by_hand(cpu_trace: Path) 
     assert conv["count"] == 3 and conv["flops"] == 3 * 2 * (4 * 8 * 6 * 6) * (3 * 3 * 3)
     assert all(r["device"] == "cpu" and r["bound_share"] is None for r in result.roofline)  # no CPU peaks known
     assert not any(r["op"] == "aten::linear" for r in result.roofline)  # a wrapper of addmm: not counted twice
+    assert not any(r["op"] == "aten::copy_" for r in result.roofline)  # addmm's bias copy is addmm's own work
     assert fc1["achieved_tflops"] == pytest.approx(fc1["flops"] / (fc1["device_time_ms"] / 1e3) / 1e12)
 
 
