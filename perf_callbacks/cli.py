@@ -115,6 +115,9 @@ def _add_report(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--sort", choices=("device_time", "self_cpu", "calls", "memory"), default="device_time",
                    help="order of the op table: self device time (default), self CPU time, calls, or self memory "
                         "allocated (needs profile_memory=True)")
+    p.add_argument("--peak-tbps", type=float, default=None, metavar="TB/S",
+                   help="the device's peak memory bandwidth in TB/s for the roofline table (default: what the trace "
+                        "says, else the known-device table)")
     p.set_defaults(func=_run_report)
 
 
@@ -155,7 +158,7 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
 
     try:
         result = analyze(args.path, top_k=max(args.top, 10), jobs=args.jobs,
-                         sidecars=not args.no_sidecars and args.top <= 10)
+                         sidecars=not args.no_sidecars and args.top <= 10, peak_tbps=args.peak_tbps)
     except (FileNotFoundError, ValueError):
         if (text := hang_only(args.path, args.json)) is None:  # a hung run's folder may hold no trace: its hang
             raise

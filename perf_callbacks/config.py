@@ -88,6 +88,8 @@ class PerfConfig:
             included; the base of ``perf/train/tflops`` and MFU. Default: measured (see ``flops``).
         peak_tflops: the device's peak TFLOP/s for the run's compute dtype (dense); default: Lightning's table
             (``get_available_flops``) for CUDA devices it knows. Without it, MFU is not given (achieved TFLOP/s is).
+        peak_tbps: the device's peak memory bandwidth in TB/s for the report's roofline table; default: NVML's
+            memory clock x bus width on CUDA (with the ``[nvml]`` extra), else a table of known devices.
         memory_history: record the CUDA caching allocator's history (at most this many alloc/free events) for
             ``snapshot.pickle`` files (end of each window, and on out-of-memory); 0 turns it off. CUDA only.
         memory_history_start: optimizer step at which that recording starts; default: the first profiling window.
@@ -126,6 +128,7 @@ class PerfConfig:
     flops: bool = True
     flops_per_step: float | None = None
     peak_tflops: float | None = None
+    peak_tbps: float | None = None
     memory_history: int = 0
     memory_history_start: int | None = None
     storage_options: dict[str, Any] | None = None
@@ -275,6 +278,11 @@ def _check_flops(cfg: PerfConfig) -> None:
         if cfg.peak_tflops >= 1e6:
             raise PerfConfigError(f"peak_tflops is in TFLOP/s, got {cfg.peak_tflops!r} (did you mean "
                                   f"{cfg.peak_tflops / 1e12:g}?)")
+    if cfg.peak_tbps is not None:
+        _check_positive("peak_tbps", cfg.peak_tbps)
+        if cfg.peak_tbps >= 1e6:
+            raise PerfConfigError(f"peak_tbps is in TB/s, got {cfg.peak_tbps!r} (did you mean "
+                                  f"{cfg.peak_tbps / 1e12:g}?)")
 
 
 _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
@@ -301,6 +309,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "flops_per_step": (int, float, type(None)),
     "peak_tflops": (int, float, type(None)),
     "hang_timeout": (int, float, type(None)),
+    "peak_tbps": (int, float, type(None)),
 }
 _SEQUENCE_TYPES: dict[str, type] = {"activities": str, "ranks": int, "nsys_steps": int}
 

@@ -63,6 +63,8 @@ def test_defaults_are_valid() -> None:
         ({"flops_per_step": "6e12"}, r"flops_per_step must be int or float or None, got '6e12' \(str\)"),
         ({"peak_tflops": -1.0}, r"peak_tflops must be a finite number > 0, got -1.0$"),
         ({"peak_tflops": 989e12}, r"peak_tflops is in TFLOP/s, got 989000000000000.0 \(did you mean 989\?\)"),
+        ({"peak_tbps": 0}, r"peak_tbps must be a finite number > 0, got 0$"),
+        ({"peak_tbps": 4.8e12}, r"peak_tbps is in TB/s, got 4800000000000.0 \(did you mean 4.8\?\)"),
     ],
 )
 def test_bad_config_names_the_key(options: dict[str, object], match: str) -> None:
@@ -169,8 +171,8 @@ def test_constructors_reject_unknown_keywords_with_the_yaml_message(tmp_path) ->
     assert str(from_yaml.value) == f"{path}: {lightning.value}"
     assert str(lightning.value) == str(accelerate.value)
     assert str(lightning.value).startswith(UNKNOWN)
-    assert str(lightning.value).endswith(", top_k, flops, flops_per_step, peak_tflops, memory_history, "
-                                         "memory_history_start, storage_options, hang_timeout")
+    assert str(lightning.value).endswith(", top_k, flops, flops_per_step, peak_tflops, peak_tbps, "
+                                         "memory_history, memory_history_start, storage_options, hang_timeout")
     with pytest.raises(PerfConfigError, match=r"unknown key 'schedule.actve' \(did you mean 'schedule.active'\?\)"):
         GPUPerfCallback(schedule={"actve": 2})
 

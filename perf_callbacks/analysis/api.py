@@ -15,11 +15,13 @@ from perf_callbacks.analysis.measures import window_advice, window_measures, win
 from perf_callbacks.analysis.mfu import window_mfu
 from perf_callbacks.analysis.process_windows import process_windows
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.roofline import window_roofline
 from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
 from perf_callbacks.analysis.verdict import HOST_UNTRACED, host_untraced, window_verdict
 
 
-def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = True) -> AnalysisResult:
+def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = True,
+            peak_tbps: float | None = None) -> AnalysisResult:
     """Analyses a trace file, a window folder of per-rank traces, or a whole ``output_dir``.
 
     With an ``output_dir`` every window is analysed. The result describes the most recent window with completed
@@ -31,6 +33,7 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
         top_k: how many top ops to keep.
         jobs: parse up to this many files at once, in separate processes.
         sidecars: reuse ``rank{R}.summary.json`` sidecars that match their trace instead of parsing it.
+        peak_tbps: the device's peak memory bandwidth in TB/s for the roofline, over what the traces say.
 
     Raises:
         FileNotFoundError: when no trace is found under ``path`` (the message says what was found).
@@ -43,6 +46,9 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
     entries = [r for w in found.windows for r in _window_results(w, [loaded[f] for f in w.files], top_k)]
     if not entries:
         raise ValueError(_unreadable(path, len(files), errors))
+    if peak_tbps is not None:
+        for entry in entries:
+            vars(entry).update(window_roofline(entry.ranks, peak_tbps))
     head = _headline(entries)
     ordered = [head] + [e for e in entries if e is not head]
     head.windows = [_summary(r) for r in ordered]

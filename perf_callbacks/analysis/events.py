@@ -11,6 +11,7 @@ from typing import Any
 from perf_callbacks.analysis.aside import ASIDE, COMPILE_SUFFIX, COMPILING, DATA_WAIT, is_loader_next, training_input
 from perf_callbacks.analysis.extra_events import ExtraEvents
 from perf_callbacks.analysis.loader import rank_from_name, read_trace
+from perf_callbacks.analysis.op_names import KNOWN as SHAPED_OPS
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
             "Memset": "memset", "mtia_ccp_events": "kernel"}
@@ -162,6 +163,8 @@ class _Collector:
         if ext is not None:
             t.ext_names[ext] = name
             t.ext_spans[ext] = (ts, end, e.get("tid"))
+            if name in SHAPED_OPS and "Input Dims" in args:
+                t.extra.shapes[ext] = (args["Input Dims"], args.get("Input type"), args.get("Concrete Inputs"))
         if name in SYNC_CALLS:
             t.syncs.append((ts, end, name))
 

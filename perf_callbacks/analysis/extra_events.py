@@ -38,6 +38,8 @@ class ExtraEvents:
         host_comms: every ``gloo:``/``nccl:`` host span.
         launch_calls: correlation id -> ``(start, duration)`` of each kernel launch call (``cudaLaunchKernel``...).
         memory: every ``[memory]`` event.
+        shapes: ``External id`` -> ``(Input Dims, Input type, Concrete Inputs)`` of each op the roofline knows
+            (``op_cost.KNOWN``), when the trace recorded shapes.
     """
 
     copies: list[Copy] = field(default_factory=list)
@@ -46,6 +48,7 @@ class ExtraEvents:
     host_comms: list[HostComm] = field(default_factory=list)
     launch_calls: dict[Any, tuple[float, float]] = field(default_factory=dict)
     memory: list[Memory] = field(default_factory=list)
+    shapes: dict[Any, tuple[Any, Any, Any]] = field(default_factory=dict)
 
     def gpu(self, row: tuple[float, float, str, str, int, Any, Any], args: dict[str, Any]) -> None:
         """A device event, as ``events`` keeps it: ``(start, end, kind, name, device, correlation, External id)``."""

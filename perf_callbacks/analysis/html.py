@@ -8,6 +8,7 @@ from perf_callbacks.analysis.hang import hang_html
 from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.mfu import mfu_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.roofline_html import roofline_sections
 from perf_callbacks.analysis.strip import WIDTH, decode
 from perf_callbacks.analysis.text import verdict_line
 from perf_callbacks.analysis.timeline import CAUSES
@@ -71,6 +72,7 @@ def _window(result: AnalysisResult) -> list[str]:
     for r in result.ranks:
         parts.append(f"<h3>rank {r.rank}: {escape(r.verdict)}</h3>" + _step_bars(r) + _strip(r))
     parts.append("<h2>Top ops</h2>" + _ops_table(result))
+    parts += roofline_sections(result.roofline, result.precision)
     parts += measure_sections(result)
     return parts
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf_callbacks.analysis import comms, copies, launch, memory_ops, memory_parts, op_table
+from perf_callbacks.analysis import comms, copies, launch, memory_ops, memory_parts, op_table, precision, roofline
 from perf_callbacks.analysis.events import RankTrace
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.timeline import Timeline
@@ -25,6 +25,7 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
     by_op = memory_ops.by_op(events, owners, calls)
     memory = {name: row["self_bytes"] for name, row in by_op.items()}
     cats, at = memory_parts.categories(events, owners, trace.phase_spans, memory_parts.parts_of(trace.meta), kind)
+    rows, peaks = roofline.rank_roofline(trace, tl)
     return {
         "communication": comm_rows,
         "overlap_fraction": overlap,
@@ -37,6 +38,9 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
         "memory_at_peak": at,
         "op_table": op_table.op_table(trace, self_cpu, calls, memory, top_k),
         "measure_notes": comm_notes + copy_notes,
+        "roofline": rows,
+        "roofline_peaks": peaks,
+        "precision": precision.rank_precision(trace, tl, rows, peaks),
     }
 
 
@@ -60,6 +64,7 @@ def window_measures(ranks: list[RankResult], top_k: int = 10) -> dict[str, Any]:
         "memory_by_op": memory_ops.combine_by_op([r.memory_by_op for r in ranks], top_k),
         "memory_peak": max(peaks, key=lambda p: p["bytes"]) if peaks else None,
         "op_table": ranks[0].op_table if single else op_table.combine([r.op_table for r in ranks]),
+        **roofline.window_roofline(ranks),
     }
 
 

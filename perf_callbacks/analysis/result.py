@@ -111,6 +111,9 @@ class RankResult:
     strip: str = ""
     load: dict[str, Any] = field(default_factory=dict)
     loader: dict[str, Any] | None = None
+    roofline: list[dict[str, Any]] = field(default_factory=list)
+    roofline_peaks: dict[str, Any] = field(default_factory=dict)
+    precision: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
@@ -183,6 +186,13 @@ class AnalysisResult:
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
         hang: what the hang watchdog's ``hang-rank{R}`` folders say, ``{ranks, missing, summary}`` (see
             ``analysis.hang``), None without one.
+        roofline: operators against the roofline, per (op, shapes, dtype) group: ``{op, shapes, dtype, kind,
+            device, count, device_time_ms, time_fraction, flops, bytes, achieved_tflops, achieved_tbps, intensity,
+            peak_dtype, peak_tflops, peak_tbps, bound_tflops, bound_share, bound, kernels}`` (``analysis.roofline``).
+        roofline_peaks: the peaks the rows are held to, ``{tflops, tbps, tflops_source, tbps_source, device}``.
+        precision: the precision hint (fp32 matrix math without tensor cores), None when there is none: ``{kernels,
+            time_ms, device_share, window_share, settings, dtype_evidence, estimated_gain, estimated_gain_ms,
+            estimated_gain_fraction, basis, text, rank}`` (``analysis.precision``).
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
@@ -226,6 +236,9 @@ class AnalysisResult:
     op_table: list[dict[str, Any]] = field(default_factory=list)
     loader: dict[str, Any] | None = None
     hang: dict[str, Any] | None = None
+    roofline: list[dict[str, Any]] = field(default_factory=list)
+    roofline_peaks: dict[str, Any] = field(default_factory=dict)
+    precision: dict[str, Any] | None = None
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:

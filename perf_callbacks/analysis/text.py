@@ -9,6 +9,7 @@ from perf_callbacks.analysis.hang import hang_lines
 from perf_callbacks.analysis.measures_text import measure_lines, op_lines
 from perf_callbacks.analysis.mfu import mfu_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.roofline import roofline_lines
 
 _CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
 
@@ -29,7 +30,9 @@ def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time
     lines += [f"skipped: {e}" for e in result.errors]
     lines += [""] if result.notes or result.errors else []
     lines += ["recommendations:"] + [f"  {i}. {t}" for i, t in enumerate(result.recommendations, 1)] + [""]
+    lines += [f"precision: {result.precision['text']}", ""] if result.precision else []
     lines += _ops(result, top_k) if sort == "device_time" else op_lines(result, top_k, sort)
+    lines += roofline_lines(result.roofline, result.roofline_peaks, top_k)
     lines += measure_lines(result)
     lines += _devices(result)
     lines += _ranks(result)

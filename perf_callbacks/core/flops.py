@@ -70,6 +70,7 @@ class StepFlops:
         self._stale: StepCounter | None = None  # dropped, but another mode above it kept it on the stack
         self._tries = 0
         self._peak: tuple[float | None, str] | None = None
+        self.by_op: dict[str, int] = {}  # the counted step's FLOPs by operator, as the trace names it (aten::mm)
 
     # ---- the engine's hooks, while wants_hooks ------------------------------------------------------------------
     def batch_start(self, step: int, micro: int, profiled: bool) -> bool:
@@ -137,7 +138,8 @@ class StepFlops:
         except Exception as err:  # noqa: BLE001 - the window's trace goes on without a peak
             peak, peak_source, dtype = None, f"{type(err).__name__}: {err}", "unknown"
         return {"flops_per_step": self.per_step, "source": self.source, "note": note, "dtype": dtype,
-                "peak_tflops": None if peak is None else peak / 1e12, "peak_source": peak_source}
+                "peak_tflops": None if peak is None else peak / 1e12, "peak_source": peak_source,
+                "flops_by_op": dict(self.by_op)}
 
     # ---- internals ------------------------------------------------------------------------------------------------
     def _batch_start(self, step: int, micro: int, profiled: bool) -> bool:
@@ -196,6 +198,7 @@ class StepFlops:
             self.note = f"not measured: no op with a FLOP formula ran in step {self.counted_step}; set flops_per_step"
         else:
             self.dtype = counter.dtype
+            self.by_op = {op_name(op): int(n) for op, n in counter.flops.items() if n}
             per = f", {micro} micro-batches" if micro > 1 else ""
             self._known(float(counter.total), f"counted with FlopCounterMode on step {self.counted_step}{per}")
             return
@@ -248,6 +251,16 @@ class StepFlops:
                    f"FLOP counting disabled{rank}: {type(err).__name__}: {err}; training continues (set "
                    "flops_per_step for TFLOP/s and MFU)", False)
         return False
+
+
+def op_name(op: Any) -> str:
+    """The trace's name of a counted op: ``aten.mm`` (an overload packet) -> ``aten::mm``.
+
+    Example:
+        >>> op_name(torch.ops.aten.mm)
+        'aten::mm'
+    """
+    return str(op).replace(".", "::", 1)
 
 
 def _flops_per_batch(model: torch.nn.Module | None) -> float | None:

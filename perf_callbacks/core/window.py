@@ -23,6 +23,8 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.background import WindowJob, start_worker
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.device_meta import META_KEY as DEVICE_META_KEY
+from perf_callbacks.core.device_meta import device_meta
 from perf_callbacks.core.flops import META_KEY as FLOPS_META_KEY
 from perf_callbacks.core.machine import META_KEY as MACHINE_META_KEY
 from perf_callbacks.core.machine import machine_meta
@@ -126,6 +128,7 @@ class WindowRecorder:
             if self.trace_meta is not None:
                 self.session.preset_meta(FLOPS_META_KEY, self.trace_meta())
             self.session.preset_meta(MACHINE_META_KEY, machine_meta(self.ctx, self.cuda))
+            self.session.preset_meta(DEVICE_META_KEY, device_meta(self.ctx, self.cuda, self.config.peak_tbps))
             self.steps, self.completed, self._retracted = [], 0, None
             self.compile_s = 0.0
             if self.mem is not None:

@@ -78,6 +78,7 @@ class GPUPerfCallback(Callback):
             LightningModule's ``flops_per_batch`` attribute gives them.
         flops_per_step: model FLOPs of one optimizer step on one device (the base of TFLOP/s and MFU).
         peak_tflops: the device's peak TFLOP/s for the compute dtype; default Lightning's ``get_available_flops``.
+        peak_tbps: the device's peak memory bandwidth in TB/s for the roofline; default NVML, else a known-device table.
         memory_history: allocator-history entries recorded for ``snapshot.pickle`` (0: off; CUDA only).
         memory_history_start: step at which that recording starts; default the first profiling window.
         storage_options: fsspec options for a remote ``output_dir`` (endpoint, credentials).
@@ -114,6 +115,7 @@ class GPUPerfCallback(Callback):
         flops: bool = True,
         flops_per_step: float | None = None,
         peak_tflops: float | None = None,
+        peak_tbps: float | None = None,
         memory_history: int = 0,
         memory_history_start: int | None = None,
         storage_options: dict[str, Any] | None = None,

@@ -322,13 +322,31 @@ def test_the_counting_step_is_outside_every_window_and_its_trace_carries_the_flo
     (trace,) = engine.exported
     assert json.load(gzip.open(trace))[META_KEY] == {
         "flops_per_step": engine.flops.per_step, "source": "counted with FlopCounterMode on step 0", "note": "",
-        "dtype": "fp32", "peak_tflops": 1.0, "peak_source": "peak_tflops: 1"}
+        "dtype": "fp32", "peak_tflops": 1.0, "peak_source": "peak_tflops: 1", "flops_by_op": engine.flops.by_op}
     early = make_engine(tmp_path / "b", schedule={"skip_first": 0, "wait": 0, "warmup": 1, "active": 2})
     train(early, mlp(), torch.randn(8, 32), steps=5)
     early.close()
     assert early.flops.counted_step == 3  # warm-up step 0, window 1-2: step 3 is the first outside it
     meta = json.load(gzip.open(early.exported[0]))[META_KEY]
     assert meta["flops_per_step"] is None and meta["note"].startswith("not known yet when this window started")
+
+
+@pytest.mark.parametrize(("make", "shape"), [(mlp, (8, 32)), (block, (4, 6, 32))], ids=["mlp", "transformer_block"])
+def test_per_operator_flops_in_the_trace_equal_flop_counter_mode_run_by_the_test(
+        tmp_path: Path, make: Callable[[], nn.Module], shape: tuple[int, ...]) -> None:
+    """Without recorded shapes the roofline takes each op's FLOPs from the trace's ``flops_by_op``: FlopCounterMode's
+    own per-operator counts (``aten::mm``...), written by the run."""
+    torch.manual_seed(0)
+    model, x = make(), torch.randn(*shape)
+    with FlopCounterMode(display=False, custom_mapping=extra_formulas()) as counter:
+        once(copy.deepcopy(model), x)
+    expected = {str(op).replace(".", "::", 1): int(n) for op, n in counter.get_flop_counts()["Global"].items() if n}
+    engine = make_engine(tmp_path, schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 1})
+    train(engine, model, x, steps=5)
+    engine.close()
+    meta = json.load(gzip.open(engine.exported[0]))[META_KEY]
+    assert meta["flops_by_op"] == expected
+    assert "aten::addmm" in expected and sum(expected.values()) == meta["flops_per_step"]
 
 
 def test_an_abandoned_counting_step_is_dropped_and_counted_again(tmp_path: Path) -> None:

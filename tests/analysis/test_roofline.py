@@ -1,0 +1,175 @@
+"""Operators against the roofline: each GEMM group equals an independent count from the raw events (the four H200
+fixtures), a real CPU trace with ``record_shapes=True`` equals FLOPs computed by hand, and the table is shown."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from perf_callbacks.analysis import analyze, format_text, render_html
+from tests.analysis.conftest import fixture_trace
+from tests.analysis.roofline_truth import analyzed, gemm_groups
+
+FIXTURES = ("compute_bound", "input_bound", "launch_bound_tiny_kernels", "sync_bound")
+GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, object]:
+    return {name: analyzed(name) for name in FIXTURES}
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_gemm_group_equals_an_independent_count(results: dict, name: str) -> None:
+    truth = gemm_groups(fixture_trace(name))
+    rows = {(r["op"], r["shapes"], r["dtype"]): r for r in results[name].roofline if r["op"] in GEMMS}
+    assert truth and set(rows) == set(truth)
+    for key, want in truth.items():
+        got = rows[key]
+        assert got["count"] == want["count"], key
+        assert got["device_time_ms"] == pytest.approx(want["time_ms"], rel=0.01), key
+        assert got["flops"] == pytest.approx(want["flops"], rel=0.01), key
+        assert got["bytes"] == pytest.approx(want["bytes"], rel=0.01), key
+        assert got["achieved_tflops"] == pytest.approx(want["tflops"], rel=0.01), key
+        assert got["bound_share"] == pytest.approx(want["share"], rel=0.01), key
+
+
+def test_a_call_that_launches_several_kernels_counts_once(results: dict) -> None:
+    """cuDNN's attention backward launches 3 kernels per call: 18 calls (one per layer and step), FLOPs by hand
+    (torch's formula: twice the forward's ``2 * batch * heads * L * S * (E + Ev)``)."""
+    rows = [r for r in results["compute_bound"].roofline if r["op"] == "aten::_cudnn_attention_backward"]
+    (row,) = rows
+    assert len(row["kernels"]) == 3
+    assert row["count"] == 18 and row["flops"] == 18 * 2 * (2 * 32 * 16 * 1024 * 1024 * (128 + 128))
+    assert row["kind"] == "attention" and row["dtype"] == "bf16"
+
+
+def test_without_shapes_the_flops_come_from_the_runs_flop_counter(tmp_path: Path) -> None:
+    """sync_bound with its shapes taken out and the run's per-operator FlopCounterMode count of one step written in
+    (as our callbacks write it): each op's FLOPs are that count times the window's 3 steps; the bytes are unknown."""
+    from tests.analysis.conftest import load_doc, save_doc
+
+    doc = load_doc("sync_bound")
+    for e in doc["traceEvents"]:
+        for key in ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"):
+            e.get("args", {}).pop(key, None)
+    per_step = {"aten::mm": 96 * 2**30, "aten::addmm": 48 * 2**30}
+    doc["perf_callbacks_flops"] = {"flops_per_step": float(sum(per_step.values())), "source": "counted",
+                                   "dtype": "fp32", "flops_by_op": per_step}
+    result = analyze(save_doc(tmp_path / "rank0.pt.trace.json.gz", doc), sidecars=False)
+    rows = {r["op"]: r for r in result.roofline}
+    assert len(result.ranks[0].steps) == 3
+    for op, flops in per_step.items():
+        assert rows[op]["shapes"] == "" and rows[op]["bytes"] is None and rows[op]["intensity"] is None
+        assert rows[op]["flops"] == 3 * flops and rows[op]["dtype"] == "fp32"
+        assert rows[op]["bound_tflops"] == 67.0 and rows[op]["bound"] is None  # the compute peak alone
+    assert "[shapes not recorded]" in format_text(result)
+    assert "FlopCounterMode" in result.precision["basis"] and "fp32 inputs" not in result.precision["text"]
+
+
+def test_the_classes_follow_the_ridge_point(results: dict) -> None:
+    """bf16 GEMMs of intensity 1560 FLOP/B are compute-bound on an H200 (ridge 989.4 / 4.8 = 206); tiny fp32 ones
+    of intensity 3 memory-bound (ridge 67 / 4.8 = 14)."""
+    big = [r for r in results["compute_bound"].roofline if r["op"] == "aten::mm"]
+    tiny = [r for r in results["launch_bound_tiny_kernels"].roofline if r["op"] == "aten::mm"]
+    assert big and all(r["bound"] == "compute" and r["peak_tflops"] == 989.4 for r in big)
+    assert tiny and all(r["bound"] == "memory" and r["intensity"] < 67 / 4.8 for r in tiny)
+
+
+def test_a_given_bandwidth_moves_the_bound(results: dict) -> None:
+    """``--peak-tbps 0.05``: at 512 FLOP/B the sync_bound GEMMs' bound is 25.6 TFLOP/s, below the fp32 peak."""
+    slow = analyze(fixture_trace("sync_bound"), sidecars=False, peak_tbps=0.05)
+    truth = gemm_groups(fixture_trace("sync_bound"), bytes_per_s=0.05e12)
+    for r in (r for r in slow.roofline if r["op"] in GEMMS):
+        assert r["bound"] == "memory" and r["bound_tflops"] == pytest.approx(r["intensity"] * 0.05)
+        assert r["bound_share"] == pytest.approx(truth[(r["op"], r["shapes"], r["dtype"])]["share"], rel=0.01)
+    assert slow.roofline_peaks["tbps_source"] == "--peak-tbps 0.05"
+    assert results["sync_bound"].roofline_peaks["tbps"] == 4.8
+
+
+def test_the_report_takes_peak_tbps(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from perf_callbacks.cli import main
+
+    assert main(["report", str(fixture_trace("sync_bound")), "--no-sidecars", "--json", "--peak-tbps", "0.05"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["roofline_peaks"]["tbps"] == 0.05 and {r["bound"] for r in out["roofline"] if r["op"] in GEMMS} == {
+        "memory"}
+
+
+def test_the_report_shows_the_table_under_top(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-c", "import sys; from perf_callbacks.cli import main; sys.exit(main())", "report",
+           str(fixture_trace("sync_bound")), "--no-sidecars", "--top", "2", "--html", str(tmp_path / "r.html")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    table = out.split("operators against the roofline (top 2 by device time):\n")[1].splitlines()
+    assert "TFLOP/s" in table[0] and "% of bound" in table[0]
+    assert "aten::addmm [[4096], [2048, 4096], [4096, 4096]] fp32" in table[1]
+    assert table[3].startswith("  peaks: ") and "4.8 TB/s (table: NVIDIA H200" in table[3]
+    assert "<h2>Operators against the roofline</h2>" in (tmp_path / "r.html").read_text()
+
+
+def test_the_documented_example_is_what_report_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """reading-the-output.md's roofline table and precision hint, re-run: each line, word for word."""
+    from perf_callbacks.cli import main
+
+    page = (Path(__file__).parents[2] / "docs" / "reading-the-output.md").read_text()
+    sample = page.split("```\nprecision: fp32")[1].split("```")[0]
+    assert main(["report", str(fixture_trace("sync_bound")), "--no-sidecars", "--top", "3"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    lines = [line for line in ("precision: fp32" + sample).splitlines() if line]
+    assert len(lines) == 7 and all(line in printed for line in lines)
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=1, padding=1)
+        self.fc1, self.fc2 = nn.Linear(8 * 6 * 6, 64), nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x).relu().flatten(1)
+        y = self.fc2(self.fc1(h).relu())
+        return torch.bmm(y.unsqueeze(2), y.unsqueeze(1)).sum(dim=(1, 2))
+
+
+@pytest.fixture(scope="module")
+def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cpu") / "rank0.pt.trace.json"
+    model, x = Small(), torch.randn(4, 3, 6, 6)
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                 record_shapes=True) as prof:
+        for _ in range(3):
+            model(x)
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_a_cpu_trace_with_shapes_equals_flops_computed_by_hand(cpu_trace: Path) -> None:
+    result = analyze(cpu_trace, sidecars=False)
+    rows = {(r["op"], r["shapes"]): r for r in result.roofline}
+    fc1 = rows[("aten::addmm", "[64], [4, 288], [288, 64]")]
+    fc2 = rows[("aten::addmm", "[10], [4, 64], [64, 10]")]
+    bmm = rows[("aten::bmm", "[4, 10, 1], [4, 1, 10]")]
+    assert (fc1["count"], fc2["count"], bmm["count"]) == (3, 3, 3)
+    assert fc1["flops"] == 3 * 2 * 4 * 288 * 64 and fc1["bytes"] == 3 * 4 * (64 + 4 * 288 + 288 * 64 + 4 * 64)
+    assert fc2["flops"] == 3 * 2 * 4 * 64 * 10
+    assert bmm["flops"] == 3 * 2 * 4 * 10 * 1 * 10 and bmm["bytes"] == 3 * 4 * (40 + 40 + 400)
+    (conv,) = [r for r in result.roofline if r["kind"] == "conv"]
+    assert conv["count"] == 3 and conv["flops"] == 3 * 2 * (4 * 8 * 6 * 6) * (3 * 3 * 3)
+    assert all(r["device"] == "cpu" and r["bound_share"] is None for r in result.roofline)  # no CPU peaks known
+    assert not any(r["op"] == "aten::linear" for r in result.roofline)  # a wrapper of addmm: not counted twice
+    assert not any(r["op"] == "aten::copy_" for r in result.roofline)  # addmm's bias copy is addmm's own work
+    assert fc1["achieved_tflops"] == pytest.approx(fc1["flops"] / (fc1["device_time_ms"] / 1e3) / 1e12)
+
+
+def test_nothing_about_precision_on_a_cpu_trace(cpu_trace: Path) -> None:
+    result = analyze(cpu_trace, sidecars=False)
+    assert result.precision is None and result.to_dict()["precision"] is None
+    assert "precision" not in format_text(result).lower()
+    assert "Precision" not in render_html(result)
