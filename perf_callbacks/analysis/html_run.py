@@ -51,7 +51,7 @@ def run_overview(results: list[AnalysisResult], anchors: dict[int, str] | None =
         return ""
     ordered = in_run_order(results)
     names = [window_name(r) for r in ordered]
-    rows = [(name, _mean(r), f"{name} ({r.verdict}): ", "") for name, r in zip(names, ordered, strict=True)]
+    rows = [(name, window_mean(r), f"{name} ({r.verdict}): ", "") for name, r in zip(names, ordered, strict=True)]
     parts = ["<h2>The run, window by window</h2>", _verdicts(names, ordered, anchors or {})]
     if any(c for _, c, _, _ in rows):
         scale = scale_to(max(sum(c.values()) for _, c, _, _ in rows), "ms")
@@ -71,7 +71,8 @@ def run_overview(results: list[AnalysisResult], anchors: dict[int, str] | None =
     return "".join(parts)
 
 
-def _mean(r: AnalysisResult) -> dict[str, float]:
+def window_mean(r: AnalysisResult) -> dict[str, float]:
+    """The window's mean step, ms by cause, over its ranks (each step as drawn: within its own time)."""
     ranks = [mean_causes(x) for x in r.ranks if x.steps]
     if not ranks:
         return {}

@@ -76,7 +76,7 @@ class _Charts(HTMLParser):
         a = {k: v or "" for k, v in attrs}
         classes = a.get("class", "").split()
         if tag == "svg" and "chart" in classes:
-            self._in = Chart(next((c for c in classes if c != "chart"), ""))
+            self._in = Chart(" ".join(c for c in classes if c != "chart"))
             self.charts.append(self._in)
         elif tag == "figcaption":
             self._caption = ""

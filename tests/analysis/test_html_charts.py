@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perf_callbacks.analysis import analyze, render_html
+from perf_callbacks.analysis import analyze, compare, render_html
+from perf_callbacks.analysis.diff_html import render_diff_html
 from perf_callbacks.cli import main
 from tests.analysis.chromium_pages import CHROMIUM, Chart, charts, dump_dom, page_requests
 from tests.analysis.conftest import fixture_trace
@@ -130,3 +131,22 @@ def test_no_request_leaves_the_page(tmp_path: Path) -> None:
     page = tmp_path / "run.html"
     assert main(["report", str(_two_windows(tmp_path)), "--html", str(page)]) == 0
     assert page_requests(page, tmp_path) == []
+
+
+def test_the_diff_draws_both_runs_on_one_axis_and_marks_the_change_beyond_noise(tmp_path: Path) -> None:
+    base = result([[100.0 + i % 3 for i in range(8)]])
+    new = result([[140.0 + i % 3 for i in range(8)]])
+    found, captions = _dom(render_diff_html(compare(base, new)), tmp_path)
+    steptime = _kind(found, "steptime beyond-the-noise")
+    widths = sorted(steptime.rows().values())
+    assert widths[1] / widths[0] == pytest.approx(141.0 / 101.0, rel=0.01)
+    pair, *_ = [c for c in found if c.kind == "pair"]
+    left, right = pair.axes
+    assert (left["data-lo"], left["data-hi"]) == (right["data-lo"], right["data-hi"])
+    assert float(left["data-x1"]) - float(left["data-x0"]) == float(right["data-x1"]) - float(right["data-x0"])
+    change = _kind(found, "change")
+    assert [b.get("fill") for b in change.rects if b.get("class") == "change"][0] == "#c62828"  # slower: red
+    for chart in found:
+        assert chart.axes and all(a["data-unit"] == "ms" for a in chart.axes), chart.kind
+    same, _ = _dom(render_diff_html(compare(base, base)), tmp_path, "same")
+    assert [c.kind for c in same if c.kind.startswith("steptime")] == ["steptime within-the-noise"]
