@@ -7,6 +7,7 @@ and units; the step bars share one scale over all ranks, and the timeline and th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from html import escape
 
@@ -30,6 +31,9 @@ from perf_callbacks.analysis.strip import WIDTH as STRIP_PX
 from perf_callbacks.analysis.strip import decode
 from perf_callbacks.analysis.timeline import CAUSES
 
+MAX_STRIP_RECTS = 6000
+"""At most about this many timeline rectangles on a page's window: with many ranks, neighbouring pixels of a strip are
+merged (each merged pixel takes its most common cause), so 64 ranks stay about 1 MB and open in well under a second."""
 MANY_RANKS = 8
 """Above this many ranks, the step bars show the slowest and the straggling ranks; the rank charts show them all."""
 _ROW = 20
@@ -185,10 +189,11 @@ def _shown_ranks(result: AnalysisResult) -> list[RankResult]:
 def _strips(ranks: list[RankResult], scale: Scale) -> str:
     """One strip per rank: each run of the strip's pixels that share a cause, with its time on hover."""
     row_h = 22 if len(ranks) <= MANY_RANKS else max(4, 240 // len(ranks))
+    merge = -(-len(ranks) * STRIP_PX // MAX_STRIP_RECTS)
     body = []
     for i, r in enumerate(ranks):
-        y, pixels = i * row_h, decode(r.strip)
-        ms_per_px = (r.end_us - r.start_us) / 1e3 / STRIP_PX
+        y, pixels = i * row_h, coarsen(decode(r.strip), merge)
+        ms_per_px = (r.end_us - r.start_us) / 1e3 / STRIP_PX * merge
         if row_h >= 10:
             body.append(label(LEFT - 6, y + row_h - 6, f"rank {r.rank}"))
         start = 0
@@ -203,6 +208,18 @@ def _strips(ranks: list[RankResult], scale: Scale) -> str:
             start = j
     height = len(ranks) * row_h
     return svg("".join(body) + axis(scale, height + 2), height + AXIS_H, "timeline")
+
+
+def coarsen(pixels: list[str | None], n: int) -> list[str | None]:
+    """Every ``n`` neighbouring pixels as one, with their most common cause (empty pixels count as a cause).
+
+    Example:
+        >>> coarsen(["compute", "sync", "sync", None, None, "compute"], 3)
+        ['sync', None]
+    """
+    if n <= 1:
+        return pixels
+    return [Counter(pixels[i:i + n]).most_common(1)[0][0] for i in range(0, len(pixels), n)]
 
 
 def _memory(ranks: list[RankResult], scale: Scale) -> str:
