@@ -82,7 +82,7 @@ def _heatmap(ranks: list[RankResult], marked: set[int]) -> str:
     cells = [scale.lo + (scale.hi - scale.lo) * k / 40 for k in range(40)]
     key = "".join(rect(scale(v), height + 6, (scale.x1 - scale.x0) / 40 + 0.5, 8, _shade(v, scale.lo, scale.hi),
                        f"{v:.1f} ms") for v in cells)
-    body.append(key + axis(scale, height + 16, "ms (step time)"))
+    body.append(key + axis(scale, height + 16))
     caption = f"Rows are ranks, columns steps {steps[0]}-{steps[-1]}: a dark row is a slow rank, a dark column a " \
               f"slow step on every rank (steps {lo:.1f}-{hi:.1f} ms)."
     return figure("Step time, rank by step", caption, svg("".join(body), height + 16 + AXIS_H, "heatmap"))
