@@ -61,7 +61,7 @@ def run_overview(results: list[AnalysisResult], anchors: dict[int, str] | None =
     mfu = [(n, 100 * r.mfu, f"MFU {r.mfu:.1%}") for n, r in zip(names, ordered, strict=True) if r.mfu is not None]
     if mfu:
         parts.append(figure("MFU, per window", "Model FLOPs utilization of each window: a falling bar is a run that "
-                            "degrades.", hbars(mfu, "% of peak", "windows-mfu", "#455a64", fmt="{:.1f}")))
+                            "degrades.", hbars(mfu, "%", "windows-mfu", "#455a64", fmt="{:.1f}")))
     mem = [(n, r.peak_memory_bytes / 1e9, f"{r.peak_memory_bytes / 1e9:.2f} GB peak allocated")
            for n, r in zip(names, ordered, strict=True) if r.peak_memory_bytes]
     if mem:

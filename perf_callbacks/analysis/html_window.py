@@ -162,9 +162,10 @@ def mfu_chart(result: AnalysisResult) -> str:
     colours = {**COLORS, "below_peak": "#b0bec5"}
     parts = {"achieved (MFU)": result.mfu, **result.mfu_gap}
     rows = [(n, 100 * float(v), f"{100 * float(v):.1f} points") for n, v in parts.items() if v and v > 0]
-    body = hbars(rows, "% of peak", "mfu", "#455a64", fmt="{:.1f}", fills=colours)
-    return figure("MFU and its gap", "Points of peak FLOP/s lost to each cause: the longest bar after the achieved one "
-                  "is the first thing to change; below_peak is time the device was busy at less than its peak.", body)
+    body = hbars(rows, "%", "mfu", "#455a64", fmt="{:.1f}", fills=colours)
+    return figure("MFU and its gap", "Percent of peak FLOP/s achieved, and the points lost to each cause: the "
+                  "longest bar after the achieved one is the first thing to change; below_peak is time the device was "
+                  "busy at less than its peak.", body)
 
 
 def legend() -> str:

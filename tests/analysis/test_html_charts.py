@@ -13,7 +13,7 @@ from perf_callbacks.analysis.diff_html import render_diff_html
 from perf_callbacks.cli import main
 from tests.analysis.chromium_pages import CHROMIUM, Chart, charts, dump_dom, page_requests
 from tests.analysis.conftest import fixture_trace
-from tests.analysis.synthetic_results import result
+from tests.analysis.synthetic_results import result, with_measures
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium package")
 
@@ -54,6 +54,12 @@ def test_every_chart_has_an_axis_with_ticks_and_units_and_a_caption(tmp_path: Pa
             assert any(a.get("class") == "unit" and t.startswith(unit) for a, t in chart.texts), chart.kind
     assert len(captions) == dom.count("<figure>") >= 7  # every chart's figure has its caption
     assert all(len(c) > 40 for c in captions)
+    more, captions = _dom(render_html(with_measures(result([[100.0, 100.0], [140.0, 140.0]]))), tmp_path, "more")
+    assert {"mfu", "launch", "copies", "collectives", "ranks", "heatmap", "waits"} <= {c.kind for c in more}
+    for chart in more:
+        assert chart.axes and all(ax["data-unit"] for ax in chart.axes), chart.kind
+        assert any(a.get("class") == "unit" for a, _ in chart.texts), chart.kind
+    assert len(captions) == len(more) - 1  # one figure holds the timeline and the memory curve
 
 
 def test_ranks_that_differ_by_40_percent_draw_bars_40_percent_apart(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from perf_callbacks.analysis.run_page import run_results, write_run_page
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 
 def _train(tmp_path: Path, steps: int = 12) -> Path:
@@ -56,3 +57,11 @@ def test_the_run_page_reads_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(collect, "analyze_file", parse)
     assert len(run_results(run)) == 2
     assert write_run_page(run) == run / "report.html"
+
+
+def test_a_page_that_cannot_be_written_is_turned_off_with_one_warning(tmp_path: Path) -> None:
+    (tmp_path / "run" / "report.html").mkdir(parents=True)  # a folder where the page goes: every write fails
+    with pytest.warns(InstrumentUnavailableWarning, match="the run's report.html disabled") as caught:
+        run = _train(tmp_path)
+    assert len([w for w in caught if "report.html" in str(w.message)]) == 1
+    assert len(list(run.glob("window-*/summary.txt"))) == 2  # the summaries are still written
