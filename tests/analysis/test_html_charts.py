@@ -104,17 +104,22 @@ def test_long_kernel_names_are_shortened_with_the_full_name_on_hover(tmp_path: P
     assert any(t.startswith(f"{full}: 5.00 ms self on cuda") for t in ops.titles)  # and on the bar
 
 
-def test_64_ranks_fit_and_the_straggler_is_marked(tmp_path: Path) -> None:
-    steps = [[100.0 + (30.0 if r == 37 else r % 3)] * 4 for r in range(64)]
-    found, _ = _dom(render_html(result(steps, stragglers=(37,))), tmp_path)
+@pytest.mark.parametrize("world", [8, 64])
+def test_many_ranks_fit_and_the_straggler_is_marked(tmp_path: Path, world: int) -> None:
+    slow = world - 3
+    steps = [[100.0 + (30.0 if r == slow else r % 3)] * 4 for r in range(world)]
+    found, _ = _dom(render_html(result(steps, stragglers=(slow,))), tmp_path)
     heat = _kind(found, "heatmap")
-    assert len([b for b in heat.rects if b.get("class") == "cell"]) == 64 * 4
-    assert [t for a, t in heat.texts if a.get("class") == "straggler"] == ["rank 37 straggler"]
+    assert len([b for b in heat.rects if b.get("class") == "cell"]) == world * 4
+    assert [t for a, t in heat.texts if a.get("class") == "straggler"] == [f"rank {slow} straggler"]
     ranks = _kind(found, "ranks")
     widths = [w for _, w in sorted(ranks.rows().items())]
-    assert len(widths) == 64 and widths.index(max(widths)) == 37
-    assert max(ranks.rows()) < 64 * 14  # 64 rows in under 900 pixels
-    assert len(_kind(found, "steps").rows()) == 2 * 4  # the step bars keep rank 0 and the straggler
+    assert len(widths) == world and widths.index(max(widths)) == slow
+    assert max(ranks.rows()) < (20 if world <= 16 else 14) * world  # 64 rows in under 900 pixels
+    assert [t for a, t in ranks.texts if a.get("text-anchor") == "end"][slow] == f"rank {slow} straggler"
+    shown = world if world <= 8 else 2  # past 8 ranks the step bars keep rank 0 and the straggler
+    assert len(_kind(found, "steps").rows()) == shown * 4
+    assert len(_kind(found, "timeline").rects) >= world  # every rank's strip
 
 
 def test_the_run_overview_lists_windows_in_step_order_from_sidecars(tmp_path: Path) -> None:
