@@ -197,16 +197,18 @@ def _strips(ranks: list[RankResult], scale: Scale) -> str:
         ms_per_px = (r.end_us - r.start_us) / 1e3 / STRIP_PX * merge
         if row_h >= 10:
             body.append(label(LEFT - 6, y + row_h - 6, f"rank {r.rank}"))
-        start = 0
+        names = r.strip_names if merge == 1 else []
+        start, run = 0, 0
         for j in range(1, len(pixels) + 1):
             if j < len(pixels) and pixels[j] == pixels[start]:
                 continue
             cause = pixels[start]
             if cause is not None:
                 a, b = start * ms_per_px, j * ms_per_px
+                top = f"; longest: {names[run]}" if run < len(names) and names[run] else ""
                 body.append(rect(scale(a), y + 1, scale.length(b - a), row_h - 2, COLORS[cause],
-                                 f"rank {r.rank} {cause}: {a:.2f}-{b:.2f} ms ({b - a:.2f} ms)"))
-            start = j
+                                 f"rank {r.rank} {cause}: {a:.2f}-{b:.2f} ms ({b - a:.2f} ms){top}"))
+            start, run = j, run + 1
     height = len(ranks) * row_h
     return svg("".join(body) + axis(scale, height + 2), height + AXIS_H, "timeline")
 

@@ -161,3 +161,12 @@ def test_the_diff_draws_both_runs_on_one_axis_and_marks_the_change_beyond_noise(
         assert chart.axes and all(a["data-unit"] == "ms" for a in chart.axes), chart.kind
     same, _ = _dom(render_diff_html(compare(base, base)), tmp_path, "same")
     assert [c.kind for c in same if c.kind.startswith("steptime")] == ["steptime within-the-noise"]
+
+
+def test_the_timeline_names_the_longest_kernel_of_each_run_on_hover(tmp_path: Path) -> None:
+    r = analyze(fixture_trace("sync_bound"), sidecars=False)
+    found, _ = _dom(render_html(r), tmp_path)
+    titles = _kind(found, "timeline").titles
+    named = [t for t in titles if "; longest: " in t]
+    assert named and all(t.startswith("rank 0 compute: ") for t in named)
+    assert any("; longest: void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nt_align1>" in t for t in named)
