@@ -76,6 +76,11 @@ def test_the_last_steps_bar_stops_at_the_steps_end(tmp_path: Path) -> None:
     found, _ = _dom(render_html(result([[100.0, 100.0, 100.0]], tail_ms=60.0)), tmp_path)
     widths = list(_kind(found, "steps").rows().values())
     assert len(widths) == 3 and max(widths) == pytest.approx(min(widths), rel=0.01)
+    real = analyze(fixture_trace("compute_bound"))  # its last step's device tail made a 147.6 ms step 3x as wide
+    found, _ = _dom(render_html(real), tmp_path, "real")
+    widths = [w for _, w in sorted(_kind(found, "steps").rows().items())]
+    times = [s.time_ms for s in real.ranks[0].steps]
+    assert [w / widths[0] for w in widths] == pytest.approx([t / times[0] for t in times], rel=0.01)
 
 
 def test_the_timeline_and_the_memory_curve_share_one_time_axis(tmp_path: Path) -> None:
