@@ -1,17 +1,18 @@
-"""Screenshots of the HTML report for the docs: the four H200 fixtures, a 2-rank gloo run and a diff.
+"""Screenshots of the HTML report for the docs: four H200 fixtures, a run of 3 windows, a 2-rank gloo run, a diff.
 
     python tools/screenshots.py [OUT_DIR] [--gloo WINDOW]
 
 Renders each page with ``perf_callbacks.analysis`` and photographs it with headless Chromium (no network) into
 ``OUT_DIR`` (default ``docs/img``). ``--gloo`` takes a window folder of 2-rank gloo traces; without it, one is
 recorded with ``tests/analysis/gloo_traces.py`` (two CPU processes, rank 1 sleeping before each all_reduce).
-``tests/test_screenshots.py`` runs this script, so the pictures in the docs are always of the current page.
+``tests/analysis/test_screenshots.py`` runs this script, so the pictures in the docs are always of the current page.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,8 +28,8 @@ _FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--di
           "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--host-resolver-rules=MAP * ~NOTFOUND"]
 
 
-def pages(gloo: Path) -> dict[str, str]:
-    """Each screenshot's name and its page."""
+def pages(gloo: Path, run: Path) -> dict[str, str]:
+    """Each screenshot's name and its page; ``run`` is a run folder of several windows."""
     from perf_callbacks.analysis import analyze, compare, render_html
     from perf_callbacks.analysis.diff_html import render_diff_html
 
@@ -36,6 +37,7 @@ def pages(gloo: Path) -> dict[str, str]:
     results = {name: analyze(fixtures / f"{name}.pt.trace.json.gz", sidecars=False) for name in H200}
     out = {f"report_{name}": render_html(r) for name, r in results.items()}
     out["report_gloo_2_ranks"] = render_html(analyze(gloo, sidecars=False))
+    out["report_run_3_windows"] = render_html(analyze(run, sidecars=False))
     out["diff_compute_vs_input"] = render_diff_html(compare(results["compute_bound"], results["input_bound"]))
     return out
 
@@ -48,6 +50,16 @@ def shoot(html: str, png: Path, tmp: Path, height: int = HEIGHT) -> None:
                     f"--window-size={WIDTH},{height}", page.as_uri()], capture_output=True, timeout=120, check=False)
     if not png.exists():
         raise RuntimeError(f"Chromium wrote no screenshot of {page}")
+
+
+def three_windows(tmp: Path) -> Path:
+    """A run folder whose windows are three of the fixtures (sync-bound, then host-bound, then compute-bound)."""
+    run = tmp / "run"
+    for first, name in ((4, "sync_bound"), (20, "launch_bound_tiny_kernels"), (40, "compute_bound")):
+        window = run / f"window-{first:06d}-{first + 2:06d}"
+        window.mkdir(parents=True)
+        shutil.copy(FIXTURES / f"{name}.pt.trace.json.gz", window / "rank0.pt.trace.json.gz")
+    return run
 
 
 def record_gloo(tmp: Path) -> Path:
@@ -74,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         gloo = gloo_given or record_gloo(tmp)
-        for name, html in pages(gloo).items():
+        for name, html in pages(gloo, three_windows(tmp)).items():
             png = args.out / f"{name}.png"
             png.unlink(missing_ok=True)
             shoot(html, png, tmp)

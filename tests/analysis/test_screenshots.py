@@ -1,4 +1,4 @@
-"""``tools/screenshots.py`` photographs the report pages of the docs: six PNGs, each a real picture, not a blank."""
+"""``tools/screenshots.py`` photographs the report pages of the docs: seven PNGs, each a real picture, not a blank."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = ("report_compute_bound", "report_input_bound", "report_launch_bound_tiny_kernels", "report_sync_bound",
-         "report_gloo_2_ranks", "diff_compute_vs_input")
+         "report_run_3_windows", "report_gloo_2_ranks", "diff_compute_vs_input")
 
 
 @pytest.mark.slow
