@@ -72,3 +72,18 @@ def test_memory_history_benchmark_measures_on_cuda(tmp_path: Path) -> None:
     assert result["step_us_off"] > 0 and result["peak_read_us"] > 0 and result["snapshot_ms_100000"] > 0
     for n in (10_000, 100_000):
         assert result[f"memory_history_{n}"]["step_us"] > 0 and result[f"memory_history_{n}"]["ratio"] > 0
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium package")
+def test_html_speed_runs_and_writes_json(tmp_path: Path) -> None:
+    """``benchmarks/html_speed.py`` opens the pages in Chromium and reports their load time and size."""
+    out = tmp_path / "html_speed.json"
+    trace = REPO / "tests" / "data" / "gpu_traces" / "sync_bound.pt.trace.json.gz"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "html_speed.py"), str(trace), "--repeat", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    pages = json.loads(out.read_text())["pages"]
+    assert [p["page"] for p in pages] == ["sync_bound.pt.trace.json.gz", "64 ranks, alternating strips"]
+    assert all(p["load_ms_median"] > 0 for p in pages)
+    assert pages[1]["bytes"] < 2_000_000  # the 64 ranks' strips are merged to about 6000 rectangles

@@ -5,20 +5,26 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult, causes_per_step
+from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult
+from perf_callbacks.analysis.diff_charts import change_chart, step_time_chart
 from perf_callbacks.analysis.diff_measures import measure_diff_html
 from perf_callbacks.analysis.diff_memory import category_diff_lines
 from perf_callbacks.analysis.html import COLORS
+from perf_callbacks.analysis.html_chart import AXIS_H, Scale, axis, scale_to
+from perf_callbacks.analysis.html_run import window_mean
+from perf_callbacks.analysis.html_window import drawn_causes
 from perf_callbacks.analysis.result import AnalysisResult, RankResult, StepResult
 from perf_callbacks.analysis.timeline import CAUSES
 
-_HALF = 480
+_HALF = 420
 _ROW = 24
 _CSS = """body{font:14px sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}td.n{text-align:right}
 .summary{font-size:17px;font-weight:bold}.regression{color:#c62828}.improvement{color:#2e7d32}.noise{color:#555}
 .up{color:#c62828}.down{color:#2e7d32}.key span{display:inline-block;margin-right:14px}
-.sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}"""
+.sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}
+figure{margin:8px 0 18px}figcaption{color:#555;font-size:13px;font-style:italic}svg.chart text{font:11px sans-serif}
+svg.chart text.value{fill:#666}"""
 
 
 def render_diff_html(d: DiffResult, top_k: int = 25) -> str:
@@ -54,7 +60,8 @@ def render_diff_html(d: DiffResult, top_k: int = 25) -> str:
         f'<p class="summary {_outcome_class(d)}">{escape(d.summary)}</p>',
         f"<p>{escape(d.step_time_ms['noise'])}</p>",
     ]
-    parts += ["<h2>Figures</h2>" + _figures(d), "<h2>Time by cause, ms per step</h2>" + _legend()]
+    parts += ["<h2>Figures</h2>" + _figures(d), step_time_chart(d), change_chart(d),
+              "<h2>Time by cause, ms per step</h2>" + _legend()]
     if d.base_result is not None and d.new_result is not None:
         parts.append(_mean_bars(d.base_result, d.new_result))
         parts += [_rank_bars(a, b) for a, b in _rank_pairs(d.base_result, d.new_result)]
@@ -94,7 +101,7 @@ def _legend() -> str:
 
 
 def _mean_bars(base: AnalysisResult, new: AnalysisResult) -> str:
-    a, b = causes_per_step(base), causes_per_step(new)
+    a, b = window_mean(base), window_mean(new)
     scale = max(sum(a.values()), sum(b.values())) or 1.0
     rows = [("mean step", a, b)]
     return "<h3>mean step (all ranks)</h3>" + _pair_svg(rows, scale)
@@ -110,8 +117,8 @@ def _rank_bars(a: RankResult, b: RankResult) -> str:
     n = max(len(a.steps), len(b.steps))
     pad: list[StepResult | None] = [None] * n
     sa, sb = (list(a.steps) + pad)[:n], (list(b.steps) + pad)[:n]
-    scale = max((sum(s.causes_ms.values()) for s in a.steps + b.steps), default=0.0) or 1.0
-    rows = [(f"{_label(x)} | {_label(y)}", x.causes_ms if x else {}, y.causes_ms if y else {})
+    scale = max((sum(drawn_causes(s).values()) for s in a.steps + b.steps), default=0.0) or 1.0
+    rows = [(f"{_label(x)} | {_label(y)}", drawn_causes(x) if x else {}, drawn_causes(y) if y else {})
             for x, y in zip(sa, sb, strict=True)]
     return f"<h3>rank {a.rank}: base | new, step by step</h3>" + _pair_svg(rows, scale)
 
@@ -121,19 +128,24 @@ def _label(s: StepResult | None) -> str:
 
 
 def _pair_svg(rows: list[tuple[str, dict[str, float], dict[str, float]]], scale: float) -> str:
+    """Base on the left, new on the right: the same scale, each half with its axis in ms."""
+    left, right = (scale_to(scale, "ms", x, x + _HALF) for x in (200, 270 + _HALF))
     out = []
-    for i, (label, left, right) in enumerate(rows):
+    for i, (label, a, b) in enumerate(rows):
         y = i * _ROW + 18
         out.append(f'<text x="0" y="{y + 14}">{escape(label)}</text>')
-        out += _bar(left, 200, y, scale, "base") + _bar(right, 210 + _HALF, y, scale, "new")
-    head = f'<text x="200" y="12">base</text><text x="{210 + _HALF}" y="12">new</text>'
-    return f'<svg width="{220 + 2 * _HALF}" height="{len(rows) * _ROW + 20}">{head}{"".join(out)}</svg>'
+        out += _bar(a, left.x0, y, left, "base") + _bar(b, right.x0, y, right, "new")
+    head = f'<text x="200" y="12">base</text><text x="{right.x0}" y="12">new</text>'
+    bottom = len(rows) * _ROW + 20
+    axes = axis(left, bottom) + axis(right, bottom)
+    return f'<svg class="chart pair" width="{330 + 2 * _HALF}" height="{bottom + AXIS_H}">{head}{"".join(out)}' \
+           f"{axes}</svg>"
 
 
-def _bar(causes: dict[str, float], x: float, y: int, scale: float, side: str) -> list[str]:
+def _bar(causes: dict[str, float], x: float, y: int, scale: Scale, side: str) -> list[str]:
     out = []
     for cause in CAUSES:
-        w = causes.get(cause, 0.0) / scale * _HALF
+        w = scale.length(causes.get(cause, 0.0))
         if w > 0:
             out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{_ROW - 4}" fill="{COLORS[cause]}">'
                        f"<title>{side}: {CAUSE_LABELS.get(cause, cause)} {causes[cause]:.2f} ms</title></rect>")

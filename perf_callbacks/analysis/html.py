@@ -1,41 +1,40 @@
-"""``render_html``: one self-contained page (inline CSS and SVG, no script, no network) for a result."""
+"""``render_html``: one self-contained page (inline CSS and SVG, no script, no network) for a result and its run."""
 
 from __future__ import annotations
 
 from html import escape
 
 from perf_callbacks.analysis.hang import hang_html
+from perf_callbacks.analysis.html_chart import COLORS
+from perf_callbacks.analysis.html_ranks import rank_charts
+from perf_callbacks.analysis.html_run import run_overview
+from perf_callbacks.analysis.html_window import WINDOW_CHARTS
 from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.mfu import mfu_lines
-from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.result import AnalysisResult
 from perf_callbacks.analysis.roofline_html import roofline_sections
-from perf_callbacks.analysis.strip import WIDTH, decode
 from perf_callbacks.analysis.text import verdict_line
-from perf_callbacks.analysis.timeline import CAUSES
 
-COLORS = {
-    "compute": "#2e7d32",
-    "copy": "#0277bd",
-    "communication": "#6a1b9a",
-    "input": "#ef6c00",
-    "sync": "#c62828",
-    "host": "#f9a825",
-    "other": "#9e9e9e",
-    "backlog": "#90a4ae",
-}
-_WIDTH = WIDTH
-_CSS = """body{font:14px sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+__all__ = ["COLORS", "render_html"]
+
+_CSS = """body{font:14px sans-serif;margin:24px;color:#222;max-width:1000px}h1{font-size:20px}
+h2{font-size:17px;margin-top:30px;border-bottom:1px solid #ddd}h3{font-size:14px;margin:18px 0 4px}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
 .verdict{font-size:22px;font-weight:bold;color:#c62828}.verdict.close{color:#8d6e00}
-.verdict.ok{color:#2e7d32}.key span{display:inline-block;margin-right:14px}
-.sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}"""
+.verdict.ok{color:#2e7d32}.key{margin:2px 0}.key span{display:inline-block;margin-right:14px;font-size:12px}
+.sw{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle}
+figure{margin:8px 0 18px}figcaption{color:#555;font-size:13px;font-style:italic}
+svg.chart text{font:11px sans-serif;fill:#333}svg.chart text.value{fill:#666}svg.chart text.straggler{fill:#c62828;
+font-weight:bold}svg.chart rect:hover{stroke:#000;stroke-width:1}section.window{margin-top:36px}
+details summary{cursor:pointer;font-weight:bold;margin-top:18px}"""
 
 
 def render_html(result: AnalysisResult) -> str:
     """Render the report as one HTML page.
 
-    The page holds the verdict, the recommendations, per-step stacked bars by cause and a timeline strip for each
-    rank, and the top-ops table; then the same for every other window and trace set.
+    With several windows, the page opens with the run window by window (``html_run``); then each window: its
+    verdict, figures and recommendations, its charts (``html_window.WINDOW_CHARTS``), the ranks side by side
+    (``html_ranks``), and the tables behind the charts. Inline CSS and SVG only: no script, no network.
 
     Example:
         >>> from perf_callbacks.analysis.result import AnalysisResult
@@ -43,15 +42,19 @@ def render_html(result: AnalysisResult) -> str:
         >>> page.startswith("<!DOCTYPE html>") and "http" not in page
         True
     """
-    parts = [f"<h1>perf-callbacks report: {escape(result.path)}</h1>", *_window(result)]
+    windows = [result, *result.others]
+    anchors = {id(w): f"w{i}" for i, w in enumerate(windows)}
+    parts = [f"<h1>perf-callbacks report: {escape(result.path)}</h1>", run_overview(windows, anchors)]
     if result.hang:
         parts.insert(1, hang_html(result.hang))
-    notes = result.notes + [f"skipped: {e}" for e in result.errors]
-    if notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
-    for other in result.others:
-        partial = " (partial)" if other.partial else ""
-        parts += [f"<hr><h1>{escape(other.path)}{partial}</h1>", *_window(other)]
+    for i, w in enumerate(windows):
+        partial = " (partial)" if w.partial else ""
+        head = f"<h1>{escape(w.path)}{partial}</h1>" if i else ""
+        parts.append(f'<section class="window" id="w{i}">{head}{"".join(_window(w))}')
+        notes = w.notes + [f"skipped: {e}" for e in w.errors] if not i else []
+        if notes:
+            parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
+        parts.append("</section>")
     body = "\n".join(parts)
     return f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>perf-callbacks report</title>' \
            f"<style>{_CSS}</style></head><body>{body}</body></html>"
@@ -66,50 +69,17 @@ def _window(result: AnalysisResult) -> list[str]:
         f"<p>{gpu} &middot; data wait {result.data_wait_fraction:.1%} &middot; "
         f"stragglers {escape(str(result.stragglers or 'none'))}</p>",
         *(f"<p>{escape(line)}</p>" for line in mfu_lines(vars(result))),
-        "<h2>Recommendations</h2><ol>" + "".join(f"<li>{escape(t)}</li>" for t in result.recommendations) + "</ol>",
-        "<h2>Time by cause</h2>" + _legend(),
+        "<h2>What to change first</h2><ol>" +
+        "".join(f"<li>{escape(t)}</li>" for t in result.recommendations) + "</ol>",
+        "<h2>Where the time goes</h2>",
     ]
-    for r in result.ranks:
-        parts.append(f"<h3>rank {r.rank}: {escape(r.verdict)}</h3>" + _step_bars(r) + _strip(r))
-    parts.append("<h2>Top ops</h2>" + _ops_table(result))
+    parts += [chart(result) for chart in WINDOW_CHARTS]
+    parts.append(rank_charts(result))
     parts += roofline_sections(result.roofline, result.precision)
+    parts.append("<details><summary>The figures behind the charts</summary><h2>Top ops</h2>" + _ops_table(result))
     parts += measure_sections(result)
+    parts.append("</details>")
     return parts
-
-
-def _legend() -> str:
-    items = "".join(f'<span><i class="sw" style="background:{COLORS[c]}"></i>{c}</span>' for c in CAUSES)
-    return f'<p class="key">{items}</p>'
-
-
-def _step_bars(r: RankResult) -> str:
-    """One horizontal bar per step, its length the step's window, split by cause."""
-    if not r.steps:
-        return "<p>no ProfilerStep spans</p>"
-    longest = max(sum(s.causes_ms.values()) for s in r.steps) or 1.0
-    rows = []
-    for i, s in enumerate(r.steps):
-        y, x = i * 26, 110.0
-        rows.append(f'<text x="0" y="{y + 15}">step {s.step} {s.time_ms:.1f} ms</text>')
-        for cause in CAUSES:
-            w = s.causes_ms.get(cause, 0.0) / longest * (_WIDTH - 120)
-            if w > 0:
-                rows.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="20" fill="{COLORS[cause]}">'
-                            f"<title>{cause}: {s.causes_ms[cause]:.2f} ms</title></rect>")
-                x += w
-    height = len(r.steps) * 26
-    return f'<svg width="{_WIDTH}" height="{height}">{"".join(rows)}</svg>'
-
-
-def _strip(r: RankResult) -> str:
-    """Return the window as a strip of pixels, each coloured by the cause that fills most of it (``r.strip``)."""
-    pixels = decode(r.strip)
-    if not pixels:
-        return ""
-    rects = "".join(f'<rect x="{px}" y="0" width="1" height="24" fill="{COLORS[cause]}"/>'
-                    for px, cause in enumerate(pixels) if cause is not None)
-    ms = (r.end_us - r.start_us) / 1e3
-    return f'<p>timeline ({ms:.1f} ms)</p><svg width="{_WIDTH}" height="24">{rects}</svg>'
 
 
 def _ops_table(result: AnalysisResult) -> str:

@@ -8,9 +8,6 @@ from typing import Any
 from perf_callbacks.analysis.measures_text import comm_line, copy_speed, duration, queue_note, size
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
-_WIDTH, _HEIGHT = 1000, 160
-_LINES = ("#1565c0", "#c62828", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f", "#5d4037", "#455a64")
-
 
 def measure_sections(result: AnalysisResult) -> list[str]:
     """Each section whose figures the window has; the per-rank balance only with several ranks."""
@@ -37,31 +34,13 @@ def measure_sections(result: AnalysisResult) -> list[str]:
     return parts
 
 
-def memory_curve_svg(ranks: list[RankResult]) -> str:
-    """Allocated memory over the window, one line per rank, with its peak written on the axis."""
-    curves = [(r.rank, r.memory_curve) for r in ranks if r.memory_curve]
-    if not curves:
-        return ""
-    top = max(b for _, c in curves for _, b in c) or 1.0
-    span = max(t for _, c in curves for t, _ in c) or 1.0
-    lines = []
-    for i, (rank, points) in enumerate(curves):
-        xy = " ".join(f"{40 + t / span * (_WIDTH - 50):.1f},{_HEIGHT - 20 - b / top * (_HEIGHT - 30):.1f}"
-                      for t, b in points)
-        lines.append(f'<polyline fill="none" stroke="{_LINES[i % len(_LINES)]}" stroke-width="1.5" points="{xy}">'
-                     f"<title>rank {rank}</title></polyline>")
-    axis = f'<text x="0" y="14">{size(top)}</text><text x="0" y="{_HEIGHT - 22}">0</text>' \
-           f'<text x="{_WIDTH - 90}" y="{_HEIGHT - 4}">{span:.1f} ms</text>'
-    return f'<svg class="memory" width="{_WIDTH}" height="{_HEIGHT}">{axis}{"".join(lines)}</svg>'
-
-
 def _memory(result: AnalysisResult) -> list[str]:
     peak = result.memory_peak
     if peak is None:
         return []
     kind = "Host" if peak.get("memory") == "host" else "Device"
     parts = [f"<h2>{kind} memory</h2><p>peak {size(peak['bytes'])} allocated in {escape(str(peak['op']))}, "
-             f"{peak['ts_ms']:.1f} ms into the window</p>", memory_curve_svg(result.ranks)]
+             f"{peak['ts_ms']:.1f} ms into the window</p>"]  # the curve: html_window's timeline chart
     if cats := result.memory_categories:
         parts.append(_table(("the peak by category", "bytes"),
                             [(k.replace("_", " "), size(v)) for k, v in cats.items()]))

@@ -15,7 +15,7 @@ from perf_callbacks.analysis.machine import cuda_on_host, load_of, machine_of
 from perf_callbacks.analysis.measures import rank_measures
 from perf_callbacks.analysis.ops import copy_times, top_kernels, top_ops
 from perf_callbacks.analysis.result import RankResult, StepResult
-from perf_callbacks.analysis.strip import encode
+from perf_callbacks.analysis.strip import encode, run_names
 from perf_callbacks.analysis.timeline import Timeline, build_timeline, devices
 
 GPU_LOSSES = ("input", "sync", "host", "copy", "communication", "other")
@@ -60,6 +60,9 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
     )
 
 
+_WORK = ("kernel", "memcpy", "memset")
+
+
 def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
     """The fields added after v0.1: identity, window definition, backlog, graphs, per-kind copies, each device."""
     totals = tl.totals()
@@ -75,6 +78,8 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "prologue_ms": tl.prologue_us / 1e3,
         "epilogue_ms": tl.epilogue_us / 1e3,
         "strip": encode(tl),
+        "strip_names": run_names(encode(tl), tl.lo, tl.hi, ((g[0], g[1], g[3]) for g in trace.gpu
+                                                             if g[4] == tl.device and g[2] in _WORK)),
         "backlog_fraction": totals["backlog"] / span,
         "graph_idle_fraction": tl.graph_idle_us / span,
         "copy_exposed_ms": {k: v / 1e3 for k, v in tl.copy_exposed_us.items()},

@@ -46,7 +46,8 @@ class RankResult:
     had CUDA (said by ``machine``, else by the trace's GPU list or runtime calls).
     ``prologue_ms``/``epilogue_ms``: on a trace without ProfilerStep, the traced host-only time before the first and
     after the last device op, outside the window (start-up such as CUDA or cuBLAS initialisation).
-    ``strip`` is the HTML report's timeline strip, run-length encoded (see :mod:`perf_callbacks.analysis.strip`).
+    ``strip`` is the HTML report's timeline strip, run-length encoded (see :mod:`perf_callbacks.analysis.strip`), and
+    ``strip_names`` the device work that ran longest in each of its runs (its hover text; ``""`` for none).
     ``load`` is the window's measured load (the training thread's and the DataLoader workers' time on a CPU and
     waiting for one, see :func:`perf_callbacks.analysis.machine.load_of`; empty when not recorded), and ``loader``
     the loader block the verdict derives from it, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``
@@ -109,6 +110,7 @@ class RankResult:
     prologue_ms: float = 0.0
     epilogue_ms: float = 0.0
     strip: str = ""
+    strip_names: list[str] = field(default_factory=list)
     load: dict[str, Any] = field(default_factory=dict)
     loader: dict[str, Any] | None = None
     roofline: list[dict[str, Any]] = field(default_factory=list)

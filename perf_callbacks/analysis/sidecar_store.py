@@ -16,7 +16,9 @@ memory by operator and the op table; version 4: the HTML report's timeline strip
 launch, device time charged to the op that encloses the launch; version 5: launch latency from the end of the launch
 call (as HTA), with the share of kernels queued behind earlier work, and what is held at the memory peak; version 6:
 older torch's collectives sized by their ``nccl:`` annotation, host copies of unknown memory, MTIA DMA and event
-waits, the window's load and the loader block. A sidecar of an older version is ignored (the trace is parsed)."""
+waits, the window's load and the loader block; version 7: the name of the longest device work in each run of the
+timeline strip (``strip_names``, the HTML timeline's hover text). A sidecar of an older version is ignored (the trace
+is parsed)."""
 CANNOT_WRITE = 3
 """The analysis process' exit status when the sidecar itself could not be written (its last stderr line says why)."""
 STDERR_PREFIX = "perf-callbacks sidecar: "

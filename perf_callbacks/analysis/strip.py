@@ -8,6 +8,8 @@ sidecars draws the same strip as one that parses the traces.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from collections.abc import Iterable
 
 from perf_callbacks.analysis.timeline import CAUSES, Timeline
 
@@ -50,4 +52,41 @@ def decode(text: str) -> list[str | None]:
     out: list[str | None] = []
     for n, letter in _RUN.findall(text):
         out += [_CAUSE.get(letter)] * int(n)
+    return out
+
+
+NAMED_PX = 3
+"""Runs of the strip at least this many pixels wide get the name of the kernel that ran longest in them."""
+NAME_CHARS = 80
+"""A run's kernel name is cut to this many characters (the sidecar stays small)."""
+
+
+def run_names(strip: str, lo: float, hi: float, work: Iterable[tuple[float, float, str]]) -> list[str]:
+    """For each run of ``strip`` (``lo``-``hi`` in microseconds), the device work that ran longest in it.
+
+    ``work`` is ``(start, end, name)`` of the device's kernels and copies; each is counted in the run where it starts.
+    Runs narrower than ``NAMED_PX`` pixels, and idle runs, get ``""``.
+
+    Example:
+        >>> run_names("400c600h", 0.0, 10.0, [(0.0, 1.0, "gemm"), (1.0, 3.5, "relu"), (5.0, 6.0, "sum")])
+        ['relu', '']
+    """
+    runs = [(int(n), letter) for n, letter in _RUN.findall(strip)]
+    if not runs or hi <= lo:
+        return []
+    starts, px = [], 0
+    for n, _ in runs:
+        starts.append(px)
+        px += n
+    scale = WIDTH / (hi - lo)
+    spent: list[dict[str, float]] = [{} for _ in runs]
+    for a, b, name in work:
+        if lo <= a < hi:
+            i = bisect_right(starts, int((a - lo) * scale)) - 1
+            spent[i][name] = spent[i].get(name, 0.0) + min(b, hi) - a
+    out = []
+    for (n, letter), names in zip(runs, spent, strict=True):
+        named = n >= NAMED_PX and letter in "cmy" and names
+        top = max(names.items(), key=lambda kv: kv[1])[0] if named else ""
+        out.append(top if len(top) <= NAME_CHARS else top[: NAME_CHARS - 1] + "…")
     return out

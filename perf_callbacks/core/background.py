@@ -63,6 +63,7 @@ class WindowJob:
         self.error: BaseException | None = None
         self.failures: list[tuple[str, BaseException | str, Path | None]] = []
         self.write_summary = True  # False once summary.txt could not be written in this run
+        self.write_page = True  # False once the run's report.html could not be written in this run
         self.tidy = False  # this process is the only writer of the run folder: a failed trace leaves no empty folder
         self.summary: str | None = None
         self.scalars: dict[str, float] = {}
@@ -144,6 +145,17 @@ class WindowJob:
             except OSError as err:  # the summary is still printed
                 self.failures.append(("summaries", err, trace.parent / "summary.txt"))
         self.summary = text
+        if self.write_page:
+            self._write_page(trace.parent.parent)
+
+    def _write_page(self, run_dir: Path) -> None:
+        """The run's page, ``report.html``, rebuilt from the sidecars written so far (no trace is read)."""
+        try:
+            from perf_callbacks.analysis.run_page import write_run_page
+
+            write_run_page(run_dir)
+        except Exception as err:  # noqa: BLE001 - a page that cannot be written never reaches training
+            self.failures.append(("pages", err, run_dir / "report.html"))
 
 
 def start_worker() -> None:

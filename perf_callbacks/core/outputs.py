@@ -44,6 +44,7 @@ WRITERS: dict[str, tuple[str, str]] = {  # writer: (what is disabled, what goes 
     "events": ("TensorBoard events disabled", "training continues"),
     "metrics": ("metrics disabled", "training continues"),
     "summaries": ("summary.txt files disabled", "window summaries are still printed; training continues"),
+    "pages": ("the run's report.html disabled", "summary.txt files are still written; training continues"),
     "sidecars": ("window summaries disabled", "traces are still written; training continues"),
     "snapshots": ("allocator snapshots disabled", "traces are still written; training continues"),
     "oom": ("out-of-memory evidence not written", "its summary is printed to stderr"),

@@ -247,6 +247,7 @@ class WindowRecorder:
         analyse = self.config.summary and self.enabled and self.outputs.enabled("sidecars")
         job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, analyse, header, self.config.top_k)
         job.write_summary, job.tidy = self.outputs.enabled("summaries"), tidy
+        job.write_page = self.outputs.enabled("pages")
         job.rephrase = self.ctx.rephrase  # "dataloader_num_workers" under transformers
         job.shown = self.uploads.shown if self.uploads is not None else str
         job.start()

@@ -81,7 +81,7 @@ def test_json_contract_keys(compute_vs_input) -> None:  # type: ignore[no-untype
 def test_html_has_both_sides_step_bars_and_op_deltas(compute_vs_input) -> None:  # type: ignore[no-untyped-def]
     page = render_diff_html(compute_vs_input)
     assert page.startswith("<!DOCTYPE html>") and "http" not in page and "<script" not in page
-    assert page.count("<rect") > 6 and "base: data wait 558.18 ms" not in page and "new: data wait 558.18 ms" in page
+    assert page.count("<rect") > 6 and "base: data wait 558.16 ms" not in page and "new: data wait 558.16 ms" in page
     assert "rank 0: base | new, step by step" in page and "#4 " in page
     assert "aten::mm" in page and "-56.458" in page and 'class="summary regression"' in page
 

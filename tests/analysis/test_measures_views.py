@@ -34,7 +34,7 @@ def _two_ranks(tmp_path: Path, source: Path, slow_copies: float = 1.0) -> Path:
 
 def test_html_has_memory_curve_tables_and_no_network() -> None:
     page = render_html(analyzed(h200("launch_bound_tiny_kernels")))
-    assert '<svg class="memory"' in page and "<polyline" in page
+    assert '<svg class="chart memory"' in page and "<polyline" in page
     assert "<h2>Transfers</h2>" in page and "<h2>Kernel launch</h2>" in page
     assert "aten::empty_strided" in page
     assert "http" not in page and "<script" not in page
@@ -44,7 +44,7 @@ def test_html_has_memory_curve_tables_and_no_network() -> None:
 def test_html_has_collectives() -> None:
     page = render_html(analyzed(NCCL))
     assert "<h2>Collectives</h2>" in page and "AllReduce x15" in page
-    assert '<svg class="memory"' not in page  # no [memory] events in that trace
+    assert '<svg class="chart memory"' not in page  # no [memory] events in that trace
 
 
 def test_two_ranks_sum_and_balance(tmp_path: Path) -> None:
