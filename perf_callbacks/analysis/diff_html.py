@@ -6,6 +6,7 @@ from html import escape
 from typing import Any
 
 from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult, causes_per_step
+from perf_callbacks.analysis.diff_gains import estimate_lines
 from perf_callbacks.analysis.diff_measures import measure_diff_html
 from perf_callbacks.analysis.html import COLORS
 from perf_callbacks.analysis.result import AnalysisResult, RankResult, StepResult
@@ -53,6 +54,10 @@ def render_diff_html(d: DiffResult, top_k: int = 25) -> str:
         f'<p class="summary {_outcome_class(d)}">{escape(d.summary)}</p>',
         f"<p>{escape(d.step_time_ms['noise'])}</p>",
     ]
+    estimates = estimate_lines(d.estimates)
+    if estimates:
+        parts.append(f"<p>{escape(estimates[0])}</p><ol>" + "".join(f"<li>{escape(x.split('. ', 1)[1])}</li>"
+                                                                      for x in estimates[1:]) + "</ol>")
     parts += ["<h2>Figures</h2>" + _figures(d), "<h2>Time by cause, ms per step</h2>" + _legend()]
     if d.base_result is not None and d.new_result is not None:
         parts.append(_mean_bars(d.base_result, d.new_result))

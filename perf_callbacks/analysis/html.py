@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from perf_callbacks.analysis.gains_html import recommendations_table
 from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.mfu import mfu_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
@@ -62,7 +63,7 @@ def _window(result: AnalysisResult) -> list[str]:
         f"<p>{gpu} &middot; data wait {result.data_wait_fraction:.1%} &middot; "
         f"stragglers {escape(str(result.stragglers or 'none'))}</p>",
         *(f"<p>{escape(line)}</p>" for line in mfu_lines(vars(result))),
-        "<h2>Recommendations</h2><ol>" + "".join(f"<li>{escape(t)}</li>" for t in result.recommendations) + "</ol>",
+        "<h2>Recommendations</h2>" + recommendations_table(result.recommendations),
         "<h2>Time by cause</h2>" + _legend(),
     ]
     for r in result.ranks:

@@ -10,13 +10,14 @@ from typing import Any
 
 from perf_callbacks.analysis.loader import open_trace, rank_from_name
 
-FORMAT = "perf-callbacks-sidecar/6"
+FORMAT = "perf-callbacks-sidecar/7"
 """Version 2: validation and checkpoint time is set aside; version 3: collective and transfer bandwidth, launch latency,
 memory by operator and the op table; version 4: the HTML report's timeline strip, backlog from the delayed work's
 launch, device time charged to the op that encloses the launch; version 5: launch latency from the end of the launch
 call (as HTA), with the share of kernels queued behind earlier work, and what is held at the memory peak; version 6:
 older torch's collectives sized by their ``nccl:`` annotation, host copies of unknown memory, MTIA DMA and event
-waits, the window's load and the loader block. A sidecar of an older version is ignored (the trace is parsed)."""
+waits, the window's load and the loader block; version 7: each recommendation an object with its cause, estimated gain
+and the basis of the gain. A sidecar of an older version is ignored (the trace is parsed)."""
 CANNOT_WRITE = 3
 """The analysis process' exit status when the sidecar itself could not be written (its last stderr line says why)."""
 STDERR_PREFIX = "perf-callbacks sidecar: "
