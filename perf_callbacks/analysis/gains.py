@@ -1,10 +1,10 @@
 """What each recommendation would gain: milliseconds per step and a share of step time, from the loss it removes.
 
-Every recommendation is a :class:`Recommendation`: its text (it is the ``str``, so code that reads the text keeps
-working), the ``cause`` it addresses, ``estimated_gain_ms`` per step, ``estimated_gain_fraction`` of the step time and
-``basis``: the measurement the gain comes from, and "upper bound" where it is one. A gain is never invented: where no
-measurement backs one (the compute advice without a FLOP count, a caveat, a note on memory), both figures are None and
-the basis says why.
+Every recommendation is a ``Recommendation`` (:mod:`perf_callbacks.analysis.recommendation`): its text (it is the
+``str``, so code that reads the text keeps working), the ``cause`` it addresses, ``estimated_gain_ms`` per step,
+``estimated_gain_fraction`` of the step time and ``basis``: the measurement the gain comes from, and "upper bound"
+where it is one. A gain is never invented: where no measurement backs one (the compute advice without a FLOP count, a
+caveat, a note on memory), both figures are None and the basis says why.
 
 The gain of a loss is the time that loss took in a step: the median over the window's steps of the milliseconds the
 timeline put down to the cause in each step (``StepResult.causes_ms``), and its share of the median step time. Removing
@@ -37,7 +37,7 @@ NOTES = ("profiler", "backlog", "memory")
 follows the recommendation it qualifies: the verdict's)."""
 
 BASIS = {
-    "input": ("the data wait per step: {what} while the step waited for its batch",
+    "input": ("the data wait per step: {what} waited for its batch",
               "upper bound: all of it, if loading were hidden behind the step"),
     "sync": ("the device idle after blocking calls per step", "upper bound: all of it, if no call blocked the host"),
     "host": ("the device idle waiting for the host to launch work per step",
@@ -58,7 +58,7 @@ _NO_STEPS = "the trace has no steps (ProfilerStep), so no per-step time: the sha
 def step_gain(r: RankResult, cause: str) -> tuple[float | None, float | None, str]:
     """``(ms per step, fraction of step time, basis)`` of removing ``cause``'s loss on rank ``r``."""
     steps = [s for s in r.steps if s.time_ms > 0]
-    what = "the device idle" if r.gpu_utilization is not None else "the time"
+    what = "the time the device idled while the step" if r.gpu_utilization is not None else "the time the step"
     measure, bound = BASIS.get(cause, ("the loss of this cause", "upper bound: all of it"))
     measure = measure.format(what=what)
     share = r.losses.get(cause, 0.0)
