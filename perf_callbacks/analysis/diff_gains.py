@@ -6,8 +6,9 @@ noise as ``diff`` judges the step time (:func:`perf_callbacks.analysis.noise.com
 
 - ``within noise``: the step time did not move beyond the noise, so nothing was delivered that the windows can show;
 - ``slower``: the step time rose beyond the noise;
-- ``within the estimate``: faster, by no more than the estimate plus the noise band (the larger per-step spread of the
-  two sides), as an upper bound allows;
+- ``within the estimate``: faster, by no more than the estimate plus the noise band, as an upper bound allows. The band
+  is the two sides' per-step spreads added: the delivered gain is the difference of two medians, each as uncertain as
+  its side's spread (on a shared machine the rest of the step drifts between two runs by about that much);
 - ``beyond the estimate``: faster by more than the estimate and the noise band: more than this recommendation's cause
   went (several changes at once, or other work), or the estimate was no bound.
 
@@ -52,7 +53,7 @@ def check_one(rec: Recommendation, step: Change, cause_change_ms: float | None) 
     """One recommendation's estimate against the change: ``{cause, text, estimated_gain_ms, ..., outcome}``."""
     estimate = rec.estimated_gain_ms or 0.0
     delivered = -step.change
-    band = max(step.spread_base, step.spread_new)
+    band = step.spread_base + step.spread_new
     if not step.significant:
         outcome = "within noise"
     elif delivered < 0:
