@@ -10,14 +10,16 @@ from typing import Any
 from perf_callbacks.analysis.cluster import imbalance, stragglers
 from perf_callbacks.analysis.collect import Loaded, analyze_file, from_sidecar, load_all
 from perf_callbacks.analysis.discover import Window, discover
+from perf_callbacks.analysis.gains import straggler_gain, window_gains
 from perf_callbacks.analysis.hang import read_hangs
 from perf_callbacks.analysis.measures import window_advice, window_measures, window_notes
 from perf_callbacks.analysis.mfu import window_mfu
 from perf_callbacks.analysis.process_windows import process_windows
+from perf_callbacks.analysis.recommendation import Recommendation
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.roofline import window_roofline
 from perf_callbacks.analysis.tracesets import assign_order_ranks, split_sets
-from perf_callbacks.analysis.verdict import HOST_UNTRACED, host_untraced, window_verdict
+from perf_callbacks.analysis.verdict import HOST_UNTRACED, host_untraced, lead_cause, window_verdict
 
 
 def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = True,
@@ -136,6 +138,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
     mfu, notes = window_mfu([r.flops for r in ranks], result.step_time_ms, losses)
     vars(result).update(mfu)
     result.notes += notes
+    result.recommendations = window_gains(result, lead_cause(verdict))
     return result
 
 
@@ -232,13 +235,14 @@ def _merge_top_ops(ranks: list[RankResult], k: int) -> list[dict[str, Any]]:
 
 def _overall_recommendations(
     ranks: list[RankResult], verdict: str, slow: list[int], reasons: dict[int, str]
-) -> list[str]:
-    """Straggler findings first, then the advice of the rank that suffers most from the overall verdict."""
-    recs = [f"rank {rk} {reasons[rk]}; the other ranks wait for it in every collective" for rk in slow]
+) -> list[Recommendation]:
+    """Straggler findings, then the advice of the rank that suffers most from the overall verdict (ranked later)."""
+    recs = [straggler_gain(ranks, rk, f"rank {rk} {reasons[rk]}; the other ranks wait for it in every collective")
+            for rk in slow]
     matching = [r for r in ranks if r.verdict == verdict] or ranks
     worst = max(matching, key=lambda r: max(r.losses.values(), default=0.0))
     prefix = f"rank {worst.rank}: " if len(ranks) > 1 else ""
-    recs += [prefix + text for text in worst.recommendations]
+    recs += [rec.retext(prefix + rec) for rec in map(Recommendation.of, worst.recommendations)]
     return list(dict.fromkeys(recs))
 
 

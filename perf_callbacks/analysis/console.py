@@ -1,7 +1,8 @@
 """The window's one console line, as data: the verdict, the one number behind it, and the first advice in a few words.
 
 Built from the analysis result (never from its rendered text), stored in the sidecar as ``console``, and printed by
-the engine as ``perf-callbacks: steps 12-14 input_bound: data wait 31%; try num_workers=4 -> <window>/summary.txt``.
+the engine as ``perf-callbacks: steps 12-14 input_bound: data wait 31%; try num_workers=4: up to -30% step time ->
+<window>/summary.txt`` (the gain of the verdict's recommendation, :mod:`perf_callbacks.analysis.gains`).
 The whole advice, with its evidence, is in ``summary.txt``; the line says only what to look at first, in at most
 about ``MAX_CHARS`` characters before the path.
 
@@ -20,12 +21,16 @@ from __future__ import annotations
 
 from perf_callbacks.analysis.advice import loader_kind, suggest_num_workers, workers_to_try
 from perf_callbacks.analysis.evidence import input_evidence
+from perf_callbacks.analysis.gains import gain_label
 from perf_callbacks.analysis.load import loader_evidence
 from perf_callbacks.analysis.machine import cores_per_rank
+from perf_callbacks.analysis.recommendation import Recommendation
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.verdict import lead_cause
 
-MAX_CHARS = 160
-"""The line before its path: window, verdict, one number, the first advice in a few words."""
+MAX_CHARS = 180
+"""The line before its path: window, verdict, one number, the first advice in a few words and its gain (about 20 of
+them: ``: up to -26% step time``)."""
 
 _FIGURE = {  # verdict -> (the loss behind it, what that share is)
     "host_bound": ("host", "device waiting on the host"),
@@ -51,7 +56,21 @@ def console_parts(result: AnalysisResult) -> dict[str, str]:
     parts = rank_parts(rank)
     if result.verdict == "compute_bound" and result.mfu is not None and rank.gpu_utilization is not None:
         parts["figure"] += f", MFU {result.mfu:.0%}"
+    gain = verdict_gain(result)
+    if gain and parts["action"]:
+        parts["action"] += f": {gain}"
     return parts
+
+
+def verdict_gain(result: AnalysisResult) -> str:
+    """``up to -26% step time``: the gain of the recommendation the line's action is, "" when it has none.
+
+    That is the verdict's own recommendation (its cause, ``sync`` for ``sync_bound``), which leads the list unless a
+    measured gain outranks it (a compute advice without an MFU has none).
+    """
+    lead = lead_cause(result.verdict)
+    rec = next((x for x in map(Recommendation.of, result.recommendations) if x.cause == lead), None)
+    return gain_label(rec, per_step=False) if rec is not None and rec.estimated_gain_fraction is not None else ""
 
 
 def rank_parts(r: RankResult) -> dict[str, str]:

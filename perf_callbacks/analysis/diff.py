@@ -18,9 +18,11 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perf_callbacks.analysis.diff_gains import estimate_check
 from perf_callbacks.analysis.diff_measures import compare_measures
 from perf_callbacks.analysis.diff_memory import compare_categories
 from perf_callbacks.analysis.mfu_diff import mfu_delta
@@ -61,6 +63,9 @@ class DiffResult:
             each side (``diff_measures.compare_measures``).
         memory_categories: category (``parameters`` ... ``peak``) -> ``{base, new, change}`` in bytes, and
             ``changed``: the categories that moved by more than 10% of the base peak (``diff_memory``); {} without.
+        estimates: the base's top recommendations with an estimated gain, each against the step time the change
+            delivered: ``{cause, text, estimated_gain_ms, estimated_gain_fraction, basis, delivered_ms,
+            delivered_fraction, delivered_share, noise_ms, cause_change_ms, outcome}`` (``diff_gains``).
     """
 
     base: dict[str, Any]
@@ -83,6 +88,7 @@ class DiffResult:
     mfu_gap: dict[str, dict[str, Any]] = field(default_factory=dict)
     measures: dict[str, Any] = field(default_factory=dict)
     memory_categories: dict[str, Any] = field(default_factory=dict)
+    estimates: list[dict[str, Any]] = field(default_factory=list)
     base_result: AnalysisResult | None = field(default=None, repr=False)
     new_result: AnalysisResult | None = field(default=None, repr=False)
 
@@ -107,7 +113,7 @@ def compare(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
     outcome = "within noise" if not step.significant else "regression" if step.change > 0 else "improvement"
     contributors = _contributors(causes, ops)
     mfu, gap = mfu_delta(vars(base), vars(new))
-    result = DiffResult(
+    result = DiffResult(estimates=estimate_check(base, step, causes),
         base=_side(base), new=_side(new), step_time_ms=_step_dict(step),
         gpu_utilization=_delta(base.gpu_utilization, new.gpu_utilization),
         data_wait_fraction=_delta(base.data_wait_fraction, new.data_wait_fraction),
@@ -237,7 +243,7 @@ def _contributors(causes: dict[str, dict[str, Any]], ops: dict[str, list[dict[st
     return by_cause + by_op
 
 
-def _recommendations(base: list[str], new: list[str]) -> dict[str, list[str]]:
+def _recommendations(base: Sequence[str], new: Sequence[str]) -> dict[str, list[str]]:
     """Compared with their numbers masked, so 'took 41% of step time' and 'took 43% ...' are the same advice."""
     a = {_NUMBER.sub("#", t) for t in base}
     b = {_NUMBER.sub("#", t) for t in new}

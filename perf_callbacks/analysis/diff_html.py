@@ -7,6 +7,7 @@ from typing import Any
 
 from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult
 from perf_callbacks.analysis.diff_charts import change_chart, step_time_chart
+from perf_callbacks.analysis.diff_gains import estimate_lines
 from perf_callbacks.analysis.diff_measures import measure_diff_html
 from perf_callbacks.analysis.diff_memory import category_diff_lines
 from perf_callbacks.analysis.html import COLORS
@@ -60,6 +61,10 @@ def render_diff_html(d: DiffResult, top_k: int = 25) -> str:
         f'<p class="summary {_outcome_class(d)}">{escape(d.summary)}</p>',
         f"<p>{escape(d.step_time_ms['noise'])}</p>",
     ]
+    estimates = estimate_lines(d.estimates)
+    if estimates:
+        parts.append(f"<p>{escape(estimates[0])}</p><ol>" + "".join(f"<li>{escape(x.split('. ', 1)[1])}</li>"
+                                                                      for x in estimates[1:]) + "</ol>")
     parts += ["<h2>Figures</h2>" + _figures(d), step_time_chart(d), change_chart(d),
               "<h2>Time by cause, ms per step</h2>" + _legend()]
     if d.base_result is not None and d.new_result is not None:

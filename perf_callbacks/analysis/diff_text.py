@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from perf_callbacks.analysis.diff import CAUSE_LABELS, DiffResult
+from perf_callbacks.analysis.diff_gains import estimate_lines
 from perf_callbacks.analysis.diff_measures import measure_diff_lines
 from perf_callbacks.analysis.diff_memory import category_diff_lines, changed_line
 from perf_callbacks.analysis.mfu_diff import gap_lines
@@ -30,6 +31,7 @@ def format_diff(d: DiffResult, top_k: int = 8) -> str:
     lines += ["", d.summary, "  " + _noise(d)]
     lines += [memory] if (memory := changed_line(d.memory_categories)) else []
     lines += [""]
+    lines += estimate_lines(d.estimates) + ([""] if d.estimates else [])
     lines += _headline(d) + [""] + _causes(d) + [""] + _ops(d, top_k) + _ranks(d)
     lines += [""] + gap_lines(d.mfu_gap) if d.mfu_gap else []
     measures = measure_diff_lines(d.measures)

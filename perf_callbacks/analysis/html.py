@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from perf_callbacks.analysis.gains_html import recommendations_table
 from perf_callbacks.analysis.hang import hang_html
 from perf_callbacks.analysis.html_chart import COLORS
 from perf_callbacks.analysis.html_ranks import rank_charts
@@ -69,8 +70,7 @@ def _window(result: AnalysisResult) -> list[str]:
         f"<p>{gpu} &middot; data wait {result.data_wait_fraction:.1%} &middot; "
         f"stragglers {escape(str(result.stragglers or 'none'))}</p>",
         *(f"<p>{escape(line)}</p>" for line in mfu_lines(vars(result))),
-        "<h2>What to change first</h2><ol>" +
-        "".join(f"<li>{escape(t)}</li>" for t in result.recommendations) + "</ol>",
+        "<h2>What to change first</h2>" + recommendations_table(result.recommendations),
         "<h2>Where the time goes</h2>",
     ]
     parts += [chart(result) for chart in WINDOW_CHARTS]

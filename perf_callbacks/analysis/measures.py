@@ -12,6 +12,8 @@ from typing import Any
 
 from perf_callbacks.analysis import comms, copies, launch, memory_ops, memory_parts, op_table, precision, roofline
 from perf_callbacks.analysis.events import RankTrace
+from perf_callbacks.analysis.gains import loss_recommendation
+from perf_callbacks.analysis.recommendation import Recommendation
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.timeline import Timeline
 
@@ -73,21 +75,22 @@ def window_notes(ranks: list[RankResult]) -> list[str]:
     return list(dict.fromkeys(n for r in ranks for n in r.measure_notes))
 
 
-def window_advice(ranks: list[RankResult], recommendations: list[str]) -> list[str]:
+def window_advice(ranks: list[RankResult], recommendations: list[Recommendation]) -> list[Recommendation]:
     """The recommendations with the transfer rates that back them.
 
     A recommendation that names slow pageable copies (``HtoD/pageable``) gets the measured rates; without one, the
-    advice is added (prefixed with the rank when there are several).
+    advice is added (prefixed with the rank when there are several), with the gain of the rank's exposed copies.
     """
     out = list(recommendations)
     cats, at = memory_parts.combine([(r.memory_categories, r.memory_at_peak) for r in ranks])
     if (memory := memory_parts.advice(cats, at)) is not None:
-        out.append(memory)
+        out.append(Recommendation(memory, "memory", None, None, "memory decides whether the run fits, not its speed: "
+                                  "the peak is close to the device's capacity"))
     for r in ranks:
         for kind, rates, advice in copies.copy_advice(r):
             i = next((i for i, rec in enumerate(out) if kind in rec), None)
             if i is None:
-                out.append(f"rank {r.rank}: {advice}" if len(ranks) > 1 else advice)
+                out.append(loss_recommendation(r, "copy", f"rank {r.rank}: {advice}" if len(ranks) > 1 else advice))
             elif rates not in out[i]:
-                out[i] += f" (measured: {rates})"
+                out[i] = out[i].retext(f"{out[i]} (measured: {rates})")
     return out

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perf_callbacks.analysis.headline import headline_scalars
+from perf_callbacks.analysis.recommendation import Recommendation, recommendation_dicts
 from perf_callbacks.analysis.timeline import Timeline
 
 _WORLD = re.compile(r"\bworld_size=(\d+)")  # in RankResult.run_id, from the trace's distributedInfo
@@ -75,7 +76,7 @@ class RankResult:
     sync_calls_ms: dict[str, float]
     launches_per_step: float | None
     verdict: str = "compute_bound"
-    recommendations: list[str] = field(default_factory=list)
+    recommendations: list[Recommendation] = field(default_factory=list)
     timeline: Timeline | None = field(default=None, repr=False)
     rank_source: str = "order"
     run_id: str = ""
@@ -121,6 +122,7 @@ class RankResult:
         """JSON-ready view (the timeline is left out)."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("timeline", "steps")}
         out["steps"] = [s.__dict__ for s in self.steps]
+        out["recommendations"] = recommendation_dicts(self.recommendations)
         return out
 
     @classmethod
@@ -129,6 +131,7 @@ class RankResult:
         known = {f for f in cls.__dataclass_fields__ if f not in ("timeline", "steps")}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["sync_calls_ms"] = dict(kwargs.get("sync_calls_ms", {}))
+        kwargs["recommendations"] = [Recommendation.of(x) for x in kwargs.get("recommendations", [])]
         steps = [StepResult(int(s["step"]), float(s["time_ms"]), dict(s.get("causes_ms", {})))
                  for s in data.get("steps", [])]
         return cls(steps=steps, **kwargs)
@@ -146,7 +149,9 @@ class AnalysisResult:
         step_time_ms: median step time over all ranks.
         top_ops: the top ops over all ranks.
         peak_memory_bytes: highest device memory allocated on any rank, when memory was profiled.
-        recommendations: ranked, each naming its evidence and its fix.
+        recommendations: ranked by their gain, each naming its evidence and its fix; each a ``Recommendation``
+            (:mod:`perf_callbacks.analysis.recommendation`): its text, with ``cause``, ``estimated_gain_ms``,
+            ``estimated_gain_fraction`` and ``basis``; in the JSON one object with those keys and ``text``.
         ranks: one result per rank, sorted by rank.
         stragglers: global ranks that reach collectives late.
         imbalance_ratio: max / mean over ranks of step time minus collective wait (1.0 = balanced).
@@ -205,7 +210,7 @@ class AnalysisResult:
     step_time_ms: float | None
     top_ops: list[dict[str, Any]]
     peak_memory_bytes: int | None
-    recommendations: list[str]
+    recommendations: list[Recommendation]
     ranks: list[RankResult]
     stragglers: list[int] = field(default_factory=list)
     imbalance_ratio: float | None = None
@@ -247,6 +252,7 @@ class AnalysisResult:
         """Return the ``perf-callbacks report --json`` object."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("ranks", "others")}
         out["ranks"] = [r.to_dict() for r in self.ranks]
+        out["recommendations"] = recommendation_dicts(self.recommendations)
         out["straggler_reasons"] = {str(k): v for k, v in self.straggler_reasons.items()}
         return out
 

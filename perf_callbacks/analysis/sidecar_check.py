@@ -23,6 +23,8 @@ _DEVICE = {"device": int, "gpu_utilization": float | None, "losses": dict[str, f
            "kernels_per_step": float | None, "top_kernels": list[dict[str, Any]]}
 _KERNEL = {"name": str}
 _STEP = {"step": int, "time_ms": float, "causes_ms": dict[str, float]}
+_RECOMMENDATION = {"cause": str, "text": str, "estimated_gain_ms": float | None,
+                   "estimated_gain_fraction": float | None, "basis": str}
 
 
 def rank_from_sidecar(side: dict[str, Any]) -> RankResult | None:
@@ -48,6 +50,7 @@ def _valid(data: dict[str, Any]) -> bool:
         return False
     return (data.get("verdict", VERDICTS[0]) in VERDICTS
             and all(_entry(s, _STEP) for s in data["steps"])
+            and all(_entry(x, _RECOMMENDATION) for x in data.get("recommendations", []))
             and all(_entry(op, _TOP_OP) for op in data["top_ops"])
             and all(_entry(d, _DEVICE) and all(_entry(k, _KERNEL) for k in d["top_kernels"])
                     for d in data.get("devices", []))
@@ -62,7 +65,7 @@ def _entry(value: dict[str, Any], schema: dict[str, Any]) -> bool:
 @cache
 def _hints() -> dict[str, Any]:
     hints = get_type_hints(RankResult)
-    hints["steps"] = list[dict[str, Any]]
+    hints["steps"] = hints["recommendations"] = list[dict[str, Any]]
     return hints
 
 

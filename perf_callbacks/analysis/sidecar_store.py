@@ -17,8 +17,9 @@ launch, device time charged to the op that encloses the launch; version 5: launc
 call (as HTA), with the share of kernels queued behind earlier work, and what is held at the memory peak; version 6:
 older torch's collectives sized by their ``nccl:`` annotation, host copies of unknown memory, MTIA DMA and event
 waits, the window's load and the loader block; version 7: the name of the longest device work in each run of the
-timeline strip (``strip_names``, the HTML timeline's hover text). A sidecar of an older version is ignored (the trace
-is parsed)."""
+timeline strip (``strip_names``, the HTML timeline's hover text), each recommendation an object with its cause,
+estimated gain and the basis of the gain, the peak by category, the roofline rows and the precision hint. A sidecar
+of an older version is ignored (the trace is parsed)."""
 CANNOT_WRITE = 3
 """The analysis process' exit status when the sidecar itself could not be written (its last stderr line says why)."""
 STDERR_PREFIX = "perf-callbacks sidecar: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from perf_callbacks.analysis.gains import gain_label
 from perf_callbacks.analysis.hang import hang_lines
 from perf_callbacks.analysis.measures_text import measure_lines, op_lines
 from perf_callbacks.analysis.mfu import mfu_lines
@@ -29,7 +30,8 @@ def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time
     lines += [f"note: {n}" for n in result.notes]
     lines += [f"skipped: {e}" for e in result.errors]
     lines += [""] if result.notes or result.errors else []
-    lines += ["recommendations:"] + [f"  {i}. {t}" for i, t in enumerate(result.recommendations, 1)] + [""]
+    lines += ["recommendations (largest estimated gain first):"]
+    lines += [f"  {i}. [{gain_label(t)}] {t}" for i, t in enumerate(result.recommendations, 1)] + [""]
     lines += [f"precision: {result.precision['text']}", ""] if result.precision else []
     lines += _ops(result, top_k) if sort == "device_time" else op_lines(result, top_k, sort)
     lines += roofline_lines(result.roofline, result.roofline_peaks, top_k)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perf_callbacks.analysis.evidence import evidence_note, judged_losses
+from perf_callbacks.analysis.gains import loss_recommendation, rank_by_gain, without_gain
 from perf_callbacks.analysis.load import loader_block
 from perf_callbacks.analysis.recommend import (
     ADVICE,
@@ -18,7 +19,7 @@ from perf_callbacks.analysis.recommend import (
 from perf_callbacks.analysis.result import RankResult
 
 __all__ = ["CLOSE", "HOST_UNTRACED", "MATERIAL", "THRESHOLD", "VERDICT_OF", "Margin", "host_untraced", "judge_rank",
-           "verdict_from", "verdict_margin", "window_verdict"]
+           "lead_cause", "verdict_from", "verdict_margin", "window_verdict"]
 
 THRESHOLD = 0.10
 CLOSE = 0.03
@@ -33,6 +34,9 @@ VERDICT_OF = {
     "other": "unexplained_idle",
     "cpu_contention": "cpu_contention",
 }
+_NO_COMPUTE_GAIN = "no gain estimated: without the FLOPs of a step (MFU) how far the kernels run from the device's " \
+                   "peak is not measured"
+_NO_MEMORY_GAIN = "no gain estimated: what a larger batch or less memory would change in step time is not measured"
 _LABEL = {"other": "unexplained idle", "cpu_contention": "waiting for a CPU"}
 
 
@@ -109,27 +113,38 @@ def window_verdict(ranks: list[RankResult]) -> tuple[str, Margin]:
     return verdict_from(losses), Margin(margin.margin, margin.runner_up, note)
 
 
+def lead_cause(verdict: str) -> str:
+    """The cause a verdict names (``sync`` for ``sync_bound``), ``compute`` for ``compute_bound``.
+
+    Example:
+        >>> lead_cause("sync_bound"), lead_cause("compute_bound")
+        ('sync', 'compute')
+    """
+    return next((c for c, v in VERDICT_OF.items() if v == verdict), "compute")
+
+
 def judge_rank(r: RankResult) -> None:
-    """Set ``r.verdict`` and ``r.recommendations`` (largest loss first, profiler caveats right after).
+    """Set ``r.verdict`` and ``r.recommendations`` (largest gain first, the profiler caveat after the verdict's).
 
     Advice is given for the verdict's cause and for every other loss of at least ``MATERIAL``. The verdict, and which
     advice is given, rest on the losses the evidence supports (:func:`perf_callbacks.analysis.evidence.judged_losses`);
-    the advice quotes the window's figures. ``r.loader`` gets the loader block (:mod:`perf_callbacks.analysis.load`).
+    the advice quotes the window's figures, and each carries its gain (:mod:`perf_callbacks.analysis.gains`).
+    ``r.loader`` gets the loader block (:mod:`perf_callbacks.analysis.load`).
     """
     judged = judged_losses(r)
     r.verdict = verdict_from(judged)
-    ranked = sorted(((judged[c], ADVICE[c](r, share)) for c, share in r.losses.items()
+    ranked = sorted(((judged[c], c, ADVICE[c](r, share)) for c, share in r.losses.items()
                      if judged[c] >= MATERIAL or VERDICT_OF[c] == r.verdict), reverse=True)
-    recs = [text for _, text in ranked]
+    recs = [loss_recommendation(r, c, text) for _, c, text in ranked]
     if r.backlog_fraction >= 0.02:
-        recs.append(backlog_note(r))
+        recs.append(without_gain(backlog_note(r), "backlog", "no gain: a note on work queued before the window"))
     if r.verdict == "compute_bound":
-        recs.insert(0, compute_advice(r))
+        recs.insert(0, without_gain(compute_advice(r), "compute", _NO_COMPUTE_GAIN))
     caveat = profiler_caveat(r)
     if caveat:
-        recs.insert(1 if r.verdict in ("host_bound", "sync_bound") else len(recs), caveat)
+        recs.append(without_gain(caveat, "profiler", "no gain: a caveat on what the profiler inflated"))
     memory = memory_note(r)
     if memory:
-        recs.append(memory)
-    r.recommendations = recs
+        recs.append(without_gain(memory, "memory", _NO_MEMORY_GAIN))
+    r.recommendations = rank_by_gain(recs, lead_cause(r.verdict))
     r.loader = loader_block(r, judged.get("input", 0.0), judged.get("input", 0.0) >= MATERIAL)
