@@ -6,6 +6,7 @@ from html import escape
 
 from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.mfu import mfu_lines
+from perf_callbacks.analysis.modules import module_section
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.strip import WIDTH, decode
 from perf_callbacks.analysis.text import verdict_line
@@ -69,6 +70,7 @@ def _window(result: AnalysisResult) -> list[str]:
         parts.append(f"<h3>rank {r.rank}: {escape(r.verdict)}</h3>" + _step_bars(r) + _strip(r))
     parts.append("<h2>Top ops</h2>" + _ops_table(result))
     parts += measure_sections(result)
+    parts += module_section(result)
     return parts
 
 

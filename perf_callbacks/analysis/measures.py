@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf_callbacks.analysis import comms, copies, launch, memory_ops, op_table
+from perf_callbacks.analysis import comms, copies, launch, memory_ops, modules, op_table
 from perf_callbacks.analysis.events import RankTrace
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.timeline import Timeline
@@ -33,6 +33,7 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
         "memory_peak": memory_ops.peak(events, owners, tl, kind),
         "memory_curve": memory_ops.curve(events, tl),
         "op_table": op_table.op_table(trace, self_cpu, calls, memory, top_k),
+        "modules": modules.rank_modules(trace, tl),
         "measure_notes": comm_notes + copy_notes,
     }
 
@@ -54,6 +55,7 @@ def window_measures(ranks: list[RankResult], top_k: int = 10) -> dict[str, Any]:
         "memory_by_op": memory_ops.combine_by_op([r.memory_by_op for r in ranks], top_k),
         "memory_peak": max(peaks, key=lambda p: p["bytes"]) if peaks else None,
         "op_table": ranks[0].op_table if single else op_table.combine([r.op_table for r in ranks]),
+        "modules": modules.module_rows(ranks),
     }
 
 

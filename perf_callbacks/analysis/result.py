@@ -52,6 +52,7 @@ class RankResult:
     the loader block the verdict derives from it, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``
     (None for traces of other tools; see :mod:`perf_callbacks.analysis.load`). With the load measured, ``losses``
     holds ``cpu_contention``: the share of the window the training thread waited for a CPU.
+    ``modules`` holds the module figures at full depth (``analysis.modules.rank_modules``; empty without spans).
     """
 
     rank: int
@@ -109,6 +110,7 @@ class RankResult:
     strip: str = ""
     load: dict[str, Any] = field(default_factory=dict)
     loader: dict[str, Any] | None = None
+    modules: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
@@ -174,6 +176,9 @@ class AnalysisResult:
         op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
         loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
+        modules: device time, FLOPs and parameters by module (``module_spans``) at depth 1, or at ``--modules DEPTH``:
+            ``{module, group, members, time_us, time_fraction, flops, flops_fraction, params, calls}`` (see
+            ``analysis.modules``); empty without module spans.
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
@@ -214,6 +219,7 @@ class AnalysisResult:
     memory_peak: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     loader: dict[str, Any] | None = None
+    modules: list[dict[str, Any]] = field(default_factory=list)
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from perf_callbacks.analysis.measures_text import measure_lines, op_lines
 from perf_callbacks.analysis.mfu import mfu_lines
+from perf_callbacks.analysis.modules import module_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
 _CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
@@ -29,6 +30,7 @@ def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time
     lines += ["recommendations:"] + [f"  {i}. {t}" for i, t in enumerate(result.recommendations, 1)] + [""]
     lines += _ops(result, top_k) if sort == "device_time" else op_lines(result, top_k, sort)
     lines += measure_lines(result)
+    lines += module_lines(result)
     lines += _devices(result)
     lines += _ranks(result)
     if len(result.windows) > 1:

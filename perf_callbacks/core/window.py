@@ -28,6 +28,8 @@ from perf_callbacks.core.machine import META_KEY as MACHINE_META_KEY
 from perf_callbacks.core.machine import machine_meta
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
+from perf_callbacks.core.module_spans import META_KEY as MODULES_META_KEY
+from perf_callbacks.core.module_spans import modules_meta
 from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.outputs import Outputs
@@ -65,7 +67,8 @@ class WindowRecorder:
         self.is_reporter = config.summary and self.enabled and ctx.rank == min(config.ranks or [0])
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         self.nsys = NsysCapture(config.nsys_capture, set(config.ranks) if config.ranks else None, ctx.rank)
-        self.module_ranges = ModuleRanges(nvtx) if config.nvtx_modules else None
+        spans = config.module_spans
+        self.module_ranges = ModuleRanges(nvtx, spans) if config.nvtx_modules or spans else None
         self.model: torch.nn.Module | None = None
         self.session: ProfilerSession | None = None
         self.action = Action.NONE
@@ -87,6 +90,7 @@ class WindowRecorder:
         self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
         self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
+        self.module_flops: Callable[[], tuple[dict[str, int] | None, str]] | None = None  # the engine's, by module
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
 
     # ---- per step ------------------------------------------------------------------------------------------------
@@ -143,9 +147,19 @@ class WindowRecorder:
                 self.nsys.start(step)
             if self.module_ranges is not None and self.model is not None:
                 self.module_ranges.install(self.model)
+                if self.config.module_spans:
+                    _quiet(lambda: self._module_meta(self.session))
         self.session.mark_step(step)
         self.steps.append(step)
         return True
+
+    def _module_meta(self, session: ProfilerSession | None) -> None:
+        """Module spans' metadata (parameters and FLOPs by module, whether spans are recorded) into the trace."""
+        ranges = self.module_ranges
+        if session is None or ranges is None:
+            return
+        flops, flops_note = self.module_flops() if self.module_flops is not None else (None, "")
+        session.add_meta(MODULES_META_KEY, modules_meta(self.model, ranges.tracing, ranges.note, flops, flops_note))
 
     def retract(self, step: int | None) -> None:
         """Training ended before the open step completed its optimizer step: leave it out of the window and its trace.
