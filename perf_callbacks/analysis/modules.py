@@ -14,8 +14,8 @@ with repeated indices grouped as ``*`` (``blocks.*``) and each index kept too.
 Example:
     >>> group_of("encoder.layers.11.attn")
     'encoder.layers.*.attn'
-    >>> at_depth("encoder.layers.11.attn", 2)
-    'encoder.layers'
+    >>> at_depth("encoder.layers.11.attn", 2), at_depth("encoder.layers.11.attn", 1), at_depth("0.fc", 1)
+    ('encoder.layers.11', 'encoder', '0')
 """
 
 from __future__ import annotations
@@ -154,8 +154,16 @@ def group_of(path: str) -> str:
 
 
 def at_depth(path: str, depth: int) -> str:
-    """The first ``depth`` segments of a path (the root stays ``""``)."""
-    return ".".join(path.split(".")[:depth]) if path else ""
+    """The path down to ``depth`` levels; an index is part of its container's level (``blocks.0`` is depth 1)."""
+    out: list[str] = []
+    level = 0
+    for part in path.split(".") if path else []:
+        if not out or not _INDEX.match(part):
+            if level == depth:
+                break
+            level += 1
+        out.append(part)
+    return ".".join(out)
 
 
 # ---- time by module -------------------------------------------------------------------------------------------------
