@@ -55,7 +55,7 @@ def rank_modules(trace: RankTrace, tl: Timeline) -> dict[str, Any]:
     if not spans and not meta:
         return {}
     in_window = InWindow.of(tl)
-    time_us, total = _attribute(trace, spans, in_window)
+    time_us, total = time_by_module(trace, in_window)
     calls: dict[str, int] = defaultdict(int)
     for ts, _end, _tid, path in spans:
         if in_window(ts):
@@ -167,8 +167,12 @@ def at_depth(path: str, depth: int) -> str:
 
 
 # ---- time by module -------------------------------------------------------------------------------------------------
-def _attribute(trace: RankTrace, spans: list[ModuleSpan], in_window: InWindow) -> tuple[dict[str, float], float]:
-    """Time by innermost module path, and all the time counted (device time, else CPU op self time)."""
+def time_by_module(trace: RankTrace, in_window: InWindow) -> tuple[dict[str, float], float]:
+    """Time by innermost module path, and all the time counted (device time, else CPU op self time).
+
+    Only the ops (device ops) that start in ``in_window`` count; a step's bounds give that step's figures.
+    """
+    spans: list[ModuleSpan] = trace.extra.module_spans
     by_tid: dict[Any, list[Scope]] = defaultdict(list)
     for ts, end, tid, path in spans:
         by_tid[tid].append((ts, end, path))

@@ -15,38 +15,11 @@ from perf_callbacks.core.module_ranges import ModuleRanges
 from perf_callbacks.core.module_spans import SPAN_PREFIX, modules_meta, param_counts, path_of
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
-
-
-class Block(torch.nn.Module):
-    def __init__(self, d: int = 8) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.fc2(torch.relu(self.fc1(x)))
-
-
-class TwoBlocks(torch.nn.Module):
-    def __init__(self, d: int = 8) -> None:
-        super().__init__()
-        self.stem = torch.nn.Linear(d, d)
-        self.blocks = torch.nn.ModuleList([Block(d), Block(d)])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        for block in self.blocks:
-            x = block(x)
-        return x
+from tests.block_models import TwoBlocks, block_flops, global_hooks, hooks_on
 
 
 def all_hooks(model: torch.nn.Module) -> int:
-    return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) + len(m._backward_hooks) for m in model.modules())
-
-
-def global_hooks() -> int:
-    from torch.nn.modules import module as mod
-
-    return len(mod._global_forward_pre_hooks) + len(mod._global_forward_hooks) + len(mod._global_backward_hooks)
+    return hooks_on(model)
 
 
 def spans_of(prof: torch.profiler.profile, tmp_path: Path) -> list[dict[str, Any]]:
@@ -159,7 +132,7 @@ def test_parameters_per_module_count_a_shared_weight_once() -> None:
     model.blocks[1].fc1.weight = model.blocks[0].fc1.weight  # tied
 
     counts = param_counts(model)
-    assert counts["blocks.0.fc1"] == 8 * 16 + 16 and counts["blocks.1.fc1"] == 16  # its bias only
+    assert counts["blocks.0.fc1"] == 8 * 32 + 32 and counts["blocks.1.fc1"] == 32  # its bias only
     assert sum(counts.values()) == sum(p.numel() for p in model.parameters())
     assert modules_meta(model, True, "", {"stem": 3}, "")["root"] == "TwoBlocks"
 
@@ -184,4 +157,5 @@ def test_flops_by_module_are_flop_counter_modes_module_tree() -> None:
             path = key[len("TwoBlocks."):]
             assert sum(v for p, v in own.items() if p == path or p.startswith(path + ".")) == flops, key
     assert sum(own.values()) == counter.total == theirs["Global"]
-    assert own["blocks.0.fc1"] == own["blocks.1.fc1"] == 3 * 2 * 4 * 8 * 16  # forward, grad input, grad weight
+    assert own["blocks.0.fc1"] == own["blocks.1.fc1"] == 3 * 2 * 4 * 8 * 32  # forward, grad input, grad weight
+    assert sum(v for p, v in own.items() if p.startswith("blocks.1")) == block_flops(4, 8)
