@@ -13,10 +13,10 @@ Example:
     >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2))
     >>> owners = ModuleOwners(model); owners.install()
     >>> seen = []
-    >>> _ = model.register_forward_hook(lambda m, a, o: seen.append(owners.owner()))
+    >>> _ = model[0].register_forward_pre_hook(lambda m, a: seen.append(owners.owner()))  # runs after ours
     >>> _ = model(torch.zeros(1, 2)); owners.remove()
     >>> seen, owners.installed
-    ([''], False)
+    (['0'], False)
 """
 
 from __future__ import annotations
