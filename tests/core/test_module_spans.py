@@ -159,3 +159,58 @@ def test_flops_by_module_are_flop_counter_modes_module_tree() -> None:
     assert sum(own.values()) == counter.total == theirs["Global"]
     assert own["blocks.0.fc1"] == own["blocks.1.fc1"] == 3 * 2 * 4 * 8 * 32  # forward, grad input, grad weight
     assert sum(v for p, v in own.items() if p.startswith("blocks.1")) == block_flops(4, 8)
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_the_counting_step_gives_flops_by_module_and_leaves_no_hook(tmp_path: Path, accumulate: int) -> None:
+    from tests.core.test_flops import make_engine, train
+
+    engine = make_engine(tmp_path, module_spans=True)
+    model, x = TwoBlocks(8), torch.randn(4, 8)
+    train(engine, model, x, steps=3, accumulate=accumulate)
+    engine.close()
+    by_module, note = engine.flops.module_flops()
+
+    assert by_module is not None and note == ""
+    assert sum(by_module.values()) == engine.flops.per_step  # every counted op ran inside the model's forward
+    assert sum(v for p, v in by_module.items() if p.startswith("blocks.0")) == block_flops(4, 8) * accumulate
+    assert hooks_on(model) == 0
+
+
+def test_attention_flops_go_to_each_layer_equally(tmp_path: Path) -> None:
+    from tests.core.test_flops import make_engine, train
+
+    engine = make_engine(tmp_path, module_spans=True)
+    model = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0), 2,
+                                        enable_nested_tensor=False)
+    train(engine, model, torch.randn(2, 5, 16, requires_grad=True), steps=2)  # both layers compute input grads
+    by_module, _ = engine.flops.module_flops()
+
+    assert by_module is not None and sum(by_module.values()) == engine.flops.per_step
+    layer = [sum(v for p, v in by_module.items() if p.startswith(f"layers.{i}.")) for i in (0, 1)]
+    assert layer[0] == layer[1] > 0 and by_module.get("layers.0.self_attn", 0) > 0
+
+
+def test_without_autograd_sequence_numbers_the_total_is_still_counted(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from perf_callbacks.core import module_flops
+    from tests.core.test_flops import make_engine, train
+
+    monkeypatch.setattr(module_flops, "_SEQ", None)
+    engine = make_engine(tmp_path, module_spans=True)
+    model = TwoBlocks(8)
+    train(engine, model, torch.randn(4, 8), steps=2)
+
+    assert engine.flops.per_step and engine.flops.module_flops() == (None, "not counted per module")
+    assert hooks_on(model) == 0
+
+
+def test_ops_counted_through_their_decomposition_are_owned_by_their_module(tmp_path: Path) -> None:
+    from tests.core.test_flops import Distilled, make_engine, train
+
+    engine = make_engine(tmp_path, module_spans=True)
+    train(engine, Distilled(), torch.randn(8, 32), steps=2)  # the teacher's linear reaches the mode whole
+    by_module, _ = engine.flops.module_flops()
+
+    assert by_module is not None and sum(by_module.values()) == engine.flops.per_step
+    assert by_module["teacher.0"] == 2 * 8 * 32 * 64 and by_module["teacher.2"] == 2 * 8 * 64 * 16
