@@ -273,7 +273,7 @@ def _row(key: str | None, time_us: float, total: float, flops: float | None, per
     name = OUTSIDE if key is None else key or ROOT
     return {"module": name, "group": None, "members": 0, "time_us": round(time_us, 3),
             "time_fraction": time_us / total if total > 0 else 0.0,
-            "flops": flops if per_step else None,
+            "flops": (flops or 0.0) if per_step else None,
             "flops_fraction": (flops or 0.0) / per_step if per_step else None,
             "params": int(params) if params else None, "calls": calls}
 

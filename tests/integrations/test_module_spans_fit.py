@@ -152,3 +152,19 @@ def test_accelerate_attributes_equal_flops_and_time_to_two_identical_blocks(tmp_
 
     assert_equal_blocks(rows(trace), per_step_times(trace))
     assert hooks_on(model) == 0
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_module_spans_under_ddp_name_the_modules_of_the_lightning_module(tmp_path: Path) -> None:
+    from tests.integrations.test_lightning_ddp import run_ddp
+
+    results = run_ddp(tmp_path, "--in-memory", "--module-spans")  # DDP wraps the LightningModule: names stay its own
+    assert all(not r["warnings"] for r in results)
+    (run,) = (tmp_path / "perf").iterdir()
+    for window in sorted(run.glob("window-*")):
+        result = analyze(window)
+        assert len(result.ranks) == 2
+        # Lightning's DDP wrapper calls the LightningModule itself (running training_step): its span is the root's
+        assert {r["module"] for r in result.modules} == {"layer", "(root)", "(outside modules)"}
+        assert all(r.modules["flops"] == {"layer": r.flops["flops_per_step"]} for r in result.ranks)
