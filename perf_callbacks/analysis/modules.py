@@ -82,7 +82,7 @@ def module_rows(ranks: Iterable[Any], depth: int = 1) -> list[dict[str, Any]]:
 
     Args:
         ranks: the window's ``RankResult`` objects (their ``modules`` and ``flops``).
-        depth: path segments kept (1: the model's top-level modules).
+        depth: levels kept (1: the model's top-level modules; an index belongs to its container's level).
 
     Returns:
         Rows ``{module, group, members, time_us, time_fraction, flops, flops_fraction, params, calls}``, by time;
