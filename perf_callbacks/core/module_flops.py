@@ -28,6 +28,8 @@ import torch
 from perf_callbacks.core.module_spans import module_paths
 
 _NO_SEQ = 2**64 - 1  # the sequence number of nodes that have none (AccumulateGrad)
+_SEQ: Any = getattr(torch._C._autograd, "_get_sequence_nr", None)
+_NODE: Any = getattr(torch._C, "_current_autograd_node", None)
 
 
 class ModuleOwners:
@@ -49,8 +51,10 @@ class ModuleOwners:
         return bool(self._handles)
 
     def install(self) -> None:
-        """Add the two forward hooks to every module of the model."""
+        """Add the two forward hooks to every module of the model (raises where this torch cannot tell owners)."""
         self.remove()
+        if _SEQ is None or _NODE is None:
+            raise RuntimeError("this torch has no autograd sequence numbers to tell the backward's modules")
         try:
             for path, module in module_paths(self.model):
                 self._handles.append(module.register_forward_pre_hook(self._pre(path)))
@@ -67,16 +71,22 @@ class ModuleOwners:
         self.stack.clear()
 
     def owner(self) -> str | None:
-        """The path of the module running now (in the backward: whose forward made the node), None outside all."""
-        node = torch._C._current_autograd_node()
-        if node is not None:
-            seq = node._sequence_nr()
-            return None if seq == _NO_SEQ else self.by_seq.get(seq)
-        return self.stack[-1][0] if self.stack else None
+        """The path of the module running now (in the backward: whose forward made the node), None outside all.
+
+        Never raises: an op whose module cannot be told is counted outside every module.
+        """
+        try:
+            node = _NODE()
+            if node is not None:
+                seq = node._sequence_nr()
+                return None if seq == _NO_SEQ else self.by_seq.get(seq)
+            return self.stack[-1][0] if self.stack else None
+        except Exception:  # noqa: BLE001 - the total is counted all the same
+            return None
 
     def _pre(self, path: str) -> Any:
         def hook(module: torch.nn.Module, args: Any) -> None:
-            self.stack.append((path, torch._C._autograd._get_sequence_nr()))
+            self.stack.append((path, _SEQ()))
 
         return hook
 
@@ -84,5 +94,5 @@ class ModuleOwners:
         if not self.stack:
             return
         path, start = self.stack.pop()
-        for seq in range(start, torch._C._autograd._get_sequence_nr()):  # inner modules closed first: theirs stay
+        for seq in range(start, _SEQ()):  # inner modules closed first: theirs stay
             self.by_seq.setdefault(seq, path)
