@@ -6,7 +6,7 @@ from html import escape
 
 from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.mfu import mfu_lines
-from perf_callbacks.analysis.modules import module_section
+from perf_callbacks.analysis.modules_text import module_section
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.strip import WIDTH, decode
 from perf_callbacks.analysis.text import verdict_line

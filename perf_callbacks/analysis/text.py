@@ -7,7 +7,7 @@ from typing import Any
 
 from perf_callbacks.analysis.measures_text import measure_lines, op_lines
 from perf_callbacks.analysis.mfu import mfu_lines
-from perf_callbacks.analysis.modules import module_lines
+from perf_callbacks.analysis.modules_text import module_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
 _CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")

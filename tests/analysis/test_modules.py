@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze, format_text, render_html
-from perf_callbacks.analysis.modules import OUTSIDE, TURN_ON, at_depth, group_of, set_depth
+from perf_callbacks.analysis.modules import OUTSIDE, at_depth, group_of, set_depth
+from perf_callbacks.analysis.modules_text import TURN_ON
 from perf_callbacks.cli import main
 
 SPAN = "perf_callbacks.module/"
