@@ -112,6 +112,9 @@ def _add_report(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--no-sidecars", action="store_true", help="parse every trace even where a sidecar summary matches")
     p.add_argument("--top", type=_positive, default=5, metavar="N",
                    help="ops in the op table (default: %(default)s; over 10 parses the traces, as sidecars keep 10)")
+    p.add_argument("--modules", type=_positive, default=None, metavar="DEPTH",
+                   help="device time, FLOPs and parameters by module down to DEPTH path segments (1: the top-level "
+                        "modules, the default when the trace has module spans; needs module_spans=True)")
     p.add_argument("--sort", choices=("device_time", "self_cpu", "calls", "memory"), default="device_time",
                    help="order of the op table: self device time (default), self CPU time, calls, or self memory "
                         "allocated (needs profile_memory=True)")
@@ -166,6 +169,10 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
         return EXIT_OK
     for error in result.errors:
         print(shown(f"perf-callbacks report: skipped {error}"), file=sys.stderr)
+    if args.modules:
+        from perf_callbacks.analysis.modules import set_depth
+
+        set_depth(result, args.modules)
     if args.html:
         Path(args.html).write_text(shown(render_html(result)), encoding="utf-8")
         print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)

@@ -68,6 +68,9 @@ class PerfConfig:
         nvtx: emit NVTX ranges for steps and phases (about 0.1 us per range; no-op when no tool is attached).
         nvtx_domain: NVTX domain name shown by Nsight Systems.
         nvtx_modules: inside windows only, add an NVTX range per ``nn.Module`` forward.
+        module_spans: inside windows only, add a span per ``nn.Module`` forward to the torch trace (and an NVTX range
+            when a tool listens), and count the FLOPs per module on the FLOP-counting step, so that the report gives
+            each module's share of device time, FLOPs and parameters (``perf-callbacks report --modules DEPTH``).
         nsys_capture: call ``cudaProfilerStart``/``Stop`` around the profiling window (or ``nsys_steps``) so that
             ``nsys profile --capture-range=cudaProfilerApi`` records exactly those steps.
         nsys_steps: ``[first, last]`` optimizer steps for the Nsight capture instead of the torch.profiler window.
@@ -113,6 +116,7 @@ class PerfConfig:
     nvtx: bool = True
     nvtx_domain: str = "perf_callbacks"
     nvtx_modules: bool = False
+    module_spans: bool = False
     nsys_capture: bool = False
     nsys_steps: tuple[int, int] | None = None
     log_every_n_steps: int | None = None
@@ -295,6 +299,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "nvtx": (bool,),
     "nvtx_domain": (str,),
     "nvtx_modules": (bool,),
+    "module_spans": (bool,),
     "nsys_capture": (bool,),
     "log_every_n_steps": (int, type(None)),
     "memory": (bool,),

@@ -49,6 +49,8 @@ HOLDING_CALLS = frozenset(
 """HIP's blocking calls: kept with the syncs, but only a gap they hold from end to end is put down to them (the
 device idled while the host sat in one); the "idled as it returned" rule is CUDA's (``SYNC_CALLS``)."""
 OWN_SPAN_PREFIX = "perf_callbacks."
+MODULE_PREFIX = "perf_callbacks.module/"
+"""A module's span (``module_spans``): the prefix, then the module's path (``core/module_spans.py``)."""
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _COMM_PREFIXES = ("gloo:", "nccl:")
 _COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reduce", "Gather", "Scatter",
@@ -167,6 +169,9 @@ class _Collector:
                 t.extra.shapes[ext] = (args["Input Dims"], args.get("Input type"), args.get("Concrete Inputs"))
         if name in SYNC_CALLS:
             t.syncs.append((ts, end, name))
+        seq = args.get("Sequence number")
+        if seq is not None:
+            t.extra.seq_op(ts, end, e.get("tid"), name, seq)
 
     def _gpu(self, e: dict[str, Any], kind: str) -> None:
         args = _args(e)
@@ -210,6 +215,8 @@ class _Collector:
             t.aside_spans.append((ts, end, ASIDE[name]))
         elif is_loader_next(name):
             t.loader_spans.append((ts, end, name))
+        elif name.startswith(MODULE_PREFIX):
+            t.extra.module_spans.append((ts, end, e.get("tid"), name[len(MODULE_PREFIX):]))
         elif name.startswith(_COMM_PREFIXES):
             t.comm_spans.append((ts, end, name))
             t.extra.host_comm(ts, end, name, _args(e), e.get("tid"))

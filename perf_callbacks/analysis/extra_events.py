@@ -25,6 +25,12 @@ HostComm = tuple[float, float, str, Any, Any, Any]
 """``(start, end, span name, Input Dims, Input type, thread)`` of a ``gloo:``/``nccl:`` host span."""
 Memory = tuple[float, Any, Any, Any, Any, Any]
 """``(ts, tid, Bytes, Total Allocated, Device Type, Addr)`` of a ``[memory]`` event."""
+ModuleSpan = tuple[float, float, Any, str]
+"""``(start, end, thread, module path)`` of a module span (``module_spans``)."""
+SeqOp = tuple[float, float, Any, int, bool]
+"""``(start, end, thread, Sequence number, backward)`` of a cpu op with an autograd sequence number; ``backward``: an
+``autograd::engine::evaluate_function:`` op, which runs the node that the forward op of that number created."""
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
 
 @dataclass
@@ -40,6 +46,8 @@ class ExtraEvents:
         memory: every ``[memory]`` event.
         shapes: ``External id`` -> ``(Input Dims, Input type, Concrete Inputs)`` of each op the roofline knows
             (``op_cost.KNOWN``), when the trace recorded shapes.
+        module_spans: every module span.
+        seq_ops: every cpu op with a sequence number (forward ops, and the backward's node evaluations).
     """
 
     copies: list[Copy] = field(default_factory=list)
@@ -49,6 +57,8 @@ class ExtraEvents:
     launch_calls: dict[Any, tuple[float, float]] = field(default_factory=dict)
     memory: list[Memory] = field(default_factory=list)
     shapes: dict[Any, tuple[Any, Any, Any]] = field(default_factory=dict)
+    module_spans: list[ModuleSpan] = field(default_factory=list)
+    seq_ops: list[SeqOp] = field(default_factory=list)
 
     def gpu(self, row: tuple[float, float, str, str, int, Any, Any], args: dict[str, Any]) -> None:
         """A device event, as ``events`` keeps it: ``(start, end, kind, name, device, correlation, External id)``."""
@@ -73,6 +83,11 @@ class ExtraEvents:
     def host_comm(self, ts: float, end: float, name: str, args: dict[str, Any], tid: Any = None) -> None:
         """A ``gloo:``/``nccl:`` annotation span on thread ``tid``."""
         self.host_comms.append((ts, end, name, args.get("Input Dims"), args.get("Input type"), tid))
+
+    def seq_op(self, ts: float, end: float, tid: Any, name: str, seq: Any) -> None:
+        """A cpu op with a ``Sequence number``."""
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            self.seq_ops.append((ts, end, tid, seq, name.startswith(BACKWARD_PREFIX)))
 
     def memory_event(self, e: dict[str, Any]) -> None:
         """A ``[memory]`` instant event."""

@@ -12,6 +12,7 @@ from perf_callbacks.analysis.html_run import run_overview
 from perf_callbacks.analysis.html_window import WINDOW_CHARTS
 from perf_callbacks.analysis.measures_html import measure_sections
 from perf_callbacks.analysis.mfu import mfu_lines
+from perf_callbacks.analysis.modules_text import module_section
 from perf_callbacks.analysis.result import AnalysisResult
 from perf_callbacks.analysis.roofline_html import roofline_sections
 from perf_callbacks.analysis.text import verdict_line
@@ -78,6 +79,7 @@ def _window(result: AnalysisResult) -> list[str]:
     parts += roofline_sections(result.roofline, result.precision)
     parts.append("<details><summary>The figures behind the charts</summary><h2>Top ops</h2>" + _ops_table(result))
     parts += measure_sections(result)
+    parts += module_section(result)
     parts.append("</details>")
     return parts
 

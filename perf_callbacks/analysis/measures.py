@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf_callbacks.analysis import comms, copies, launch, memory_ops, memory_parts, op_table, precision, roofline
+from perf_callbacks.analysis import (
+    comms,
+    copies,
+    launch,
+    memory_ops,
+    memory_parts,
+    modules,
+    op_table,
+    precision,
+    roofline,
+)
 from perf_callbacks.analysis.events import RankTrace
 from perf_callbacks.analysis.gains import loss_recommendation
 from perf_callbacks.analysis.recommendation import Recommendation
@@ -39,6 +49,7 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
         "memory_categories": cats,
         "memory_at_peak": at,
         "op_table": op_table.op_table(trace, self_cpu, calls, memory, top_k),
+        "modules": modules.rank_modules(trace, tl),
         "measure_notes": comm_notes + copy_notes,
         "roofline": rows,
         "roofline_peaks": peaks,
@@ -67,6 +78,7 @@ def window_measures(ranks: list[RankResult], top_k: int = 10) -> dict[str, Any]:
         "memory_peak": max(peaks, key=lambda p: p["bytes"]) if peaks else None,
         "op_table": ranks[0].op_table if single else op_table.combine([r.op_table for r in ranks]),
         **roofline.window_roofline(ranks),
+        "modules": modules.module_rows(ranks),
     }
 
 

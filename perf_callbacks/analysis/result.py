@@ -54,6 +54,7 @@ class RankResult:
     the loader block the verdict derives from it, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``
     (None for traces of other tools; see :mod:`perf_callbacks.analysis.load`). With the load measured, ``losses``
     holds ``cpu_contention``: the share of the window the training thread waited for a CPU.
+    ``modules`` holds the module figures at full depth (``analysis.modules.rank_modules``; empty without spans).
     """
 
     rank: int
@@ -117,6 +118,7 @@ class RankResult:
     roofline: list[dict[str, Any]] = field(default_factory=list)
     roofline_peaks: dict[str, Any] = field(default_factory=dict)
     precision: dict[str, Any] | None = None
+    modules: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
@@ -200,6 +202,9 @@ class AnalysisResult:
         precision: the precision hint (fp32 matrix math without tensor cores), None when there is none: ``{kernels,
             time_ms, device_share, window_share, settings, dtype_evidence, estimated_gain, estimated_gain_ms,
             estimated_gain_fraction, basis, text, rank}`` (``analysis.precision``).
+        modules: device time, FLOPs and parameters by module (``module_spans``) at depth 1, or at ``--modules DEPTH``:
+            ``{module, group, members, time_us, time_fraction, flops, flops_fraction, params, calls}`` (see
+            ``analysis.modules``); empty without module spans.
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
     """
 
@@ -246,6 +251,7 @@ class AnalysisResult:
     roofline: list[dict[str, Any]] = field(default_factory=list)
     roofline_peaks: dict[str, Any] = field(default_factory=dict)
     precision: dict[str, Any] | None = None
+    modules: list[dict[str, Any]] = field(default_factory=list)
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from perf_callbacks.analysis.gains import gain_label
 from perf_callbacks.analysis.hang import hang_lines
 from perf_callbacks.analysis.measures_text import measure_lines, op_lines
 from perf_callbacks.analysis.mfu import mfu_lines
+from perf_callbacks.analysis.modules_text import module_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.roofline import roofline_lines
 
@@ -36,6 +37,7 @@ def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time
     lines += _ops(result, top_k) if sort == "device_time" else op_lines(result, top_k, sort)
     lines += roofline_lines(result.roofline, result.roofline_peaks, top_k)
     lines += measure_lines(result)
+    lines += module_lines(result)
     lines += _devices(result)
     lines += _ranks(result)
     if len(result.windows) > 1:

@@ -85,6 +85,7 @@ class PerfEngine(SetAside, RunFiles):
         self.compile = CompileWatch(self._warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
         self.flops.compiling = lambda: self.compile.active  # compiled kernels: their FLOPs are not counted
         self.windows.trace_meta = self.flops.meta
+        self.windows.module_flops = self.flops.module_flops
         self.step: int | None = None  # the open step
         self.steps_run = 0  # optimizer steps completed in this run
         self._ended = True  # the open step completed: the next activity begins the next step

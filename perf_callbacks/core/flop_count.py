@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -74,11 +75,14 @@ class StepCounter:
 
     Args:
         shadow: a counter of decompositions on meta tensors (see :meth:`count_decomposed`), not of a real step.
+        owner: the path of the module each op belongs to (``core/module_flops.py``), for ``by_module``; None: not kept.
     """
 
-    def __init__(self, *, shadow: bool = False) -> None:
+    def __init__(self, *, shadow: bool = False, owner: Callable[[], str | None] | None = None) -> None:
         self.formulas = _formulas()
         self.flops: Counter[Any] = Counter()  # by op (OpOverloadPacket, or higher-order operator)
+        self.owner = owner
+        self.by_module: Counter[str | None] = Counter()  # with an owner: FLOPs by module path (None: outside all)
         self.by_dtype: Counter[torch.dtype] = Counter()
         self.uncounted: Counter[str] = Counter()
         self.ops = 0  # ops that ran through the mode (each one paid a Python dispatch)
@@ -134,6 +138,8 @@ class StepCounter:
             return
         flops = int(formula(*args, **kwargs, out_val=out))
         self.flops[op] += flops
+        if self.owner is not None:
+            self.by_module[self.owner()] += flops
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if first is not None:
             self.by_dtype[first.dtype] += flops
@@ -156,6 +162,8 @@ class StepCounter:
             return
         self.ops += 1
         self.flops.update(shadow.flops)
+        if self.owner is not None:
+            self.by_module[self.owner()] += sum(shadow.flops.values())
         self.by_dtype.update(shadow.by_dtype)
         self.uncounted.update(shadow.uncounted)
 

@@ -34,6 +34,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.compile_watch import is_compiled
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.flop_count import StepCounter
+from perf_callbacks.core.module_flops import ModuleOwners
 from perf_callbacks.core.peak import dtype_name, peak_flops
 from perf_callbacks.core.warn import WarnFn
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
@@ -71,6 +72,8 @@ class StepFlops:
         self._tries = 0
         self._peak: tuple[float | None, str] | None = None
         self.by_op: dict[str, int] = {}  # the counted step's FLOPs by operator, as the trace names it (aten::mm)
+        self.by_module: dict[str, int] | None = None  # with module_spans: the counted FLOPs by module path
+        self._owners: ModuleOwners | None = None  # module hooks, on the counting step only
 
     # ---- the engine's hooks, while wants_hooks ------------------------------------------------------------------
     def batch_start(self, step: int, micro: int, profiled: bool) -> bool:
@@ -89,6 +92,7 @@ class StepFlops:
 
     def close(self) -> None:
         """Training ended: a count still open is dropped (its step never completed) and its mode left."""
+        self._owners_off()
         if self._counter is not None:
             self._drop("training ended inside the counting step")
         if self._stale is not None:  # at the end of training, whatever is above it is gone or never will be
@@ -141,6 +145,17 @@ class StepFlops:
                 "peak_tflops": None if peak is None else peak / 1e12, "peak_source": peak_source,
                 "flops_by_op": dict(self.by_op)}
 
+    def module_flops(self) -> tuple[dict[str, int] | None, str]:
+        """The FLOPs counted per module path (``module_spans``), or None and why they are not known."""
+        if self.by_module is not None:
+            return self.by_module, ""
+        if self.per_step is None:
+            return None, self.note or "not counted yet when this window started (counted on the first step outside " \
+                                      "every window)"
+        if not self.source.startswith("counted"):
+            return None, f"not counted per module: the FLOPs per step come from {self.source}"
+        return None, "not counted per module"
+
     # ---- internals ------------------------------------------------------------------------------------------------
     def _batch_start(self, step: int, micro: int, profiled: bool) -> bool:
         self._pop_stale()
@@ -158,7 +173,7 @@ class StepFlops:
         if not self._can_count():
             return self._stale is not None
         if micro == 0 and not profiled and not self._in_nsys(step):
-            self.counted_step, self._counter = step, StepCounter()
+            self.counted_step, self._counter = step, StepCounter(owner=self._owners_on())
             self._counter.start()
         return True
 
@@ -171,6 +186,7 @@ class StepFlops:
         if counter is None or not stepped:
             return counter is not None or self._stale is not None or self._can_count()
         self._counter = None
+        self._owners_off()
         if not counter.stop():  # another tool's dispatch mode is still open above ours: left at the next hook
             self._stale = counter
             self._tries = MAX_TRIES
@@ -199,6 +215,8 @@ class StepFlops:
         else:
             self.dtype = counter.dtype
             self.by_op = {op_name(op): int(n) for op, n in counter.flops.items() if n}
+            if counter.owner is not None:
+                self.by_module = {k: v for k, v in counter.by_module.items() if k is not None and v}
             per = f", {micro} micro-batches" if micro > 1 else ""
             self._known(float(counter.total), f"counted with FlopCounterMode on step {self.counted_step}{per}")
             return
@@ -212,6 +230,7 @@ class StepFlops:
     def _drop(self, why: str) -> None:
         """The counting step was abandoned: leave the mode (now or, if not on top, at a later hook) and retry."""
         counter, self._counter = self._counter, None
+        self._owners_off()
         if counter is not None and not counter.stop():
             self._stale = counter
         self._tries += 1
@@ -236,7 +255,26 @@ class StepFlops:
         steps = self.config.nsys_steps
         return steps is not None and steps[0] <= step <= steps[1]
 
+    def _owners_on(self) -> Callable[[], str | None] | None:
+        """With ``module_spans``, hooks that tell each op's module, on the model for the counting step only."""
+        if not self.config.module_spans or self.model is None:
+            return None
+        try:
+            self._owners = ModuleOwners(self.model)
+            self._owners.install()
+        except Exception as err:  # noqa: BLE001 - the total is counted all the same
+            self._owners = None
+            log.debug("perf-callbacks: no FLOPs per module: %s", err)
+            return None
+        return self._owners.owner
+
+    def _owners_off(self) -> None:
+        owners, self._owners = self._owners, None
+        if owners is not None:
+            owners.remove()
+
     def _fail(self, err: BaseException) -> bool:
+        self._owners_off()
         for counter in (self._counter, self._stale):
             try:
                 if counter is not None:

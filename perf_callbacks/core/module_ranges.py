@@ -1,5 +1,11 @@
 """One NVTX range per ``nn.Module`` forward, named by the module's qualified name, while a window is open.
 
+With ``spans`` (``module_spans``), the same hooks also open a span in the torch trace, ``perf_callbacks.module/<path>``
+(``core/module_spans.py``), through the fast record function of ``core/spans.py``: entered only while a profiler runs
+and exited only if one still does, so another profiler or a user's ``record_function`` around it is safe. A compiled
+model (``torch.compile``) gets no trace spans: hooks added after compilation are not run by its compiled code (or
+would make it recompile), and a span inside a compiled region would break its graph.
+
 :meth:`ModuleRanges.install` adds a forward pre-hook and a forward hook to every submodule of one model (never a
 global hook, so other models are untouched) and :meth:`ModuleRanges.remove` takes them all off again, so outside the
 window the model runs with no hooks at all. The ranges go to the same NVTX domain as :class:`NvtxRanges` with the
@@ -25,7 +31,10 @@ from typing import Any
 
 import torch
 
+from perf_callbacks.core.compile_watch import is_compiled
+from perf_callbacks.core.module_spans import SPAN_PREFIX, module_paths
 from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.spans import enter_span, exit_span
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
@@ -39,10 +48,15 @@ class ModuleRanges:
 
     Args:
         ranges: the step/phase ranges; module ranges use its domain and only exist while it is enabled.
+        spans: also open a span per module forward in the torch trace.
     """
 
-    def __init__(self, ranges: NvtxRanges) -> None:
+    def __init__(self, ranges: NvtxRanges, spans: bool = False) -> None:
         self.ranges = ranges
+        self.spans = spans
+        self.tracing = False  # trace spans are opened by the hooks installed now
+        self.note = ""  # why no trace spans are recorded, when spans are asked for and not recorded
+        self._open: list[Any] = []  # the trace spans open, innermost last
         self.depth = 0
         self._domain: Any = None
         self._attrs: dict[str, Any] = {}
@@ -58,17 +72,18 @@ class ModuleRanges:
     def install(self, model: torch.nn.Module) -> int:
         """Add range hooks to every submodule of ``model``; return how many (0 when no NVTX tool listens)."""
         self.remove()
+        self.tracing = self._can_trace(model)
         domain = self._get_domain()
-        if domain is None:
+        if domain is None and not self.tracing:
             return 0
         try:
-            for name, module in model.named_modules():
+            for (path, _), (name, module) in zip(module_paths(model), model.named_modules(), strict=True):
                 qualified = name or type(module).__name__
-                if qualified not in self._attrs:
+                if domain is not None and qualified not in self._attrs:
                     self._attrs[qualified] = domain.get_event_attributes(
                         message=qualified, color=COLOR, category=CATEGORY
                     )
-                self._handles.append(module.register_forward_pre_hook(self._pre_hook(qualified)))
+                self._handles.append(module.register_forward_pre_hook(self._pre_hook(qualified, path)))
                 self._handles.append(module.register_forward_hook(self._post_hook, always_call=True))
         except Exception as err:  # noqa: BLE001 - never harm training
             self._fail(err)
@@ -84,34 +99,52 @@ class ModuleRanges:
         self._root = None
         self._pop_open()
 
-    def _pre_hook(self, name: str) -> Any:
-        attrs = self._attrs[name]
+    def _pre_hook(self, name: str, path: str) -> Any:
+        attrs = self._attrs.get(name)
+        span = SPAN_PREFIX + path
 
         def hook(module: torch.nn.Module, args: Any) -> None:
-            if module is self._root and self.depth:
+            if module is self._root and (self.depth or self._open):
                 self._pop_open()  # the previous forward raised before its forward hooks ran
             try:
-                self._domain.push_range(attrs)
-                self.depth += 1
+                if self.tracing:
+                    self._open.append(enter_span(span))
+                if attrs is not None and self._domain is not None:
+                    self._domain.push_range(attrs)
+                    self.depth += 1
             except Exception as err:  # noqa: BLE001
                 self._fail(err)
 
         return hook
 
     def _post_hook(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if self.depth == 0:
-            return
         try:
-            self._domain.pop_range()
-            self.depth -= 1
+            if self.depth:
+                self._domain.pop_range()
+                self.depth -= 1
+            if self._open:
+                exit_span(self._open.pop())
         except Exception as err:  # noqa: BLE001
             self._fail(err)
 
     def _pop_open(self) -> None:
+        while self._open:
+            exit_span(self._open.pop())
         while self.depth > 0 and self._domain is not None:
             self._domain.pop_range()
             self.depth -= 1
         self.depth = 0
+
+    def _can_trace(self, model: torch.nn.Module) -> bool:
+        """Whether trace spans go on ``model`` (asked for, and not compiled); ``note`` says why not."""
+        self.note = ""
+        if not self.spans or self._failed:
+            self.note = "module spans failed earlier in this run" if self.spans else ""
+            return False
+        if is_compiled(model):
+            self.note = "the model is compiled (torch.compile): its compiled code runs no module hooks"
+            return False
+        return True
 
     def _get_domain(self) -> Any:
         """Return the ``nvtx.Domain`` of ``ranges``; None when NVTX is off or no tool is attached (a no-op domain)."""
@@ -139,6 +172,9 @@ class ModuleRanges:
         self._root = None
         self._domain = None
         self._failed = True
+        self.tracing = False
         self.depth = 0
-        warn_user(f"per-module NVTX ranges disabled: {type(err).__name__}: {err}. Training continues without them.",
+        self._open.clear()
+        what = "NVTX ranges and spans" if self.spans else "NVTX ranges"
+        warn_user(f"per-module {what} disabled: {type(err).__name__}: {err}. Training continues without them.",
                   InstrumentUnavailableWarning)

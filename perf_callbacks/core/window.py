@@ -32,6 +32,8 @@ from perf_callbacks.core.memory_parts import META_KEY as PARTS_META_KEY
 from perf_callbacks.core.memory_parts import WindowParts
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
+from perf_callbacks.core.module_spans import META_KEY as MODULES_META_KEY
+from perf_callbacks.core.module_spans import modules_meta
 from perf_callbacks.core.nsys import NsysCapture
 from perf_callbacks.core.nvtx import NvtxRanges
 from perf_callbacks.core.outputs import Outputs
@@ -69,7 +71,8 @@ class WindowRecorder:
         self.is_reporter = config.summary and self.enabled and ctx.rank == min(config.ranks or [0])
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         self.nsys = NsysCapture(config.nsys_capture, set(config.ranks) if config.ranks else None, ctx.rank)
-        self.module_ranges = ModuleRanges(nvtx) if config.nvtx_modules else None
+        spans = config.module_spans
+        self.module_ranges = ModuleRanges(nvtx, spans) if config.nvtx_modules or spans else None
         self.model: torch.nn.Module | None = None
         self.session: ProfilerSession | None = None
         self.action = Action.NONE
@@ -91,6 +94,7 @@ class WindowRecorder:
         self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
         self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
+        self.module_flops: Callable[[], tuple[dict[str, int] | None, str]] | None = None  # the engine's, by module
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
         self.parts: WindowParts | None = None  # the engine's: parameters, gradients, optimizer state into each trace
 
@@ -144,16 +148,30 @@ class WindowRecorder:
                 self.session = None  # and is dropped unstarted (stopping it would stop theirs)
                 return False
             self.session.start()
-            self._load = quiet(LoadProbe(self.ctx.data_loader[1]).mark)
-            if self.parts is not None:
-                quiet(self.parts.start)
-            if self.config.nsys_steps is None:
-                self.nsys.start(step)
-            if self.module_ranges is not None and self.model is not None:
-                self.module_ranges.install(self.model)
+            self._started(step)
         self.session.mark_step(step)
         self.steps.append(step)
         return True
+
+    def _started(self, step: int) -> None:
+        """The profiler records from ``step``: what the window measures besides it starts too."""
+        self._load = quiet(LoadProbe(self.ctx.data_loader[1]).mark)
+        if self.parts is not None:
+            quiet(self.parts.start)
+        if self.config.nsys_steps is None:
+            self.nsys.start(step)
+        if self.module_ranges is not None and self.model is not None:
+            self.module_ranges.install(self.model)
+            if self.config.module_spans:
+                quiet(lambda: self._module_meta(self.session))
+
+    def _module_meta(self, session: ProfilerSession | None) -> None:
+        """Module spans' metadata (parameters and FLOPs by module, whether spans are recorded) into the trace."""
+        ranges = self.module_ranges
+        if session is None or ranges is None:
+            return
+        flops, flops_note = self.module_flops() if self.module_flops is not None else (None, "")
+        session.add_meta(MODULES_META_KEY, modules_meta(self.model, ranges.tracing, ranges.note, flops, flops_note))
 
     def retract(self, step: int | None) -> None:
         """Training ended before the open step completed its optimizer step: leave it out of the window and its trace.

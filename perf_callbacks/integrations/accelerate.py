@@ -132,6 +132,8 @@ class AcceleratePerfHook(StepCounting):
         self.engine = PerfEngine(self.config, ctx)
         self.engine.flops.compiled = any(is_compiled(m) for m in acc._models)  # never counted: see core/flops.py
         self.engine.attach_owners(lambda: (list(acc._models), list(acc._optimizers)))  # those prepared so far
+        if acc._models and (self.config.module_spans or self.config.nvtx_modules):
+            self.engine.attach_model(acc._models[0])  # the first model prepared gets the module ranges and spans
         self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard", self.engine.outputs)
         ctx.log_metrics = self.metrics.stash  # every rank; sent by the flush at the step boundary
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None

@@ -62,6 +62,7 @@ class GPUPerfCallback(Callback):
         nvtx: emit NVTX step and phase ranges.
         nvtx_domain: NVTX domain name.
         nvtx_modules: per-module NVTX ranges inside windows.
+        module_spans: per-module spans in the trace (and NVTX) inside windows: time, FLOPs, parameters by module.
         nsys_capture: cudaProfilerStart/Stop around the window for ``nsys --capture-range=cudaProfilerApi``.
         nsys_steps: ``[first, last]`` steps for the Nsight capture instead of the profiler window.
         log_every_n_steps: default ``trainer.log_every_n_steps``.
@@ -100,6 +101,7 @@ class GPUPerfCallback(Callback):
         nvtx: bool = True,
         nvtx_domain: str = "perf_callbacks",
         nvtx_modules: bool = False,
+        module_spans: bool = False,
         nsys_capture: bool = False,
         nsys_steps: list[int] | None = None,
         log_every_n_steps: int | None = None,

@@ -1,8 +1,8 @@
 """A 2-process DDP fit on CPU (gloo), run as a script: Lightning's ddp strategy re-launches this file per rank.
 
 Usage: python -m tests.integrations.ddp_fit OUT_DIR [--no-distributed-sampler] [--fail-rank R [--oom] [--linger]]
-    [--in-memory]
-With --in-memory, the loader is a fast in-process TensorDataset (num_workers=0).
+    [--in-memory] [--module-spans]
+With --in-memory, the loader is a fast in-process TensorDataset (num_workers=0). With --module-spans, module_spans on.
 With --fail-rank R, rank R raises in training_step at step 4 (inside the window 3-4); ValueError, or with --oom
 torch.OutOfMemoryError. With --linger as well, collectives time out after 5 s once training has started (the
 rendezvous keeps a long timeout: on a loaded machine a rank can take longer than that to start), every rank catches
@@ -45,7 +45,7 @@ def main() -> None:
     use_sampler = "--no-distributed-sampler" not in sys.argv
     cb = GPUPerfCallback(output_dir=str(out / "perf"),
                          schedule={"skip_first": 2, "wait": 0, "warmup": 1, "active": 2, "repeat": 2},
-                         data_wait_steps=1000)
+                         data_wait_steps=1000, module_spans="--module-spans" in sys.argv)
     linger = "--linger" in sys.argv
     strategy = DDPStrategy(timeout=RENDEZVOUS_TIMEOUT) if linger else "ddp"
     callbacks = [cb, CollectiveTimeout()] if linger else [cb]
