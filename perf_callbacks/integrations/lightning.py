@@ -82,6 +82,10 @@ class GPUPerfCallback(Callback):
         memory_history: allocator-history entries recorded for ``snapshot.pickle`` (0: off; CUDA only).
         memory_history_start: step at which that recording starts; default the first profiling window.
         storage_options: fsspec options for a remote ``output_dir`` (endpoint, credentials).
+        capture_on_anomaly: an extra window after a step that took k times the median, or after the slowdown alarm.
+        capture_max_per_hour: at most this many such windows per hour on each rank.
+        capture_signal: the signal that opens a window at the next step; null: no handler.
+        capture_poll_s: seconds between two looks for a ``capture`` request file in the output folder; 0: never.
     """
 
     def __init__(
@@ -116,6 +120,10 @@ class GPUPerfCallback(Callback):
         memory_history: int = 0,
         memory_history_start: int | None = None,
         storage_options: dict[str, Any] | None = None,
+        capture_on_anomaly: bool = False,
+        capture_max_per_hour: int = 4,
+        capture_signal: str | None = "SIGUSR2",
+        capture_poll_s: float = 2.0,
         **unknown: Any,
     ) -> None:
         options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}

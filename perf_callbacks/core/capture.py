@@ -1,0 +1,267 @@
+"""Windows off the schedule: after an anomalous step, after the slowdown alarm, and on request (signal or file).
+
+:class:`CaptureSchedule` wraps the :class:`Schedule`: the recorder asks it for each step's action as before, and a
+captured window is recorded as a scheduled one is (same profiler settings, export and summary), without warm-up so
+that it holds the very next step. A capture never overlaps a scheduled window (it ends before the next one's warm-up)
+nor another capture, and anomaly captures are budgeted (``capture_max_per_hour``).
+
+:class:`SpikeLimit` is the per-step bar of ``capture_on_anomaly``: k times the last logging interval's median step
+time, with k from that interval's own spread (as the slowdown alarm's noise: 1.4826 x MAD / median), at least
+:data:`K_MIN`. It is refreshed at logging steps; the engine compares each measured step with it (one comparison). A
+step above it counts only if it stays above it once the time the training thread waited for a CPU since the last
+logging step is taken off (Linux's run-queue delay, read only then): other processes on the machine are no anomaly.
+
+Example:
+    >>> from perf_callbacks.config import ScheduleConfig
+    >>> s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=10, wait=1, warmup=1, active=2)))
+    >>> s.open(Capture("anomaly", 3, 4, 5, step_ms=412.0, median_ms=121.0)), s.window(5)
+    (True, (4, 5))
+    >>> [s.action(i).name for i in range(3, 7)]
+    ['NONE', 'RECORD', 'RECORD_AND_SAVE', 'NONE']
+    >>> capture_text(s.capture_at(4).meta())
+    'step 3 took 412 ms, 3.4x the median 121 ms'
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perf_callbacks.core.cpu_wait import ThreadWait
+from perf_callbacks.core.schedule import Action, Schedule
+from perf_callbacks.core.stats import Slowdown
+
+log = logging.getLogger(__name__)
+K_MIN = 2.5  # a step under 2.5x the median is no anomaly, whatever the spread
+NOISE_Z = 6.0  # ... nor one within 6 robust standard deviations of it
+MIN_STEPS = 5  # an interval of fewer measured steps leaves the bar as it was
+HOUR_S = 3600.0
+REASONS = ("anomaly", "slowdown", "signal", "file")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One captured window: why (``reason``), the step that said so, and the steps it records (``first``..``last``).
+
+    ``step_ms``/``median_ms`` are the slow step's time and the median it was compared with (anomaly), or the slow
+    intervals' median and the baseline (slowdown); ``request`` is the signal's name or the request file's id.
+    """
+
+    reason: str
+    step: int
+    first: int
+    last: int
+    step_ms: float | None = None
+    median_ms: float | None = None
+    request: str | None = None
+
+    def meta(self) -> dict[str, Any]:
+        """The window's ``capture`` block (in its sidecar and ``summary.txt``): plain data."""
+        ratio = self.step_ms / self.median_ms if self.step_ms and self.median_ms else None
+        out: dict[str, Any] = {
+            "reason": self.reason,
+            "step": self.step,
+            "step_ms": _round(self.step_ms),
+            "median_ms": _round(self.median_ms),
+            "ratio": _round(ratio),
+        }
+        if self.request is not None:
+            out["request"] = self.request
+        return out
+
+
+def capture_text(meta: dict[str, Any]) -> str:
+    """Why a window was captured, from its ``capture`` block: ``step 1,841 took 412 ms, 3.4x the median 121 ms``."""
+    reason, step = meta.get("reason"), meta.get("step")
+    step_ms, median_ms, ratio = meta.get("step_ms"), meta.get("median_ms"), meta.get("ratio")
+    if reason == "anomaly" and step_ms and median_ms and ratio:
+        return f"step {step:,} took {step_ms:,.0f} ms, {ratio:.1f}x the median {median_ms:,.0f} ms"
+    if reason == "slowdown" and ratio:
+        return f"the slowdown alarm at step {step:,}: the median step has been {ratio:.2f}x this run's baseline"
+    if reason == "signal":
+        return f"requested by {meta.get('request') or 'a signal'} during step {step:,}"
+    if reason == "file":
+        return f"requested by a capture file (request {meta.get('request')}) during step {step:,}"
+    return f"captured at step {step} ({reason})"
+
+
+class CaptureSchedule:
+    """The schedule's actions, with captured windows between its own.
+
+    Args:
+        base: the configured schedule.
+        max_per_hour: anomaly and slowdown windows allowed per hour (requests are not counted).
+        clock: seconds, for the budget (``time.monotonic``).
+    """
+
+    def __init__(self, base: Schedule, max_per_hour: int = 4, clock: Callable[[], float] = time.monotonic) -> None:
+        self.base, self.config, self.max_per_hour, self._clock = base, base.config, max_per_hour, clock
+        self.plan: Capture | None = None  # the last capture planned (kept after it ends: its export reads it)
+        self.pending: collections.deque[tuple[str, str, int | None]] = collections.deque()  # requests, any thread
+        self.wake: Callable[[], None] = _nothing  # the recorder: look at the next step (set by WindowRecorder)
+        self.opened: Callable[[Capture], None] = _nothing  # told of each capture planned (the TensorBoard mark)
+        self.spent: collections.deque[float] = collections.deque()  # when each budgeted window was planned
+
+    # ---- the Schedule's interface ----------------------------------------------------------------------------------
+    def action(self, step: int) -> Action:
+        """The action for ``step``: a captured window's, else the schedule's."""
+        if self.pending:
+            self._serve(step)
+        plan = self.plan
+        if plan is not None and plan.first <= step <= plan.last:
+            return Action.RECORD_AND_SAVE if step == plan.last else Action.RECORD
+        return self.base.action(step)
+
+    def next_active(self, step: int) -> float:
+        """The first step from ``step`` on that is not NONE, captured windows included."""
+        nxt, plan = self.base.next_active(step), self.plan
+        if plan is not None and plan.last >= step:
+            nxt = min(nxt, max(step, plan.first))
+        return nxt
+
+    def window(self, step: int) -> tuple[int, int]:
+        """First and last step of the window ``step`` belongs to (a captured one's own)."""
+        plan = self.plan
+        if plan is not None and plan.first <= step <= plan.last:
+            return plan.first, plan.last
+        return self.base.window(step)
+
+    def capture_at(self, step: int) -> Capture | None:
+        """The capture whose window holds ``step``, if any."""
+        plan = self.plan
+        return plan if plan is not None and plan.first <= step <= plan.last else None
+
+    # ---- opening windows -------------------------------------------------------------------------------------------
+    def request(self, reason: str, request: str, steps: int | None = None) -> None:
+        """A window at the next step (``steps`` long, default ``schedule.active``). Any thread, or a signal handler."""
+        self.pending.append((reason, request, steps))
+        self.wake()
+
+    def open(self, capture: Capture) -> bool:
+        """Plan ``capture`` if it fits: not over another capture nor a scheduled window, within the budget.
+
+        It is cut short before the next scheduled window's warm-up. True when planned.
+        """
+        budgeted = capture.reason in ("anomaly", "slowdown")
+        if budgeted and not self._within_budget():
+            log.info(
+                "perf-callbacks: no window for step %d (%s): %d captured windows in the last hour",
+                capture.step,
+                capture.reason,
+                len(self.spent),
+            )
+            return False
+        plan = self.plan
+        if plan is not None and plan.last >= capture.first:
+            return False
+        last = capture.first - 1
+        while last < capture.last and self.base.action(last + 1) is Action.NONE:
+            last += 1
+        if last < capture.first:
+            return False
+        if last != capture.last:
+            capture = Capture(
+                capture.reason, capture.step, capture.first, last, capture.step_ms, capture.median_ms, capture.request
+            )
+        if budgeted:
+            self.spent.append(self._clock())
+        self.plan = capture
+        self.wake()
+        self.opened(capture)
+        return True
+
+    def _serve(self, step: int) -> None:
+        while self.pending:
+            reason, request, steps = self.pending.popleft()
+            n = steps or self.config.active
+            if self.base.action(step) is not Action.NONE or self.capture_at(step) is not None:
+                log.info("perf-callbacks: %s request at step %d: a window is already recording", reason, step)
+                continue
+            self.open(Capture(reason, max(step - 1, 0), step, step + n - 1, request=request))
+
+    def _within_budget(self) -> bool:
+        now, spent = self._clock(), self.spent
+        while spent and now - spent[0] >= HOUR_S:
+            spent.popleft()
+        return len(spent) < self.max_per_hour
+
+
+class SpikeLimit:
+    """The step time above which a step is an anomaly, refreshed at each logging step; ``inf`` until then.
+
+    Example:
+        >>> bar = SpikeLimit(wait=lambda: None)
+        >>> bar.refresh([0.10, 0.11, 0.10, 0.09, 0.10, 0.10])
+        0.25
+        >>> bar.confirm(0.41), bar.confirm(0.2)
+        (True, False)
+    """
+
+    def __init__(self, wait: Callable[[], float | None] | None = None) -> None:
+        self.limit = math.inf
+        self.median: float | None = None
+        self._wait = wait if wait is not None else ThreadWait()
+        self._mark: float | None = None  # the thread's CPU wait at the last refresh
+
+    def refresh(self, step_times: Sequence[float]) -> float:
+        """The new bar from one interval's measured step times (seconds); the old one when too few were measured."""
+        self._mark = self._wait()
+        if len(step_times) < MIN_STEPS:
+            return self.limit
+        median = statistics.median(step_times)
+        if median <= 0:
+            return self.limit
+        noise = 1.4826 * statistics.median(abs(t - median) for t in step_times) / median
+        self.median, self.limit = median, round(max(K_MIN, 1.0 + NOISE_Z * noise) * median, 9)
+        return self.limit
+
+    def confirm(self, elapsed: float) -> bool:
+        """Whether a step above the bar stays above it less the CPU wait since the last refresh (its own, at most)."""
+        now, mark = self._wait(), self._mark
+        waited = now - mark if now is not None and mark is not None else 0.0
+        return elapsed - waited > self.limit
+
+
+class AnomalyWatch:
+    """``capture_on_anomaly``: the engine's bar per step, and the windows it opens.
+
+    Args:
+        schedule: the recorder's schedule, where the windows are planned.
+        bar: the spike limit (default: the training thread's own CPU wait is read).
+    """
+
+    def __init__(self, schedule: CaptureSchedule, bar: SpikeLimit | None = None) -> None:
+        self.schedule, self.bar = schedule, bar or SpikeLimit()
+        self._slowdown_seen = False
+
+    def spiked(self, step: int, elapsed: float) -> None:
+        """Step ``step`` took ``elapsed`` seconds, above the bar: a window from the next step, if it holds."""
+        bar = self.bar
+        if bar.median is None or not bar.confirm(elapsed):
+            return
+        active = self.schedule.config.active
+        self.schedule.open(Capture("anomaly", step, step + 1, step + active, elapsed * 1e3, bar.median * 1e3))
+
+    def interval(self, step: int, step_times: Sequence[float], slowdown: Slowdown | None) -> float:
+        """A logging interval ended before ``step``: the new bar; a window from ``step`` if the alarm just fired."""
+        if slowdown is not None and not self._slowdown_seen:
+            self._slowdown_seen = True
+            active = self.schedule.config.active
+            self.schedule.open(
+                Capture("slowdown", slowdown.until_step, step, step + active - 1, slowdown.median, slowdown.baseline)
+            )
+        return self.bar.refresh(step_times)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def _nothing(*_: Any) -> None:
+    return None
