@@ -7,9 +7,10 @@ nor another capture, and anomaly captures are budgeted (``capture_max_per_hour``
 
 :class:`SpikeLimit` is the per-step bar of ``capture_on_anomaly``: k times the last logging interval's median step
 time, with k from that interval's own spread (as the slowdown alarm's noise: 1.4826 x MAD / median), at least
-:data:`K_MIN`. It is refreshed at logging steps; the engine compares each measured step with it (one comparison). A
-step above it counts only if it stays above it once the time the training thread waited for a CPU since the last
-logging step is taken off (Linux's run-queue delay, read only then): other processes on the machine are no anomaly.
+:data:`K_MIN`, and at least :data:`MIN_EXCESS_S` above the median (a shorter delay is the scheduler or another
+process, as ``MIN_SLOWDOWN_S`` is for the slowdown alarm: measured on a 2-core machine with both cores taken by other
+processes, 10 ms steps were at most 50 ms longer than their median). It is refreshed at logging steps; the engine
+compares each measured step with it (one comparison).
 
 Example:
     >>> from perf_callbacks.config import ScheduleConfig
@@ -33,13 +34,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perf_callbacks.core.cpu_wait import ThreadWait
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.stats import Slowdown
 
 log = logging.getLogger(__name__)
 K_MIN = 2.5  # a step under 2.5x the median is no anomaly, whatever the spread
 NOISE_Z = 6.0  # ... nor one within 6 robust standard deviations of it
+MIN_EXCESS_S = 0.1  # ... nor one less than 100 ms longer than it (a scheduler hiccup)
 MIN_STEPS = 5  # an interval of fewer measured steps leaves the bar as it was
 HOUR_S = 3600.0
 REASONS = ("anomaly", "slowdown", "signal", "file")
@@ -196,36 +197,28 @@ class SpikeLimit:
     """The step time above which a step is an anomaly, refreshed at each logging step; ``inf`` until then.
 
     Example:
-        >>> bar = SpikeLimit(wait=lambda: None)
-        >>> bar.refresh([0.10, 0.11, 0.10, 0.09, 0.10, 0.10])
+        >>> bar = SpikeLimit()
+        >>> bar.refresh([0.10, 0.11, 0.10, 0.09, 0.10, 0.10])  # 2.5 x 0.1 s
         0.25
-        >>> bar.confirm(0.41), bar.confirm(0.2)
-        (True, False)
+        >>> bar.refresh([0.01] * 10)  # 10 ms steps: 100 ms above the median
+        0.11
     """
 
-    def __init__(self, wait: Callable[[], float | None] | None = None) -> None:
+    def __init__(self) -> None:
         self.limit = math.inf
         self.median: float | None = None
-        self._wait = wait if wait is not None else ThreadWait()
-        self._mark: float | None = None  # the thread's CPU wait at the last refresh
 
     def refresh(self, step_times: Sequence[float]) -> float:
         """The new bar from one interval's measured step times (seconds); the old one when too few were measured."""
-        self._mark = self._wait()
         if len(step_times) < MIN_STEPS:
             return self.limit
         median = statistics.median(step_times)
         if median <= 0:
             return self.limit
         noise = 1.4826 * statistics.median(abs(t - median) for t in step_times) / median
-        self.median, self.limit = median, round(max(K_MIN, 1.0 + NOISE_Z * noise) * median, 9)
+        k = max(K_MIN, 1.0 + NOISE_Z * noise)
+        self.median, self.limit = median, round(max(k * median, median + MIN_EXCESS_S), 9)
         return self.limit
-
-    def confirm(self, elapsed: float) -> bool:
-        """Whether a step above the bar stays above it less the CPU wait since the last refresh (its own, at most)."""
-        now, mark = self._wait(), self._mark
-        waited = now - mark if now is not None and mark is not None else 0.0
-        return elapsed - waited > self.limit
 
 
 class AnomalyWatch:
@@ -233,7 +226,7 @@ class AnomalyWatch:
 
     Args:
         schedule: the recorder's schedule, where the windows are planned.
-        bar: the spike limit (default: the training thread's own CPU wait is read).
+        bar: the spike limit (default: a new one).
     """
 
     def __init__(self, schedule: CaptureSchedule, bar: SpikeLimit | None = None) -> None:
@@ -243,7 +236,7 @@ class AnomalyWatch:
     def spiked(self, step: int, elapsed: float) -> None:
         """Step ``step`` took ``elapsed`` seconds, above the bar: a window from the next step, if it holds."""
         bar = self.bar
-        if bar.median is None or not bar.confirm(elapsed):
+        if bar.median is None or elapsed <= bar.limit:
             return
         active = self.schedule.config.active
         self.schedule.open(Capture("anomaly", step, step + 1, step + active, elapsed * 1e3, bar.median * 1e3))
