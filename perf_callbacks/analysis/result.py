@@ -175,6 +175,8 @@ class AnalysisResult:
         loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
+        captures: each captured window, why it was opened and what differs from the nearest healthy window
+            (``analysis.captured``).
     """
 
     path: str
@@ -198,6 +200,7 @@ class AnalysisResult:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     partial: bool = False
+    captures: list[dict[str, Any]] = field(default_factory=list)
     device: str = ""
     flops_per_step: float | None = None
     achieved_tflops: float | None = None

@@ -10,7 +10,9 @@ time, with k from that interval's own spread (as the slowdown alarm's noise: 1.4
 :data:`K_MIN`, and at least :data:`MIN_EXCESS_S` above the median (a shorter delay is the scheduler or another
 process, as ``MIN_SLOWDOWN_S`` is for the slowdown alarm: measured on a 2-core machine with both cores taken by other
 processes, 10 ms steps were at most 50 ms longer than their median). It is refreshed at logging steps; the engine
-compares each measured step with it (one comparison).
+compares each measured step with it (one comparison). Both sides are the run's own time, its wait for a CPU taken off
+where Linux says (``core/capture_wait.py``): the median less the interval's share of waiting, and a step above the bar
+less its own wait, so that a busy machine neither hides an anomaly nor makes one.
 
 Example:
     >>> from perf_callbacks.config import ScheduleConfig
@@ -19,6 +21,7 @@ Example:
     (True, (4, 5))
     >>> [s.action(i).name for i in range(3, 7)]
     ['NONE', 'RECORD', 'RECORD_AND_SAVE', 'NONE']
+    >>> from perf_callbacks.analysis.captured import capture_text
     >>> capture_text(s.capture_at(4).meta())
     'step 3 took 412 ms, 3.4x the median 121 ms'
 """
@@ -34,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from perf_callbacks.core.capture_wait import WaitSampler
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.core.stats import Slowdown
 
@@ -75,21 +79,6 @@ class Capture:
         if self.request is not None:
             out["request"] = self.request
         return out
-
-
-def capture_text(meta: dict[str, Any]) -> str:
-    """Why a window was captured, from its ``capture`` block: ``step 1,841 took 412 ms, 3.4x the median 121 ms``."""
-    reason, step = meta.get("reason"), meta.get("step")
-    step_ms, median_ms, ratio = meta.get("step_ms"), meta.get("median_ms"), meta.get("ratio")
-    if reason == "anomaly" and step_ms and median_ms and ratio:
-        return f"step {step:,} took {step_ms:,.0f} ms, {ratio:.1f}x the median {median_ms:,.0f} ms"
-    if reason == "slowdown" and ratio:
-        return f"the slowdown alarm at step {step:,}: the median step has been {ratio:.2f}x this run's baseline"
-    if reason == "signal":
-        return f"requested by {meta.get('request') or 'a signal'} during step {step:,}"
-    if reason == "file":
-        return f"requested by a capture file (request {meta.get('request')}) during step {step:,}"
-    return f"captured at step {step} ({reason})"
 
 
 class CaptureSchedule:
@@ -202,22 +191,27 @@ class SpikeLimit:
         0.25
         >>> bar.refresh([0.01] * 10)  # 10 ms steps: 100 ms above the median
         0.11
+        >>> bar.refresh([0.2] * 10, wait_fraction=0.5)  # half of it waiting for a CPU: 0.1 s of its own
+        0.25
     """
 
     def __init__(self) -> None:
         self.limit = math.inf
         self.median: float | None = None
 
-    def refresh(self, step_times: Sequence[float]) -> float:
-        """The new bar from one interval's measured step times (seconds); the old one when too few were measured."""
+    def refresh(self, step_times: Sequence[float], wait_fraction: float = 0.0) -> float:
+        """The new bar from one interval's measured step times (seconds); the old one when too few were measured.
+
+        ``wait_fraction``: the share of the interval the thread waited for a CPU; the bar is on the steps' own time.
+        """
         if len(step_times) < MIN_STEPS:
             return self.limit
         median = statistics.median(step_times)
         if median <= 0:
             return self.limit
         noise = 1.4826 * statistics.median(abs(t - median) for t in step_times) / median
-        k = max(K_MIN, 1.0 + NOISE_Z * noise)
-        self.median, self.limit = median, round(max(k * median, median + MIN_EXCESS_S), 9)
+        k, own = max(K_MIN, 1.0 + NOISE_Z * noise), median * (1.0 - wait_fraction)
+        self.median, self.limit = median, round(max(k * own, own + MIN_EXCESS_S), 9)
         return self.limit
 
 
@@ -227,16 +221,20 @@ class AnomalyWatch:
     Args:
         schedule: the recorder's schedule, where the windows are planned.
         bar: the spike limit (default: a new one).
+        sampler: the training thread's wait for a CPU (None: steps are judged on their elapsed time).
     """
 
-    def __init__(self, schedule: CaptureSchedule, bar: SpikeLimit | None = None) -> None:
-        self.schedule, self.bar = schedule, bar or SpikeLimit()
+    def __init__(
+        self, schedule: CaptureSchedule, bar: SpikeLimit | None = None, sampler: WaitSampler | None = None
+    ) -> None:
+        self.schedule, self.bar, self.sampler = schedule, bar or SpikeLimit(), sampler
         self._slowdown_seen = False
 
     def spiked(self, step: int, elapsed: float) -> None:
         """Step ``step`` took ``elapsed`` seconds, above the bar: a window from the next step, if it holds."""
         bar = self.bar
-        if bar.median is None or elapsed <= bar.limit:
+        own = self.sampler.own(elapsed) if self.sampler is not None else elapsed
+        if bar.median is None or own <= bar.limit:
             return
         active = self.schedule.config.active
         self.schedule.open(Capture("anomaly", step, step + 1, step + active, elapsed * 1e3, bar.median * 1e3))
@@ -249,7 +247,7 @@ class AnomalyWatch:
             self.schedule.open(
                 Capture("slowdown", slowdown.until_step, step, step + active - 1, slowdown.median, slowdown.baseline)
             )
-        return self.bar.refresh(step_times)
+        return self.bar.refresh(step_times, self.sampler.fraction() if self.sampler is not None else 0.0)
 
 
 def _round(x: float | None) -> float | None:

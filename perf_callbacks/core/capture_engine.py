@@ -11,9 +11,11 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 
+from perf_callbacks.analysis.captured import capture_text
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.capture import AnomalyWatch, Capture, capture_text
+from perf_callbacks.core.capture import AnomalyWatch, Capture
 from perf_callbacks.core.capture_request import CaptureRequests
+from perf_callbacks.core.capture_wait import WaitSampler
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.outputs import Outputs
 from perf_callbacks.core.stats import Slowdown
@@ -41,7 +43,9 @@ class EngineCaptures:
         self.ctx, self.outputs, self._warn = ctx, outputs, warn
         schedule = windows.schedule
         on = windows.enabled
-        self.anomaly = AnomalyWatch(schedule) if on and config.capture_on_anomaly else None
+        self.anomaly = AnomalyWatch(schedule, sampler=WaitSampler()) if on and config.capture_on_anomaly else None
+        if self.anomaly is not None and self.anomaly.sampler is not None:
+            self.anomaly.sampler.start()
         self.requests: CaptureRequests | None = None
         if ctx.rank == min(config.ranks or [0]):  # the rank whose scalars are logged marks each capture
             schedule.opened = self._mark
@@ -77,6 +81,9 @@ class EngineCaptures:
         """Restore the signal's previous handler, stop looking for request files."""
         if self.requests is not None:
             self._guard(self.requests.close)
+        sampler = self.anomaly.sampler if self.anomaly is not None else None
+        if sampler is not None:
+            self._guard(sampler.close)
 
     def _mark(self, capture: Capture) -> None:
         """The capture in TensorBoard (or the run's logger): ``perf/capture`` (its ratio, or 1) and its reason."""

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.core.capture import capture_text
+from perf_callbacks.analysis.captured import capture_text
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.outputs import Outputs
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from perf_callbacks.analysis.captured import capture_text
 from perf_callbacks.config import PerfConfig, ScheduleConfig
 from perf_callbacks.core.capture import (
     K_MIN,
@@ -17,9 +18,9 @@ from perf_callbacks.core.capture import (
     Capture,
     CaptureSchedule,
     SpikeLimit,
-    capture_text,
 )
 from perf_callbacks.core.capture_request import REQUEST_FILE, FileRequests, SignalRequest, local_reader, write_request
+from perf_callbacks.core.capture_wait import WaitSampler
 from perf_callbacks.core.schedule import Action, Schedule
 from perf_callbacks.exceptions import PerfConfigError
 
@@ -93,6 +94,58 @@ def test_the_bar_is_k_times_the_median_with_k_from_the_interval_spread() -> None
     noisy = [0.1, 0.12, 0.08, 0.1, 0.13, 0.07, 0.1]  # MAD 0.02: noise 0.3, k = 1 + 6 x 0.3
     assert bar.refresh(noisy) == pytest.approx((1 + 6 * 1.4826 * 0.02 / 0.1) * 0.1)
     assert bar.refresh([0.02] * 10) == pytest.approx(0.02 + MIN_EXCESS_S)  # short steps: 100 ms above the median
+
+
+class FakeWait(WaitSampler):
+    """The training thread's cumulative wait, as the test says: ``now`` at the step's end, ``samples`` before."""
+
+    def __init__(self, now: float, before: float, fraction: float = 0.0) -> None:
+        self.now, self.share = now, fraction
+        super().__init__()
+        self.close()
+        self.samples.append((time.perf_counter() - 100.0, before))  # long before the step began
+
+    def read(self) -> float | None:
+        return self.now
+
+    def fraction(self) -> float:
+        return self.share
+
+
+def test_a_step_long_because_it_waited_for_a_cpu_is_no_anomaly() -> None:
+    s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=1000)))
+    busy = FakeWait(now=10.35, before=10.0)  # 0.35 s of the step's 0.5 s was waiting for a core: 0.15 s its own
+    watch = AnomalyWatch(s, sampler=busy)
+    assert watch.interval(10, [0.1] * 10, None) == pytest.approx(0.25)
+    watch.spiked(20, 0.5)
+    assert s.plan is None
+    busy.now = 10.2  # 0.3 s its own
+    watch.spiked(20, 0.5)
+    assert s.plan is not None and s.plan.first == 21
+
+
+def test_the_bar_is_on_the_steps_own_time_when_the_machine_is_busy() -> None:
+    s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=1000)))
+    watch = AnomalyWatch(s, sampler=FakeWait(now=1.0, before=1.0, fraction=0.75))  # steps of 0.2 s, 0.05 s own
+    assert watch.interval(10, [0.2] * 10, None) == pytest.approx(0.15)  # 0.05 + 0.1 s
+    watch.spiked(20, 0.3)  # 1.5x the elapsed median, but 0.3 s of its own against 0.05 s
+    assert s.plan is not None and s.plan.step == 20
+
+
+def test_the_sampler_reads_the_training_threads_wait() -> None:
+    sampler = WaitSampler(every_s=0.005)
+    sampler.start()
+    try:
+        time.sleep(0.05)
+        if sampler.read() is None:  # not Linux: the elapsed time is the step's own
+            assert sampler.own(0.04) == 0.04
+            return
+        assert len(sampler.samples) >= 2
+        assert 0.0 <= sampler.own(0.04) <= 0.04
+        assert 0.0 <= sampler.fraction() <= 1.0
+    finally:
+        sampler.close()
+    assert sampler.read() is None
 
 
 def test_the_anomaly_watch_opens_one_window_with_its_reason() -> None:

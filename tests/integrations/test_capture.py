@@ -7,6 +7,7 @@ machine's. The default schedule records steps 12-14 (Lightning) or 3-4 (the othe
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -70,6 +71,25 @@ def test_lightning_a_slow_step_opens_one_window_at_the_next_with_its_reason(tmp_
     acc.Reload()
     assert [e.step for e in acc.Scalars("perf/capture")] == [38]  # TensorBoard marks where the trace is
     assert any(tag.startswith("perf/capture") for tag in acc.Tags()["tensors"])  # and why (a text summary)
+
+
+def test_report_says_why_and_compares_with_the_nearest_scheduled_window(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    fit(tmp_path, Planted(spikes=(37, 38, 39)), steps=45)  # 38 and 39, in the window, are slow too: it shows them
+    from perf_callbacks.cli import main
+
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "perf")]) == 0
+    text = capsys.readouterr().out
+    (capture,) = [c for c in ch.windows(tmp_path / "perf").values() if c]
+    assert f"  window-000038-000040: step 37 took {capture['step_ms']:,.0f} ms, {capture['ratio']:.1f}x the median" \
+        in text
+    line = text.split("window-000038-000040: step 37 took", 1)[1].splitlines()[1]
+    assert line.startswith("    against window-000012-000014 (scheduled): step time +")
+    assert main(["report", str(tmp_path / "perf"), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["captures"]
+    assert entry["window"] == "window-000038-000040" and entry["baseline"] == "window-000012-000014"
+    assert entry["capture"] == capture and entry["step_time_ms"] > entry["baseline_step_time_ms"]
 
 
 def test_lightning_the_budget_holds_under_repeated_anomalies(tmp_path: Path) -> None:
