@@ -22,7 +22,7 @@ import os
 import threading
 import time
 
-SAMPLES = 512  # about 10 s at the default rate: a step longer than that is judged on its elapsed time
+SAMPLES = 512  # about 25 s at the default rate: a step longer than that is judged on its elapsed time
 
 
 class WaitSampler:
@@ -32,7 +32,7 @@ class WaitSampler:
         every_s: seconds between two samples.
     """
 
-    def __init__(self, every_s: float = 0.02) -> None:
+    def __init__(self, every_s: float = 0.05) -> None:
         self.every_s = every_s
         self.samples: collections.deque[tuple[float, float]] = collections.deque(maxlen=SAMPLES)
         self._fd: int | None = None
