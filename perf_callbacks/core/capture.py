@@ -10,9 +10,9 @@ time, with k from that interval's own spread (as the slowdown alarm's noise: 1.4
 :data:`K_MIN`, and at least :data:`MIN_EXCESS_S` above the median (a shorter delay is the scheduler or another
 process, as ``MIN_SLOWDOWN_S`` is for the slowdown alarm: measured on a 2-core machine with both cores taken by other
 processes, 10 ms steps were at most 50 ms longer than their median). It is refreshed at logging steps; the engine
-compares each measured step with it (one comparison). Both sides are the run's own time, its wait for a CPU taken off
-where Linux says (``core/capture_wait.py``): the median less the interval's share of waiting, and a step above the bar
-less its own wait, so that a busy machine neither hides an anomaly nor makes one.
+compares each measured step with it (one comparison). A step above it must also be above the same bar on the run's own
+time, its wait for a CPU taken off where Linux says (``core/capture_wait.py``): the step less its own wait, against
+the median less the interval's share of waiting, so that a busy machine does not make an anomaly.
 
 Example:
     >>> from perf_callbacks.config import ScheduleConfig
@@ -191,12 +191,13 @@ class SpikeLimit:
         0.25
         >>> bar.refresh([0.01] * 10)  # 10 ms steps: 100 ms above the median
         0.11
-        >>> bar.refresh([0.2] * 10, wait_fraction=0.5)  # half of it waiting for a CPU: 0.1 s of its own
-        0.25
+        >>> bar.refresh([0.2] * 10, wait_fraction=0.5), bar.own_limit  # half of it waiting for a CPU
+        (0.5, 0.25)
     """
 
     def __init__(self) -> None:
-        self.limit = math.inf
+        self.limit = math.inf  # on the elapsed time: what the engine compares each step with
+        self.own_limit = math.inf  # on the steps' own time (the median less the interval's waiting share)
         self.median: float | None = None
 
     def refresh(self, step_times: Sequence[float], wait_fraction: float = 0.0) -> float:
@@ -211,7 +212,8 @@ class SpikeLimit:
             return self.limit
         noise = 1.4826 * statistics.median(abs(t - median) for t in step_times) / median
         k, own = max(K_MIN, 1.0 + NOISE_Z * noise), median * (1.0 - wait_fraction)
-        self.median, self.limit = median, round(max(k * own, own + MIN_EXCESS_S), 9)
+        self.median, self.limit = median, round(max(k * median, median + MIN_EXCESS_S), 9)
+        self.own_limit = round(max(k * own, own + MIN_EXCESS_S), 9)
         return self.limit
 
 
@@ -233,8 +235,9 @@ class AnomalyWatch:
     def spiked(self, step: int, elapsed: float) -> None:
         """Step ``step`` took ``elapsed`` seconds, above the bar: a window from the next step, if it holds."""
         bar = self.bar
-        own = self.sampler.own(elapsed) if self.sampler is not None else elapsed
-        if bar.median is None or own <= bar.limit:
+        if bar.median is None or elapsed <= bar.limit:
+            return
+        if self.sampler is not None and self.sampler.own(elapsed) <= bar.own_limit:
             return
         active = self.schedule.config.active
         self.schedule.open(Capture("anomaly", step, step + 1, step + active, elapsed * 1e3, bar.median * 1e3))

@@ -116,7 +116,7 @@ def test_a_step_long_because_it_waited_for_a_cpu_is_no_anomaly() -> None:
     s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=1000)))
     busy = FakeWait(now=10.35, before=10.0)  # 0.35 s of the step's 0.5 s was waiting for a core: 0.15 s its own
     watch = AnomalyWatch(s, sampler=busy)
-    assert watch.interval(10, [0.1] * 10, None) == pytest.approx(0.25)
+    assert watch.interval(10, [0.1] * 10, None) == pytest.approx(0.25) == watch.bar.own_limit
     watch.spiked(20, 0.5)
     assert s.plan is None
     busy.now = 10.2  # 0.3 s its own
@@ -124,11 +124,14 @@ def test_a_step_long_because_it_waited_for_a_cpu_is_no_anomaly() -> None:
     assert s.plan is not None and s.plan.first == 21
 
 
-def test_the_bar_is_on_the_steps_own_time_when_the_machine_is_busy() -> None:
+def test_on_a_busy_machine_a_step_must_be_slow_in_elapsed_and_in_own_time() -> None:
     s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=1000)))
     watch = AnomalyWatch(s, sampler=FakeWait(now=1.0, before=1.0, fraction=0.75))  # steps of 0.2 s, 0.05 s own
-    assert watch.interval(10, [0.2] * 10, None) == pytest.approx(0.15)  # 0.05 + 0.1 s
-    watch.spiked(20, 0.3)  # 1.5x the elapsed median, but 0.3 s of its own against 0.05 s
+    assert watch.interval(10, [0.2] * 10, None) == pytest.approx(0.5)  # on the elapsed time: 2.5 x 0.2 s
+    assert watch.bar.own_limit == pytest.approx(0.15)  # on the own time: 0.05 + 0.1 s
+    watch.spiked(20, 0.45)  # 0.45 s of its own, but not 2.5x the elapsed median
+    assert s.plan is None
+    watch.spiked(20, 0.6)
     assert s.plan is not None and s.plan.step == 20
 
 
