@@ -22,6 +22,7 @@ from perf_callbacks.core.capture import (
 from perf_callbacks.core.capture_request import REQUEST_FILE, FileRequests, SignalRequest, local_reader, write_request
 from perf_callbacks.core.capture_wait import WaitSampler
 from perf_callbacks.core.schedule import Action, Schedule
+from perf_callbacks.core.stats import Slowdown
 from perf_callbacks.exceptions import PerfConfigError
 
 SCHEDULE = ScheduleConfig(skip_first=10, wait=1, warmup=1, active=3, repeat=2)  # windows 12-14 and 17-19
@@ -160,6 +161,18 @@ def test_the_anomaly_watch_opens_one_window_with_its_reason() -> None:
     watch.spiked(1841, 0.412)
     assert s.plan is not None and (s.plan.first, s.plan.last) == (1842, 1844)
     assert capture_text(s.plan.meta()) == "step 1,841 took 412 ms, 3.4x the median 121 ms"
+
+
+def test_the_slowdown_alarm_opens_one_window_at_the_logging_step() -> None:
+    s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=1000)))
+    watch = AnomalyWatch(s)
+    slow = Slowdown(1.5, 2.0, 3.0, since_step=300, until_step=449, baseline_steps=(50, 299), intervals=3, seconds=9.0)
+    watch.interval(450, [0.1] * 10, slow)
+    assert s.plan is not None and (s.plan.first, s.plan.last, s.plan.step) == (450, 452, 449)
+    assert capture_text(s.plan.meta()) == "the slowdown alarm at step 449: the median step has been 1.50x this run's " \
+        "baseline"
+    watch.interval(500, [0.1] * 10, slow)  # the alarm fires once: one window
+    assert s.plan.first == 450
 
 
 def test_signal_chains_to_the_previous_handler_and_restores_it() -> None:
