@@ -95,8 +95,8 @@ class PerfConfig:
         storage_options: passed to fsspec for a remote ``output_dir`` (``{"client_kwargs": {"endpoint_url": ...}}``,
             credentials...); default: fsspec's back end reads them from the environment.
         capture_on_anomaly: open an extra window (``schedule.active`` steps) at the step after one that took more than
-            k times the last logging interval's median (k from the run's own noise, at least 2.5), or after the
-            slowdown alarm; see the Captured windows page.
+            k times the last logging interval's median (k from the run's own noise, at least 2.5) and 100 ms more, in
+            its elapsed and its own time (less its wait for a CPU), or after the slowdown alarm; see Captured windows.
         capture_max_per_hour: at most this many such anomaly windows per hour on each rank.
         capture_signal: the signal that opens a window at the next step (``"SIGUSR2"``); null: no handler. The
             handler is installed from the main thread only; the previous handler is still called, and restored.
