@@ -1,4 +1,4 @@
-"""Command line: ``perf-callbacks report PATH``, ``diff BASE NEW`` and ``nsys -- python train.py ...``."""
+"""Command line: ``perf-callbacks report PATH``, ``diff BASE NEW``, ``nsys -- python ...``, ``capture RUN_DIR``."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from perf_callbacks.cli_capture import add_capture
+
 DESCRIPTION = """\
 Why is my GPU training slow, and what should I change.
 
   perf-callbacks report PATH           verdict, utilization and advice from Kineto traces
   perf-callbacks diff BASE NEW         what changed between two runs, whether it is beyond the noise, and why
   perf-callbacks nsys -- python ...    the Nsight Systems command for the profiling window
+  perf-callbacks capture RUN_DIR       ask a live run for a profiling window at its next step
 """
 REPORT_EPILOG = """\
 exit codes:
@@ -41,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_report(sub)
     _add_diff(sub)
     _add_nsys(sub)
+    add_capture(sub)
     _tolerant_streams()
     args = parser.parse_args(argv)
     try:

@@ -102,6 +102,14 @@ class PerfConfig:
             step and phase, the Flight Recorder's last collectives); default: ``max(300, 20 x the median step)``;
             0 turns the watchdog off. Validation, checkpoint saves, compilation and code between steps get 10 times
             as long. The run itself is never stopped.
+        capture_on_anomaly: open an extra window (``schedule.active`` steps) at the step after one that took more than
+            k times the last logging interval's median (k from the run's own noise, at least 2.5) and 100 ms more, in
+            its elapsed and its own time (less its wait for a CPU), or after the slowdown alarm; see Captured windows.
+        capture_max_per_hour: at most this many such anomaly windows per hour on each rank.
+        capture_signal: the signal that opens a window at the next step (``"SIGUSR2"``); null: no handler. The
+            handler is installed from the main thread only; the previous handler is still called, and restored.
+        capture_poll_s: how often a background thread looks for a ``capture`` request file in ``output_dir`` (and the
+            run's folder), in seconds; 0: never (see ``perf-callbacks capture``).
     """
 
     output_dir: str | None = None
@@ -137,6 +145,10 @@ class PerfConfig:
     memory_history_start: int | None = None
     storage_options: dict[str, Any] | None = None
     hang_timeout: float | None = None
+    capture_on_anomaly: bool = False
+    capture_max_per_hour: int = 4
+    capture_signal: str | None = "SIGUSR2"
+    capture_poll_s: float = 2.0
 
     def __post_init__(self) -> None:
         _normalize(self)
@@ -163,6 +175,7 @@ class PerfConfig:
                 raise PerfConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.hang_timeout is not None and not (math.isfinite(self.hang_timeout) and self.hang_timeout >= 0):
             raise PerfConfigError(f"hang_timeout must be a number of seconds >= 0 (0: off), got {self.hang_timeout!r}")
+        _check_capture(self)
         if not self.nvtx_domain:
             raise PerfConfigError(f"nvtx_domain must be a non-empty string, got {self.nvtx_domain!r}")
 
@@ -274,6 +287,18 @@ def _check_memory_history(cfg: PerfConfig) -> None:
         _check_int("memory_history_start", cfg.memory_history_start, minimum=0)
 
 
+def _check_capture(cfg: PerfConfig) -> None:
+    _check_int("capture_max_per_hour", cfg.capture_max_per_hour, minimum=0)
+    if not math.isfinite(cfg.capture_poll_s) or cfg.capture_poll_s < 0:
+        raise PerfConfigError(f"capture_poll_s must be a finite number >= 0, got {cfg.capture_poll_s!r}")
+    name = cfg.capture_signal
+    if name is not None:
+        import signal
+
+        if not isinstance(getattr(signal, name, None), signal.Signals) or name.startswith("SIG_"):
+            raise PerfConfigError(f"capture_signal must name a signal of this platform (e.g. 'SIGUSR2'), got {name!r}")
+
+
 def _check_flops(cfg: PerfConfig) -> None:
     if cfg.flops_per_step is not None:
         _check_positive("flops_per_step", cfg.flops_per_step)
@@ -315,6 +340,10 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "peak_tflops": (int, float, type(None)),
     "hang_timeout": (int, float, type(None)),
     "peak_tbps": (int, float, type(None)),
+    "capture_on_anomaly": (bool,),
+    "capture_max_per_hour": (int,),
+    "capture_signal": (str, type(None)),
+    "capture_poll_s": (int, float),
 }
 _SEQUENCE_TYPES: dict[str, type] = {"activities": str, "ranks": int, "nsys_steps": int}
 

@@ -163,7 +163,7 @@ def test_help_names_every_subcommand_with_its_arguments(capsys: pytest.CaptureFi
         main(["--help"])
     text = capsys.readouterr().out
     usage = [line.split()[1] for line in text.splitlines() if line.startswith("  perf-callbacks ")]
-    assert usage == ["report", "diff", "nsys"]
+    assert usage == ["report", "diff", "nsys", "capture"]
 
 
 def test_console_script_never_shows_a_traceback(tmp_path: Path) -> None:

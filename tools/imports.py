@@ -22,7 +22,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perf_callbacks"
 LAYERS = (
-    ("perf_callbacks.cli", "perf_callbacks.remote_read", "perf_callbacks.integrations", "perf_callbacks.__init__"),
+    ("perf_callbacks.cli", "perf_callbacks.cli_capture", "perf_callbacks.remote_read", "perf_callbacks.integrations",
+     "perf_callbacks.__init__"),
     ("perf_callbacks.core",),
     ("perf_callbacks.config",),
     ("perf_callbacks.analysis", "perf_callbacks.exceptions", "perf_callbacks._errors", "perf_callbacks._yaml"),

@@ -7,6 +7,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from perf_callbacks.analysis.captured import captured_windows
 from perf_callbacks.analysis.cluster import imbalance, stragglers
 from perf_callbacks.analysis.collect import Loaded, analyze_file, from_sidecar, load_all
 from perf_callbacks.analysis.discover import Window, discover
@@ -57,6 +58,7 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
     head.others = ordered[1:]
     head.errors = errors
     head.hang = read_hangs(path)
+    head.captures = captured_windows(head)
     if found.skipped:
         shown = ", ".join(f"{f.name} ({why})" for f, why in found.skipped[:3])
         more = f" and {len(found.skipped) - 3} more" if len(found.skipped) > 3 else ""

@@ -206,6 +206,8 @@ class AnalysisResult:
             ``{module, group, members, time_us, time_fraction, flops, flops_fraction, params, calls}`` (see
             ``analysis.modules``); empty without module spans.
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
+        captures: each captured window, why it was opened and what differs from the nearest healthy window
+            (``analysis.captured``).
     """
 
     path: str
@@ -229,6 +231,7 @@ class AnalysisResult:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     partial: bool = False
+    captures: list[dict[str, Any]] = field(default_factory=list)
     device: str = ""
     flops_per_step: float | None = None
     achieved_tflops: float | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from perf_callbacks.analysis.captured import capture_lines
 from perf_callbacks.analysis.gains import gain_label
 from perf_callbacks.analysis.hang import hang_lines
 from perf_callbacks.analysis.measures_text import measure_lines, op_lines
@@ -44,6 +45,7 @@ def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time
         lines += ["", "other windows and trace sets (most recent first):"]
         lines += [f"  {w['path']}{' (partial)' if w.get('partial') else ''}: {w['verdict']}, "
                   f"{_device(w['gpu_utilization'])}, ranks {w['ranks']}{_files(w)}" for w in result.windows[1:]]
+    lines += capture_lines(result.captures)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import math
 import os
 import sys
 import time
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.capture_engine import EngineCaptures
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.compile_watch import CompileWatch
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
@@ -102,6 +104,8 @@ class PerfEngine(SetAside, RunFiles):
         self._last_elapsed, self._logged = 0.0, False  # _logged: some logging interval was logged
         self._log_every, self._nsys_steps = ctx.log_every_n_steps, config.nsys_steps  # read once per step
         self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
+        self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, self._warn)  # core/capture*.py
+        self._spike_limit = math.inf  # a measured step above it: an anomaly (refreshed at logging steps)
         self._at_exit = functools.partial(_close_at_exit, weakref.ref(self), os.getpid())
         atexit.register(self._at_exit)
         self.hang = watch_engine(self, config.hang_timeout, ctx.rank, ctx.world_size, self.windows.layout.run_dir)
@@ -278,6 +282,8 @@ class PerfEngine(SetAside, RunFiles):
             elapsed = self._last_elapsed if t is None else self.clock.elapsed(t)
             self.monitor.measured(step, elapsed, self.clock.wait, self._samples or None, self.clock.loader_timed,
                                   self._micro)
+            if elapsed > self._spike_limit:
+                self.captures.spiked(step, elapsed)
 
     def report_findings(self, findings: list[Finding]) -> None:
         """Warn once (rank 0) for each DataLoader finding (see :meth:`StepMonitor.findings`)."""
@@ -320,7 +326,9 @@ class PerfEngine(SetAside, RunFiles):
         self._logged = True
         try:
             extra = (lambda metrics: self.mem.log(metrics, step)) if self.mem.peaks is not None else None
+            times = self.monitor.stats.step_times  # the interval's, before log_interval starts the next
             self.monitor.log_interval(step, self.memory, clean and self._clean, self.clock.loader_timed, extra)
+            self._spike_limit = self.captures.interval(step, times, self.monitor.slowdown)
             self._clean = True
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
             self.memory = None
@@ -350,7 +358,7 @@ class PerfEngine(SetAside, RunFiles):
         for fn in (self.flops.close, self.compile.close, self.end_phase,
                    lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,
                    lambda: self.windows.finish(exc), self.windows.nsys.close, self.nvtx.pop_all,
-                   lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history):
+                   lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history, self.captures.close):
             quiet(fn)
         self._recording = False
         self._replain()

@@ -23,6 +23,7 @@ from perf_callbacks.core.stats import (
     MIN_SLOWDOWN_S,
     DataWaitCheck,
     DegradationDetector,
+    Slowdown,
     StepStats,
 )
 from perf_callbacks.core.warn import WarnFn
@@ -58,6 +59,7 @@ class StepMonitor:
         self._check_mark: LoadMark | None = None  # the load counters when the data-wait check began
         self._round_set = False  # the data-wait check leaves the workers' first round out
         self._interval_mark: LoadMark | None = None  # ... when this logging interval began
+        self.slowdown: Slowdown | None = None  # the slowdown alarm, once it fired
 
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
                  micro_batches: int = 1) -> None:
@@ -170,6 +172,7 @@ class StepMonitor:
         slow = self.degradation.check(median, steps[1], seconds, first_step=steps[0], own=own)
         if slow is None:
             return
+        self.slowdown = slow
         unit, count = self._units or ("micro-batch", 1)
         what, scale = (f"time per {unit}", 1) if self._varied else ("step time", count)  # per step when units fixed
         base = self.degradation.baseline_intervals

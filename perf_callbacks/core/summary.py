@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks.analysis.captured import capture_text
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.outputs import Outputs
 
@@ -26,6 +27,8 @@ def window_header(meta: dict[str, Any], rank: int, completed: int) -> list[str]:
         notes.append(f"interrupted by {meta['interrupted']}")
     status = f" ({'; '.join(notes)})" if notes else ""
     lines = [f"perf-callbacks summary: steps {first}-{last}, rank {rank}{status}"]
+    if meta.get("capture"):
+        lines.append(f"  captured: {capture_text(meta['capture'])}")
     if meta.get("data_wait") == "not measured":
         lines.append("  data wait: not measured in the loop (the DataLoader's next() is not timed); "
                      "the figure below is read from the trace's DataLoader spans, if any")

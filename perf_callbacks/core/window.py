@@ -21,6 +21,7 @@ import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.background import WindowJob, start_worker
+from perf_callbacks.core.capture import CaptureSchedule
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.device_meta import META_KEY as DEVICE_META_KEY
@@ -65,7 +66,8 @@ class WindowRecorder:
     def __init__(self, config: PerfConfig, ctx: RunContext, nvtx: NvtxRanges, warn: WarnFn) -> None:
         self.config, self.ctx, self._warn = config, ctx, warn
         self.outputs = Outputs(warn, ctx.rank, ctx.world_size)  # the engine's, shared with the adapters
-        self.schedule = Schedule(config.schedule)
+        self.schedule = CaptureSchedule(Schedule(config.schedule), config.capture_max_per_hour)  # + captured windows
+        self.schedule.wake = self._wake
         self.layout = TraceLayout(ctx.output_dir, ctx.run_name)
         self.enabled = config.ranks is None or ctx.rank in config.ranks
         self.is_reporter = config.summary and self.enabled and ctx.rank == min(config.ranks or [0])
@@ -104,6 +106,8 @@ class WindowRecorder:
         self.action = self.schedule.action(step) if self.enabled else Action.NONE
         if self.action is Action.NONE:
             self.quiet_until = self.schedule.next_active(step)
+            if self.schedule.pending:  # a request came in meanwhile (a signal, the request file's thread)
+                self.quiet_until = 0
             return False
         self.quiet_until = 0
         try:
@@ -111,6 +115,10 @@ class WindowRecorder:
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
             self._fail(err)
             return False
+
+    def _wake(self) -> None:
+        """A captured window was planned or requested: the engine asks for the next step's action."""
+        self.quiet_until = 0
 
     def step_completed(self) -> bool:
         """The open step finished its optimizer step; exports the window after its last step (True then)."""
@@ -256,6 +264,8 @@ class WindowRecorder:
                 "interrupted": type(error).__name__ if error is not None else None, "rank": self.ctx.rank}
         if not self.clock.loader_timed:
             meta["data_wait"] = "not measured"
+        if (capture := self.schedule.capture_at(first)) is not None:
+            meta["capture"] = capture.meta()
         if self.mem is not None and self.mem.headline():
             meta["phase_peak"] = self.mem.headline()
         if self.compile_s:

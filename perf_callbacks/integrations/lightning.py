@@ -85,6 +85,10 @@ class GPUPerfCallback(Callback):
         storage_options: fsspec options for a remote ``output_dir`` (endpoint, credentials).
         hang_timeout: seconds without a completed step before every rank writes ``hang-rank{R}/``; default
             ``max(300, 20 x the median step)``; 0: off.
+        capture_on_anomaly: an extra window after a step that took k times the median, or after the slowdown alarm.
+        capture_max_per_hour: at most this many such windows per hour on each rank.
+        capture_signal: the signal that opens a window at the next step; null: no handler.
+        capture_poll_s: seconds between two looks for a ``capture`` request file in the output folder; 0: never.
     """
 
     def __init__(
@@ -122,6 +126,10 @@ class GPUPerfCallback(Callback):
         memory_history_start: int | None = None,
         storage_options: dict[str, Any] | None = None,
         hang_timeout: float | None = None,
+        capture_on_anomaly: bool = False,
+        capture_max_per_hour: int = 4,
+        capture_signal: str | None = "SIGUSR2",
+        capture_poll_s: float = 2.0,
         **unknown: Any,
     ) -> None:
         options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}

@@ -1,0 +1,37 @@
+"""A request file in a remote ``output_dir`` (moto's S3): read through fsspec, as the uploads reach it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from perf_callbacks.cli import main
+from perf_callbacks.config import ScheduleConfig
+from perf_callbacks.core.capture import CaptureSchedule
+from perf_callbacks.core.capture_request import FileRequests, remote_reader, write_request
+from perf_callbacks.core.schedule import Schedule
+from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
+
+
+def test_a_request_in_a_remote_output_dir_is_served_once(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    s3.fs().mkdir("perf-capture")
+    url = "s3://perf-capture/perf"
+    write_request(url, storage_options=s3.options)  # there before the run: old
+    s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=1000)))
+    files = FileRequests([remote_reader(url, s3.options)], s, every_s=0.02)
+    files.start()
+    try:
+        time.sleep(0.2)
+        assert not s.pending
+        monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)  # the command reads the endpoint from the environment
+        assert main(["capture", url, "--steps", "3"]) == 0
+        request_id = capsys.readouterr().out.split("capture request ", 1)[1].split()[0]
+        deadline = time.monotonic() + 10
+        while not s.pending and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # read again several times since: still one
+        assert list(s.pending) == [("file", request_id, 3)]
+    finally:
+        files.close()
