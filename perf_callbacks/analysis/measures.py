@@ -1,7 +1,8 @@
 """What an expert reads after the verdict: collective and transfer bandwidth, launch latency, memory by operator.
 
 ``rank_measures`` computes one rank's figures (the ``RankResult`` fields ``communication``, ``overlap_fraction``,
-``copies``, ``launch``, ``memory_by_op``, ``memory_peak``, ``memory_curve``, ``op_table`` and ``measure_notes``);
+``copies``, ``launch``, ``memory_by_op``, ``memory_peak``, ``memory_curve``, ``memory_growth``, ``op_table`` and
+``measure_notes``);
 ``window_measures`` combines the ranks of a window into the ``AnalysisResult`` fields of the same names, and
 ``headline_scalars`` gives the TensorBoard figures.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf_callbacks.analysis import comms, copies, launch, memory_ops, op_table
+from perf_callbacks.analysis import comms, copies, launch, memory_growth, memory_ops, op_table
 from perf_callbacks.analysis.events import RankTrace
 from perf_callbacks.analysis.result import RankResult
 from perf_callbacks.analysis.timeline import Timeline
@@ -32,6 +33,7 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
         "memory_by_op": memory_ops.top_by_op(by_op, top_k),
         "memory_peak": memory_ops.peak(events, owners, tl, kind),
         "memory_curve": memory_ops.curve(events, tl),
+        "memory_growth": memory_growth.kept_alive(trace, events, owners, kind),
         "op_table": op_table.op_table(trace, self_cpu, calls, memory, top_k),
         "measure_notes": comm_notes + copy_notes,
     }
@@ -53,6 +55,7 @@ def window_measures(ranks: list[RankResult], top_k: int = 10) -> dict[str, Any]:
         "launch": launch.combine([r.launch for r in ranks if r.launch is not None]),
         "memory_by_op": memory_ops.combine_by_op([r.memory_by_op for r in ranks], top_k),
         "memory_peak": max(peaks, key=lambda p: p["bytes"]) if peaks else None,
+        "memory_growth": next((r.memory_growth for r in ranks if r.memory_growth is not None), None),
         "op_table": ranks[0].op_table if single else op_table.combine([r.op_table for r in ranks]),
     }
 

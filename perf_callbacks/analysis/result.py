@@ -94,6 +94,7 @@ class RankResult:
     memory_by_op: list[dict[str, Any]] = field(default_factory=list)
     memory_peak: dict[str, Any] | None = None
     memory_curve: list[list[float]] = field(default_factory=list)
+    memory_growth: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     measure_notes: list[str] = field(default_factory=list)
     bad_events: int = 0
@@ -171,6 +172,9 @@ class AnalysisResult:
         launch: ``{p50_us, p95_us, launch_call_p50_us, small_kernels, small_kernel_fraction}`` (``analysis.launch``).
         memory_by_op: the ops with the most self memory, ``{name, self_bytes, calls}`` (``analysis.memory_ops``).
         memory_peak: ``{bytes, op, ts_ms, memory}``: the highest allocated memory of any rank and the op there.
+        memory_growth: where the run's memory grew step after step (trace metadata): what the window kept across
+            steps, ``{bytes_per_step, since_step, until_step, memory, steps, kept_per_step, by_op}`` of the first
+            rank with a growth (see ``analysis.memory_growth``), else None.
         op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
         loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
@@ -212,6 +216,7 @@ class AnalysisResult:
     launch: dict[str, Any] | None = None
     memory_by_op: list[dict[str, Any]] = field(default_factory=list)
     memory_peak: dict[str, Any] | None = None
+    memory_growth: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     loader: dict[str, Any] | None = None
     others: list[AnalysisResult] = field(default_factory=list, repr=False)

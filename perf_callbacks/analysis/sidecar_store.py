@@ -10,7 +10,7 @@ from typing import Any
 
 from perf_callbacks.analysis.loader import open_trace, rank_from_name
 
-FORMAT = "perf-callbacks-sidecar/6"
+FORMAT = "perf-callbacks-sidecar/7"
 """Version 2: validation and checkpoint time is set aside; version 3: collective and transfer bandwidth, launch latency,
 memory by operator and the op table; version 4: the HTML report's timeline strip, backlog from the delayed work's
 launch, device time charged to the op that encloses the launch; version 5: launch latency from the end of the launch

@@ -40,6 +40,7 @@ from perf_callbacks.core.engine_aside import SetAside
 from perf_callbacks.core.engine_files import RunFiles
 from perf_callbacks.core.flops import StepFlops
 from perf_callbacks.core.memory import MemorySampler
+from perf_callbacks.core.memory_growth import MemoryGrowth
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.monitor import StepMonitor
 from perf_callbacks.core.nvtx import NvtxRanges
@@ -47,7 +48,7 @@ from perf_callbacks.core.schedule import Action
 from perf_callbacks.core.spans import enter_span, exit_span
 from perf_callbacks.core.warn import WarnOnce
 from perf_callbacks.core.window import WindowRecorder
-from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, MemoryGrowthWarning
 
 __all__ = ["MetricsFn", "PerfEngine", "RunContext", "TextFn"]
 log = logging.getLogger(__name__)
@@ -78,6 +79,10 @@ class PerfEngine(SetAside, RunFiles):
         self.windows.mem = self.mem
         self.clock = self.windows.clock = StepClock()
         self.monitor = StepMonitor(config, ctx, self._warn, self.outputs)
+        self.growth = MemoryGrowth(ctx.device, lambda msg: self._warn("memory_growth", MemoryGrowthWarning, msg)) \
+            if config.memory else None  # the memory held at the start of logged steps, and its trend
+        self._held_at = ctx.log_every_n_steps - 1 if config.memory else sys.maxsize  # the next step read there
+        self.windows.growth_meta = self.growth.meta if self.growth is not None else None
         self.flops = StepFlops(config, ctx, self._warn)  # FLOPs per step (counted on one step if need be), peak
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
         self.monitor.rates = self._interval_rates
@@ -227,6 +232,8 @@ class PerfEngine(SetAside, RunFiles):
             self.compile.install()
         if self.mem.history_at is not None:
             self.mem.step_begins(step)
+        if step >= self._held_at:  # a logged step: the memory held at its start (before a window's profiler starts)
+            self._read_held(step)
         if self._nvtx_on:
             self.nvtx.push_step(step)
         nsys_steps = self._nsys_steps
@@ -305,10 +312,28 @@ class PerfEngine(SetAside, RunFiles):
         if self.mem.armed:  # the interval's logging armed the next memory-measured step
             self._plain = False
 
+    def _read_held(self, step: int) -> None:
+        self._held_at = sys.maxsize  # until the logging step sets the next
+        try:
+            if self.growth is not None:
+                self.growth.read(step)
+        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
+            self.growth = self.windows.growth_meta = None
+            self._warn("memory_growth_off", InstrumentUnavailableWarning,
+                       f"reading the memory held at step start failed ({err!r}): the memory growth check is off")
+
+    def _memory_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if self.mem.peaks is not None:
+            self.mem.log(metrics, step)
+        if self.growth is not None:
+            self.growth.add_metrics(metrics)
+
     def _log_interval(self, step: int, clean: bool = True) -> None:
         self._logged = True
+        if self.growth is not None:  # the next logging step's start
+            self._held_at = step - 1 + self._log_every
         try:
-            extra = (lambda metrics: self.mem.log(metrics, step)) if self.mem.peaks is not None else None
+            extra = functools.partial(self._memory_metrics, step=step)
             self.monitor.log_interval(step, self.memory, clean and self._clean, self.clock.loader_timed, extra)
             self._clean = True
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training

@@ -26,6 +26,7 @@ from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.flops import META_KEY as FLOPS_META_KEY
 from perf_callbacks.core.machine import META_KEY as MACHINE_META_KEY
 from perf_callbacks.core.machine import machine_meta
+from perf_callbacks.core.memory_growth import META_KEY as GROWTH_META_KEY
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.module_ranges import ModuleRanges
 from perf_callbacks.core.nsys import NsysCapture
@@ -87,6 +88,7 @@ class WindowRecorder:
         self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
         self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
+        self.growth_meta: Callable[[], dict[str, Any] | None] | None = None  # the run's memory growth, once measured
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
 
     # ---- per step ------------------------------------------------------------------------------------------------
@@ -123,6 +125,8 @@ class WindowRecorder:
             if self.trace_meta is not None:
                 self.session.preset_meta(FLOPS_META_KEY, self.trace_meta())
             self.session.preset_meta(MACHINE_META_KEY, machine_meta(self.ctx, self.cuda))
+            if self.growth_meta is not None and (growth := self.growth_meta()) is not None:
+                self.session.preset_meta(GROWTH_META_KEY, growth)
             self.steps, self.completed, self._retracted = [], 0, None
             self.compile_s = 0.0
             if self.mem is not None:

@@ -36,7 +36,7 @@ def test_sidecar_contract(tmp_path: Path) -> None:
     assert sidecar_path(trace) == trace.with_name("rank3.summary.json")
     on_disk = json.loads(sidecar_path(trace).read_text())
     assert on_disk == json.loads(json.dumps(data))
-    assert on_disk["format"] == FORMAT == "perf-callbacks-sidecar/6"
+    assert on_disk["format"] == FORMAT == "perf-callbacks-sidecar/7"
     assert on_disk["trace"] == trace.name and on_disk["trace_bytes"] == trace.stat().st_size
     assert on_disk["meta"] == meta
     direct = analyze(trace, sidecars=False)
