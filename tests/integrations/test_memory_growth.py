@@ -31,6 +31,7 @@ def test_a_loss_kept_with_its_graph_warns_once_with_its_growth_and_the_window_na
     assert f"grows by {leak['rate'] / 1e6:.2f} MB per step" in message and "host RAM is full in about" in message
     found = leak["found"]
     assert found is not None and found["steps"] == [29, 30]
+    assert abs(found["kept_per_step"] - true) / true < 0.05, (found["kept_per_step"], true)  # what the graphs hold
     top = found["by_op"][0]
     assert top["name"] == "aten::sub"
     assert abs(top["bytes_per_step"] - BATCH * OUT * 4) / (BATCH * OUT * 4) < 0.01
