@@ -20,8 +20,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import os
+import resource
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,7 +76,7 @@ class GrowthDetector:
 
     def __init__(self, total_bytes: int | None, warmup: int = 2, min_intervals: int = 8, min_rise: float = 4 * _MB,
                  min_fraction: float = 0.01, horizon_steps: int = 1_000_000, min_step: int = 5,
-                 max_points: int = 128) -> None:
+                 max_points: int = 32) -> None:
         self.total, self.warmup, self.min_intervals = total_bytes, warmup, min_intervals
         self.min_rise, self.min_fraction, self.horizon, self.min_step = min_rise, min_fraction, horizon_steps, min_step
         self.max_points = max_points
@@ -95,18 +95,18 @@ class GrowthDetector:
         if len(self.points) > self.max_points:  # every other one: the rate and the trend hold on fewer points
             kept = self.points[::2]
             self.points = kept if kept[-1] == self.points[-1] else [*kept, self.points[-1]]
-        n = len(self.points)
-        for first in dict.fromkeys((0, max(0, n - 2 * self.min_intervals - 1))):
-            growth = self._growth(self.points[first:], step, held)  # since the warm-up, or lately (a later leak)
+        pts = self.points
+        if len(pts) <= self.min_intervals:
+            return None
+        rises = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
+        for first in dict.fromkeys((0, max(0, len(pts) - 2 * self.min_intervals - 1))):
+            growth = self._growth(pts[first:], rises[first:], step, held)  # since the warm-up, or lately
             if growth is not None:
                 self.fired = True
                 return growth
         return None
 
-    def _growth(self, pts: list[tuple[int, int]], step: int, held: int) -> Growth | None:
-        if len(pts) <= self.min_intervals:
-            return None
-        rises = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
+    def _growth(self, pts: list[tuple[int, int]], rises: list[float], step: int, held: int) -> Growth | None:
         rate = statistics.median(rises)
         if rate <= 0 or sum(r < rate / 2 for r in rises) > len(rises) // 4:
             return None
@@ -208,13 +208,21 @@ def _total_bytes(device: torch.device | None) -> int | None:
     return None
 
 
+_clear_refs: list[int] = []  # (pid, fd) of this process's /proc/<pid>/clear_refs, kept open
+
+
 def _interval_peak_rss() -> int | None:
-    """The process's peak RSS since the last call (``VmHWM``, then reset through ``clear_refs``); None if unknown."""
+    """The process's peak RSS since the last call, then reset; None where Linux cannot reset it.
+
+    ``getrusage``'s ``ru_maxrss`` is the high-water mark of the process's memory map (after ``exec``), which writing
+    ``5`` to ``/proc/<pid>/clear_refs`` resets (Linux 4.0+): two system calls, no ``/proc/self/status`` to format.
+    """
+    pid = os.getpid()
     try:
-        with open("/proc/self/status", "rb") as f:
-            peak = next((int(line.split()[1]) * 1024 for line in f if line.startswith(b"VmHWM:")), None)
-    except (OSError, ValueError, IndexError):
+        if not _clear_refs or _clear_refs[0] != pid:  # a forked child opens its own
+            _clear_refs[:] = [pid, os.open(f"/proc/{pid}/clear_refs", os.O_WRONLY)]
+        peak = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        os.write(_clear_refs[1], b"5")
+    except OSError:
         return None
-    with contextlib.suppress(OSError), open(f"/proc/{os.getpid()}/clear_refs", "w") as f:
-        f.write("5")
     return peak
