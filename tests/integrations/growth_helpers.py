@@ -84,6 +84,8 @@ def run_both(out: Path) -> dict[str, Any]:
     from accelerate.state import AcceleratorState, GradientState
 
     from perf_callbacks.analysis import analyze
+    from perf_callbacks.analysis.html import render_html
+    from perf_callbacks.analysis.text import format_text
 
     result: dict[str, Any] = {}
     for name, detach in (("leak", False), ("detached", True)):
@@ -92,12 +94,16 @@ def run_both(out: Path) -> dict[str, Any]:
         hook, losses, warned = leak_run(out / name, detach)
         growth = hook.engine.growth
         (window,) = sorted(hook.engine.layout.run_dir.glob("window-*"))
+        analysed = analyze(window)
         result[name] = {
             "rate": growth.growth.rate if growth is not None and growth.growth is not None else None,
             "readings": len(growth.detector.points) if growth is not None else 0,
             "true": kept_bytes(losses, hook.params) / len(losses),  # type: ignore[attr-defined]
             "warnings": [str(w.message) for w in warned],
-            "found": analyze(window).memory_growth,
+            "found": analysed.memory_growth,
+            "text": format_text(analysed),
+            "html": render_html(analysed),
+            "summary": (window / "summary.txt").read_text() if (window / "summary.txt").exists() else "",
         }
     return result
 

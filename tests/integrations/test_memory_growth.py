@@ -35,10 +35,12 @@ def test_a_loss_kept_with_its_graph_warns_once_with_its_growth_and_the_window_na
     top = found["by_op"][0]
     assert top["name"] == "aten::sub"
     assert abs(top["bytes_per_step"] - BATCH * OUT * 4) / (BATCH * OUT * 4) < 0.01
+    line = "2.1 MB per step kept alive from aten::sub (steps 29-30 of this window onward): a tensor kept across steps"
+    assert line in leak["text"] and line in leak["summary"] and "kept alive from aten::sub" in leak["html"]
 
 
 def test_the_same_loop_keeping_detached_losses_is_silent(runs: dict[str, Any]) -> None:
     detached = runs["detached"]
     assert detached["readings"] >= 10  # it was measured, and said nothing
     assert detached["warnings"] == [] and detached["rate"] is None
-    assert detached["found"] is None
+    assert detached["found"] is None and "memory growth" not in detached["text"] + detached["summary"]
