@@ -55,7 +55,8 @@ class GrowthDetector:
     """Tells memory that grows step after step from noise, on readings taken at the same point of logged steps.
 
     - The first ``warmup`` readings and readings before step ``min_step`` are skipped.
-    - The rate is the median over the intervals since then of each interval's rise per step.
+    - The rate is the median over the intervals since then of each interval's rise per step; it is computed after an
+      interval in which the memory rose (a flat run costs one comparison a reading).
     - It fires once, when: at least ``min_intervals`` intervals are in; the rate is positive and, in all but a
       quarter of the intervals, the memory rose by at least half the rate (a trend, not one jump); the rate is
       beyond the rises' noise (three standard errors of their robust spread: 1.4826 x MAD), and the memory itself
@@ -81,6 +82,7 @@ class GrowthDetector:
         self.min_rise, self.min_fraction, self.horizon, self.min_step = min_rise, min_fraction, horizon_steps, min_step
         self.max_points = max_points
         self.points: list[tuple[int, int]] = []  # (step, held) after the warm-up
+        self.rises: list[float] = []  # bytes per step from each point to the next
         self._seen = 0
         self.fired = False
 
@@ -89,16 +91,19 @@ class GrowthDetector:
         self._seen += 1
         if self.fired or self._seen <= self.warmup or step < self.min_step:
             return None
-        if self.points and step <= self.points[-1][0]:
-            return None
-        self.points.append((step, held))
-        if len(self.points) > self.max_points:  # every other one: the rate and the trend hold on fewer points
-            kept = self.points[::2]
-            self.points = kept if kept[-1] == self.points[-1] else [*kept, self.points[-1]]
         pts = self.points
-        if len(pts) <= self.min_intervals:
+        if pts and step <= pts[-1][0]:
             return None
-        rises = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
+        if pts:
+            self.rises.append((held - pts[-1][1]) / (step - pts[-1][0]))
+        pts.append((step, held))
+        if len(pts) > self.max_points:  # every other one: the rate and the trend hold on fewer points
+            kept = pts[::2]
+            self.points = pts = kept if kept[-1] == pts[-1] else [*kept, pts[-1]]
+            self.rises = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
+        if len(pts) <= self.min_intervals or self.rises[-1] <= 0:  # no rise since the last reading: nothing new
+            return None
+        rises = self.rises
         for first in dict.fromkeys((0, max(0, len(pts) - 2 * self.min_intervals - 1))):
             growth = self._growth(pts[first:], rises[first:], step, held)  # since the warm-up, or lately
             if growth is not None:
