@@ -67,3 +67,16 @@ def test_the_report_line_names_the_op_its_rate_and_the_fix() -> None:
     assert lines[1] == ("  2.1 MB per step kept alive from aten::mul (steps 30-31 of this window onward): a tensor kept "
                         "across steps with its graph (a loss appended to a list? use `.detach()` or `.item()`)")
     assert growth_lines(None) == []
+
+
+def test_a_sidecar_with_a_damaged_finding_is_not_read() -> None:
+    from perf_callbacks.analysis.measures_check import measures_valid
+    from perf_callbacks.analysis.sidecar_check import _fits
+
+    events = [alloc(1.0, 2_100_000, 1), alloc(11.0, 2_100_000, 2)]
+    found = kept_alive(trace(), events, ["aten::mul", "aten::mul"], "device")
+    assert measures_valid({"memory_growth": found}, _fits) and measures_valid({"memory_growth": None}, _fits)
+    assert found is not None
+    for damaged in ({**found, "by_op": [{"name": "aten::mul"}]}, {**found, "steps": "30-31"},
+                    {k: v for k, v in found.items() if k != "since_step"}):
+        assert not measures_valid({"memory_growth": damaged}, _fits)
