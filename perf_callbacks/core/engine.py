@@ -313,7 +313,9 @@ class PerfEngine(SetAside, RunFiles):
             self._plain = False
 
     def _read_held(self, step: int) -> None:
+        """The memory held at the start of a logged step: our own work, set aside from the step (as logging is)."""
         self._held_at = sys.maxsize  # until the logging step sets the next
+        t0 = time.perf_counter()
         try:
             if self.growth is not None:
                 self.growth.read(step)
@@ -321,6 +323,8 @@ class PerfEngine(SetAside, RunFiles):
             self.growth = self.windows.growth_meta = None
             self._warn("memory_growth_off", InstrumentUnavailableWarning,
                        f"reading the memory held at step start failed ({err!r}): the memory growth check is off")
+        finally:
+            self._tool_spent("log", time.perf_counter() - t0)
 
     def _memory_metrics(self, metrics: dict[str, float], step: int) -> None:
         if self.mem.peaks is not None:
