@@ -8,6 +8,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine import PerfEngine, RunContext
@@ -146,3 +147,27 @@ def test_memory_off_reads_nothing(tmp_path: Path) -> None:
     assert e.growth is None and e.windows.growth_meta is None
     run_steps(e, 12)
     e.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_allocated_bytes_give_the_leak_exactly(tmp_path: Path) -> None:
+    """2 MiB kept on the device every step: the caching allocator's count grows by exactly that (no RSS noise)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 1000, "wait": 0, "warmup": 0, "active": 1},
+                                "summary": False, "nvml": False})
+    logged: list = []
+    e = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5, device=device,
+                                   log_metrics=lambda m, s: logged.append((s, m))))
+    kept = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for step in range(80):
+            e.batch_start(step)
+            kept.append(torch.ones(512 * 1024, device=device))  # 2 MiB
+            e.batch_end(stepped=True, samples=8)
+    e.close()
+    said = [str(w.message) for w in seen if issubclass(w.category, MemoryGrowthWarning)]
+    assert len(said) == 1 and "allocated device memory" in said[0] and "the device is full in about" in said[0]
+    assert e.growth is not None and e.growth.growth is not None and e.growth.growth.rate == 2 * MB
+    assert "perf/memory/held_mb" in logged[-1][1] and "perf/memory/peak_rss_mb" not in logged[-1][1]
