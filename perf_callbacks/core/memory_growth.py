@@ -83,13 +83,13 @@ class GrowthDetector:
         self.max_points = max_points
         self.points: list[tuple[int, int]] = []  # (step, held) after the warm-up
         self.rises: list[float] = []  # bytes per step from each point to the next
-        self._seen = 0
+        self.seen = 0  # readings fed, the warm-up included
         self.fired = False
 
     def check(self, step: int, held: int) -> Growth | None:
         """Feed the memory ``held`` at the start of ``step``; returns the growth once it lasts (once)."""
-        self._seen += 1
-        if self.fired or self._seen <= self.warmup or step < self.min_step:
+        self.seen += 1
+        if self.fired or self.seen <= self.warmup or step < self.min_step:
             return None
         pts = self.points
         if pts and step <= pts[-1][0]:

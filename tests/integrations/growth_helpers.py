@@ -97,7 +97,7 @@ def run_both(out: Path) -> dict[str, Any]:
         analysed = analyze(window)
         result[name] = {
             "rate": growth.growth.rate if growth is not None and growth.growth is not None else None,
-            "readings": len(growth.detector.points) if growth is not None else 0,
+            "readings": growth.detector.seen if growth is not None else 0,
             "true": kept_bytes(losses, hook.params) / len(losses),  # type: ignore[attr-defined]
             "warnings": [str(w.message) for w in warned],
             "found": analysed.memory_growth,
