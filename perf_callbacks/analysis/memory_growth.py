@@ -99,7 +99,9 @@ def growth_lines(found: dict[str, Any] | None) -> list[str]:
         why = ("the window has fewer than 2 steps" if not steps else "no [memory] events with addresses "
                "(profile with profile_memory=True)" if found["kept_per_step"] is None else
                f"no op kept memory in each of {where}: what grows is outside torch's allocator (Python objects, "
-               "other libraries) or not made every step")
+               "other libraries" + (", or the C allocator's heap pinned by small tensors kept across steps, even "
+                                    "detached: keep `.item()`" if found.get("memory") == "host" else "")
+               + ") or not made every step")
         return [*lines, f"  kept across steps in this window: none found ({why})"]
     for r in found["by_op"]:
         lines.append(f"  {_mb(r['bytes_per_step'])} per step kept alive from {r['name']} ({where} of this window "

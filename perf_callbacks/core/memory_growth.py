@@ -33,6 +33,8 @@ from perf_callbacks.core.memory import host_rss_bytes
 
 __all__ = ["META_KEY", "Growth", "GrowthDetector", "MemoryGrowth"]
 _MB = 1024.0 * 1024.0
+_FRAGMENTS = (" or, on CPU, small tensors kept across steps (even detached) pin the C allocator's heap, whose freed "
+              "blocks then grow the RSS (keep Python numbers: `loss.item()`)")
 NOISE_SIGMAS = 3.0  # the median rise must be this many standard errors (of the rises' robust spread) above zero
 
 
@@ -172,7 +174,8 @@ class MemoryGrowth:
         return (f"{what} at the start of a step grows by {g.rate / 1e6:.2f} MB per step: from step {g.since_step} to "
                 f"step {g.until_step} it rose in most of {g.intervals} logging intervals, to {g.held / 1e9:.2f} GB"
                 f"{left}. Something keeps tensors across steps (a loss or an output appended to a list with its "
-                "graph? keep `loss.detach()` or `loss.item()`); the next profiling window names the operator that "
+                "graph? keep `loss.detach()` or `loss.item()`)"
+                f"{'' if self.device is not None else _FRAGMENTS}; the next profiling window names the operator that "
                 "allocates what is kept (profile_memory=True)")
 
 
