@@ -22,6 +22,10 @@ class PerformanceDegradationWarning(PerfWarning, RuntimeWarning):
     """Step time grew well above the run's own early baseline."""
 
 
+class MemoryGrowthWarning(PerfWarning, RuntimeWarning):
+    """The memory held at the start of a step grows step after step (a tensor kept across steps)."""
+
+
 class InstrumentUnavailableWarning(PerfWarning, RuntimeWarning):
     """An instrument (profiler, NVTX, NVML, trace writer...) failed and was switched off; training goes on."""
 

@@ -1,7 +1,8 @@
 """What an expert reads after the verdict: collective and transfer bandwidth, launch latency, memory by operator.
 
 ``rank_measures`` computes one rank's figures (the ``RankResult`` fields ``communication``, ``overlap_fraction``,
-``copies``, ``launch``, ``memory_by_op``, ``memory_peak``, ``memory_curve``, ``op_table`` and ``measure_notes``);
+``copies``, ``launch``, ``memory_by_op``, ``memory_peak``, ``memory_curve``, ``memory_growth``, ``op_table`` and
+``measure_notes``);
 ``window_measures`` combines the ranks of a window into the ``AnalysisResult`` fields of the same names, and
 ``headline_scalars`` gives the TensorBoard figures.
 """
@@ -14,6 +15,7 @@ from perf_callbacks.analysis import (
     comms,
     copies,
     launch,
+    memory_growth,
     memory_ops,
     memory_parts,
     modules,
@@ -48,6 +50,7 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
         "memory_curve": memory_ops.curve(events, tl),
         "memory_categories": cats,
         "memory_at_peak": at,
+        "memory_growth": memory_growth.kept_alive(trace, events, owners, kind),
         "op_table": op_table.op_table(trace, self_cpu, calls, memory, top_k),
         "modules": modules.rank_modules(trace, tl),
         "measure_notes": comm_notes + copy_notes,
@@ -76,6 +79,7 @@ def window_measures(ranks: list[RankResult], top_k: int = 10) -> dict[str, Any]:
         "launch": launch.combine([r.launch for r in ranks if r.launch is not None]),
         "memory_by_op": memory_ops.combine_by_op([r.memory_by_op for r in ranks], top_k),
         "memory_peak": max(peaks, key=lambda p: p["bytes"]) if peaks else None,
+        "memory_growth": next((r.memory_growth for r in ranks if r.memory_growth is not None), None),
         "op_table": ranks[0].op_table if single else op_table.combine([r.op_table for r in ranks]),
         **roofline.window_roofline(ranks),
         "modules": modules.module_rows(ranks),

@@ -15,6 +15,9 @@ _LAUNCH = {"p50_us": float | None, "p95_us": float | None, "launch_call_p50_us":
            "small_kernel_fraction": float}
 _MEMORY_OP = {"name": str, "self_bytes": int, "calls": int}
 _PEAK = {"bytes": int, "op": str, "ts_ms": float}
+_GROWTH = {"bytes_per_step": float, "since_step": int, "until_step": int, "memory": str | None, "steps": list[int],
+           "kept_per_step": float | None, "by_op": list[dict[str, Any]]}
+_GROWTH_OP = {"name": str, "bytes_per_step": float}
 _OP = {"name": str, "device_time_us": float | None, "self_cpu_us": float, "calls": int, "self_memory_bytes": int}
 
 
@@ -33,7 +36,9 @@ def measures_valid(data: dict[str, Any], fits: Fits) -> bool:
 
     return (rows("communication", _COMM) and rows("copies", _COPY) and rows("memory_by_op", _MEMORY_OP)
             and rows("op_table", _OP) and single("launch", _LAUNCH) and single("memory_peak", _PEAK)
-            and all(len(p) == 2 for p in data.get("memory_curve") or []))
+            and all(len(p) == 2 for p in data.get("memory_curve") or [])
+            and single("memory_growth", _GROWTH)
+            and all(_entry(r, _GROWTH_OP, fits) for r in (data.get("memory_growth") or {}).get("by_op") or []))
 
 
 def _entry(value: Any, schema: dict[str, Any], fits: Fits) -> bool:

@@ -6,6 +6,7 @@ from html import escape
 from typing import Any
 
 from perf_callbacks.analysis.measures_text import comm_line, copy_speed, duration, queue_note, size
+from perf_callbacks.analysis.memory_growth import growth_lines
 from perf_callbacks.analysis.result import AnalysisResult, RankResult
 
 
@@ -50,6 +51,8 @@ def _memory(result: AnalysisResult) -> list[str]:
     if result.memory_by_op:
         parts.append(_table(("op", "self memory (allocated less freed inside the op; not what is held)", "calls"),
                             [(m["name"], size(m["self_bytes"]), m["calls"]) for m in result.memory_by_op]))
+    if result.memory_growth is not None:  # the run's memory grew: what this window kept across steps
+        parts.append("".join(f"<p>{escape(line.strip())}</p>" for line in growth_lines(result.memory_growth)))
     return parts
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from perf_callbacks.analysis.copies import is_small
+from perf_callbacks.analysis.memory_growth import growth_lines
 from perf_callbacks.analysis.op_table import sorted_ops
 from perf_callbacks.analysis.result import AnalysisResult
 
 
 def measure_lines(result: AnalysisResult) -> list[str]:
     """Memory, communication, transfers and launch latency, each only when the trace holds it."""
-    lines = _memory(result) + _communication(result) + _copies(result) + _launch(result)
+    lines = _memory(result) + growth_lines(result.memory_growth) + _communication(result) + _copies(result)
+    lines += _launch(result)
     return [""] + lines if lines else []
 
 

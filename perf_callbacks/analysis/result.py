@@ -99,6 +99,7 @@ class RankResult:
     memory_curve: list[list[float]] = field(default_factory=list)
     memory_categories: dict[str, int] | None = None
     memory_at_peak: dict[str, Any] | None = None
+    memory_growth: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     measure_notes: list[str] = field(default_factory=list)
     bad_events: int = 0
@@ -190,6 +191,9 @@ class AnalysisResult:
             ``profile_memory`` or without our metadata.
         memory_at_peak: ``{phase, op, memory, capacity, resident}`` at that peak, with ``before_trace`` and
             ``not_resident`` on a device.
+        memory_growth: where the run's memory grew step after step (trace metadata): what the window kept across
+            steps, ``{bytes_per_step, since_step, until_step, memory, steps, kept_per_step, by_op}`` of the first
+            rank with a growth (see ``analysis.memory_growth``), else None.
         op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
         loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
@@ -248,6 +252,7 @@ class AnalysisResult:
     memory_peak: dict[str, Any] | None = None
     memory_categories: dict[str, int] | None = None
     memory_at_peak: dict[str, Any] | None = None
+    memory_growth: dict[str, Any] | None = None
     op_table: list[dict[str, Any]] = field(default_factory=list)
     loader: dict[str, Any] | None = None
     hang: dict[str, Any] | None = None

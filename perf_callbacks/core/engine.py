@@ -42,6 +42,7 @@ from perf_callbacks.core.exit import ExitCause
 from perf_callbacks.core.flops import StepFlops
 from perf_callbacks.core.hang import watch_engine
 from perf_callbacks.core.memory import MemorySampler
+from perf_callbacks.core.memory_growth import MemoryGrowth
 from perf_callbacks.core.memory_parts import Owners, WindowParts, device_capacity
 from perf_callbacks.core.memory_watch import MemoryWatch
 from perf_callbacks.core.monitor import StepMonitor
@@ -50,7 +51,7 @@ from perf_callbacks.core.schedule import Action
 from perf_callbacks.core.spans import enter_span, exit_span
 from perf_callbacks.core.warn import WarnOnce, quiet
 from perf_callbacks.core.window import WindowRecorder
-from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, MemoryGrowthWarning
 
 __all__ = ["MetricsFn", "PerfEngine", "RunContext", "TextFn"]
 log = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ class PerfEngine(SetAside, RunFiles):
         self.windows.mem = self.mem
         self.clock = self.windows.clock = StepClock()
         self.monitor = StepMonitor(config, ctx, self._warn, self.outputs)
+        self.growth = MemoryGrowth(ctx.device, lambda msg: self._warn("memory_growth", MemoryGrowthWarning, msg)) \
+            if config.memory else None  # the memory held at the start of logged steps, and its trend
+        self._held_at = ctx.log_every_n_steps - 1 if config.memory else sys.maxsize  # the next step read there
+        self.windows.growth_meta = self.growth.meta if self.growth is not None else None
         self.flops = StepFlops(config, ctx, self._warn)  # FLOPs per step (counted on one step if need be), peak
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
         self.monitor.rates = self._interval_rates
@@ -242,6 +247,8 @@ class PerfEngine(SetAside, RunFiles):
             self.compile.install()
         if self.mem.history_at is not None:
             self.mem.step_begins(step)
+        if step >= self._held_at:  # a logged step: the memory held at its start (before a window's profiler starts)
+            self._read_held(step)
         if self._nvtx_on:
             self.nvtx.push_step(step)
         nsys_steps = self._nsys_steps
@@ -322,10 +329,32 @@ class PerfEngine(SetAside, RunFiles):
         if self.mem.armed:  # the interval's logging armed the next memory-measured step
             self._plain = False
 
+    def _read_held(self, step: int) -> None:
+        """The memory held at the start of a logged step: our own work, set aside from the step (as logging is)."""
+        self._held_at = sys.maxsize  # until the logging step sets the next
+        t0 = time.perf_counter()
+        try:
+            if self.growth is not None:
+                self.growth.read(step)
+        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
+            self.growth = self.windows.growth_meta = None
+            self._warn("memory_growth_off", InstrumentUnavailableWarning,
+                       f"reading the memory held at step start failed ({err!r}): the memory growth check is off")
+        finally:
+            self._tool_spent("log", time.perf_counter() - t0)
+
+    def _memory_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if self.mem.peaks is not None:
+            self.mem.log(metrics, step)
+        if self.growth is not None:
+            self.growth.add_metrics(metrics)
+
     def _log_interval(self, step: int, clean: bool = True) -> None:
         self._logged = True
+        if self.growth is not None:  # the next logging step's start
+            self._held_at = step - 1 + self._log_every
         try:
-            extra = (lambda metrics: self.mem.log(metrics, step)) if self.mem.peaks is not None else None
+            extra = functools.partial(self._memory_metrics, step=step)
             times = self.monitor.stats.step_times  # the interval's, before log_interval starts the next
             self.monitor.log_interval(step, self.memory, clean and self._clean, self.clock.loader_timed, extra)
             self._spike_limit = self.captures.interval(step, times, self.monitor.slowdown)

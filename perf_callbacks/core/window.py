@@ -29,6 +29,7 @@ from perf_callbacks.core.device_meta import device_meta
 from perf_callbacks.core.flops import META_KEY as FLOPS_META_KEY
 from perf_callbacks.core.machine import META_KEY as MACHINE_META_KEY
 from perf_callbacks.core.machine import machine_meta
+from perf_callbacks.core.memory_growth import META_KEY as GROWTH_META_KEY
 from perf_callbacks.core.memory_parts import META_KEY as PARTS_META_KEY
 from perf_callbacks.core.memory_parts import WindowParts
 from perf_callbacks.core.memory_watch import MemoryWatch
@@ -97,6 +98,7 @@ class WindowRecorder:
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
         self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
         self.module_flops: Callable[[], tuple[dict[str, int] | None, str]] | None = None  # the engine's, by module
+        self.growth_meta: Callable[[], dict[str, Any] | None] | None = None  # the run's memory growth, once measured
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
         self.parts: WindowParts | None = None  # the engine's: parameters, gradients, optimizer state into each trace
 
@@ -141,6 +143,8 @@ class WindowRecorder:
                 self.session.preset_meta(FLOPS_META_KEY, self.trace_meta())
             self.session.preset_meta(MACHINE_META_KEY, machine_meta(self.ctx, self.cuda))
             self.session.preset_meta(DEVICE_META_KEY, device_meta(self.ctx, self.cuda, self.config.peak_tbps))
+            if self.growth_meta is not None and (growth := self.growth_meta()) is not None:
+                self.session.preset_meta(GROWTH_META_KEY, growth)
             self.steps, self.completed, self._retracted = [], 0, None
             self.compile_s = 0.0
             if self.mem is not None:

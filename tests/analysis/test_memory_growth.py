@@ -1,0 +1,82 @@
+"""What a window kept across steps (``analysis/memory_growth.py``), on hand-made memory events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perf_callbacks.analysis.events import RankTrace
+from perf_callbacks.analysis.memory_growth import META_KEY, growth_lines, growth_meta, kept_alive
+
+GROWTH = {"bytes_per_step": 2e6, "since_step": 6, "until_step": 24}
+STEPS = [(30, 0.0, 10.0, 1), (31, 10.0, 20.0, 1), (32, 20.0, 30.0, 1)]
+
+
+def trace(meta: dict[str, Any] | None = None) -> RankTrace:
+    return RankTrace(path=Path("t"), meta={META_KEY: GROWTH} if meta is None else meta, steps=STEPS)
+
+
+def alloc(ts: float, nbytes: int, addr: int) -> tuple[float, int, int, int, int, int]:
+    return (ts, 1, nbytes, 0, 0, addr)
+
+
+def test_only_a_run_whose_memory_grew_gets_a_finding() -> None:
+    events = [alloc(1.0, 100, 1), alloc(11.0, 100, 2)]
+    assert kept_alive(trace({}), events, ["aten::sub"] * 2, "host") is None
+    for bad in ({"bytes_per_step": "2e6", "since_step": 1, "until_step": 2}, {"bytes_per_step": -1.0},
+                {"bytes_per_step": float("nan"), "since_step": 1, "until_step": 2}, [1, 2]):
+        assert growth_meta({META_KEY: bad}) is None
+
+
+def test_a_prefetched_batch_freed_a_step_later_is_not_kept_and_a_leak_is() -> None:
+    """The batch of step k+1, made in step k, is freed in step k+2: alive at the end of the next step, not at the end
+    of the window. The leak (one allocation a step, never freed) is named, at its size per step."""
+    events = [alloc(1.0, 4096, 10), alloc(2.0, 2_000_000, 1),  # step 30: next batch, leak
+              alloc(11.0, 4096, 11), alloc(12.0, 2_000_000, 2),  # step 31
+              (21.0, 1, -4096, 0, 0, 10), alloc(22.0, 4096, 12), (23.0, 1, -4096, 0, 0, 11)]  # step 32 frees
+    owners = ["aten::cat", "aten::sub", "aten::cat", "aten::sub", None, "aten::cat", None]
+    found = kept_alive(trace(), events, owners, "host")
+    assert found is not None
+    assert found["by_op"] == [{"name": "aten::sub", "bytes_per_step": 2_000_000.0}]
+    assert found["kept_per_step"] == 2_000_000.0  # the batches made in steps 30 and 31 were freed by the window's end
+    assert found["steps"] == [30, 31] and found["bytes_per_step"] == 2e6
+
+
+def test_an_op_that_kept_memory_in_one_step_only_is_not_named() -> None:
+    events = [alloc(1.0, 5_000_000, 1), alloc(2.0, 1_000_000, 2), alloc(12.0, 1_000_000, 3)]
+    found = kept_alive(trace(), events, ["aten::empty", "aten::mul", "aten::mul"], "device")
+    assert found is not None and [r["name"] for r in found["by_op"]] == ["aten::mul"]
+
+
+@pytest.mark.parametrize(("events", "why"), [
+    ([alloc(1.0, 100, None)], "profile_memory=True"),  # type: ignore[arg-type]
+    ([alloc(1.0, 100, 1), (2.0, 1, -100, 0, 0, 1)], "outside torch's allocator"),
+])
+def test_a_growth_with_nothing_kept_in_the_window_says_why(events: list[Any], why: str) -> None:
+    found = kept_alive(trace(), events, [None] * len(events), "host")
+    lines = growth_lines(found)
+    assert lines[0].startswith("memory growth: the memory held at step start grew 2.0 MB per step")
+    assert "none found" in lines[1] and why in lines[1]
+
+
+def test_the_report_line_names_the_op_its_rate_and_the_fix() -> None:
+    events = [alloc(1.0, 2_100_000, 1), alloc(11.0, 2_100_000, 2)]
+    lines = growth_lines(kept_alive(trace(), events, ["aten::mul", "aten::mul"], "device"))
+    assert lines[1] == ("  2.1 MB per step kept alive from aten::mul (steps 30-31 of this window onward): a tensor kept "
+                        "across steps with its graph (a loss appended to a list? use `.detach()` or `.item()`)")
+    assert growth_lines(None) == []
+
+
+def test_a_sidecar_with_a_damaged_finding_is_not_read() -> None:
+    from perf_callbacks.analysis.measures_check import measures_valid
+    from perf_callbacks.analysis.sidecar_check import _fits
+
+    events = [alloc(1.0, 2_100_000, 1), alloc(11.0, 2_100_000, 2)]
+    found = kept_alive(trace(), events, ["aten::mul", "aten::mul"], "device")
+    assert measures_valid({"memory_growth": found}, _fits) and measures_valid({"memory_growth": None}, _fits)
+    assert found is not None
+    for damaged in ({**found, "by_op": [{"name": "aten::mul"}]}, {**found, "steps": "30-31"},
+                    {k: v for k, v in found.items() if k != "since_step"}):
+        assert not measures_valid({"memory_growth": damaged}, _fits)

@@ -1,0 +1,175 @@
+"""The memory growth detector on fed readings, and its wiring in the engine (read at logged steps' start only)."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.memory_growth import GrowthDetector
+from perf_callbacks.exceptions import MemoryGrowthWarning
+from tests.core.engine_helpers import run_steps
+
+MB = 2**20
+GB = 2**30
+EVERY = 10  # steps between readings, as a logging interval would
+
+
+def feed(d: GrowthDetector, held: list[float]) -> list[tuple[int, float]]:
+    """Readings every ``EVERY`` steps; returns ``[(step, rate)]`` of each growth found."""
+    found = [(i * EVERY + EVERY - 1, d.check(i * EVERY + EVERY - 1, int(h))) for i, h in enumerate(held)]
+    return [(step, g.rate) for step, g in found if g is not None]
+
+
+def noisy(n: int, base: float, noise: float, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return [base + rng.gauss(0, noise) for _ in range(n)]
+
+
+def test_a_steady_leak_fires_once_with_its_rate_after_the_warm_up_and_enough_intervals() -> None:
+    d = GrowthDetector(total_bytes=80 * GB)
+    held = [2 * GB, 2.5 * GB] + [3 * GB + 2 * MB * EVERY * i for i in range(20)]  # 2 warm-up readings lift it
+    found = feed(d, held)
+    assert found == [((2 + 8) * EVERY + EVERY - 1, 2 * MB)]  # 2 skipped, 8 intervals after them: once
+    growth = d.check(10_000, 80 * GB)
+    assert growth is None and d.fired
+
+
+def test_a_leak_within_rss_noise_is_measured_within_10_percent() -> None:
+    d = GrowthDetector(total_bytes=64 * GB)
+    noise = noisy(40, 0, 3 * MB)  # up to ~9 MB of noise against 20 MB a reading
+    found = feed(d, [400 * MB + 2 * MB * EVERY * i + n for i, n in enumerate(noise)])
+    assert len(found) == 1 and abs(found[0][1] - 2 * MB) / (2 * MB) < 0.10
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_flat_memory_with_noise_is_silent(seed: int) -> None:
+    assert feed(GrowthDetector(total_bytes=64 * GB), noisy(200, 400 * MB, 3 * MB, seed)) == []
+
+
+def test_one_jump_is_no_trend() -> None:
+    """A profiling window or a cache built once lifts the memory once, and for good: no growth."""
+    held = [400 * MB] * 12 + [600 * MB] * 30
+    assert feed(GrowthDetector(total_bytes=64 * GB), held) == []
+
+
+def test_a_few_jumps_over_a_slow_creep_are_silent_when_the_creep_would_never_fill_memory() -> None:
+    """20 kB a step (a Python-side creep): at that rate 64 GB last millions of steps; windows lift it 150 MB twice."""
+    held = [400 * MB + 20_000 * EVERY * i + (150 * MB if i >= 15 else 0) + (150 * MB if i >= 30 else 0)
+            for i in range(60)]
+    assert feed(GrowthDetector(total_bytes=64 * GB), held) == []
+    assert feed(GrowthDetector(total_bytes=64 * GB, horizon_steps=10**9), held) != []  # the horizon says no
+
+
+def test_a_growth_below_the_size_that_matters_is_silent() -> None:
+    """Rising every interval, but by 1% of the memory held over 40 intervals: below ``min_fraction``."""
+    held = [10 * GB + i * 2 * MB for i in range(40)]
+    assert feed(GrowthDetector(total_bytes=11 * GB, min_fraction=0.01), held) == []
+
+
+def test_a_leak_that_starts_late_is_found_from_the_recent_intervals() -> None:
+    held = [400 * MB] * 40 + [400 * MB + 2 * MB * EVERY * i for i in range(1, 25)]
+    found = feed(GrowthDetector(total_bytes=64 * GB), held)
+    assert len(found) == 1 and found[0][1] == 2 * MB
+    assert found[0][0] < (40 + 20) * EVERY  # from the last 16 intervals, not the 40 flat ones before
+
+
+def test_the_warm_up_readings_are_left_out() -> None:
+    """Optimizer state and lazy buffers appear in the first steps: they are no growth."""
+    held = [100 * MB, 300 * MB, 500 * MB] + [500 * MB] * 30
+    assert feed(GrowthDetector(total_bytes=64 * GB, warmup=3), held) == []
+    assert feed(GrowthDetector(total_bytes=64 * GB, warmup=0, min_intervals=2), held[:4]) != []  # else it would
+
+
+def test_many_readings_are_thinned_and_the_rate_holds() -> None:
+    d = GrowthDetector(total_bytes=64 * GB, min_fraction=0.5, max_points=16)
+    held = [20 * GB + MB * EVERY * i for i in range(1500)]  # 1 MiB a step: 50% of 20 GiB takes 10,240 steps
+    found = feed(d, held)
+    assert len(d.points) <= 17 and found == [(found[0][0], MB)] and 10_240 <= found[0][0] < 10_240 * 1.2
+
+
+# ---- the engine ------------------------------------------------------------------------------------------------------
+def engine(tmp_path: Path, logged: list, **options: object) -> PerfEngine:
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 1000, "wait": 0, "warmup": 0, "active": 1},
+                                "summary": False, **options})
+    ctx = RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5,
+                     log_metrics=lambda m, s: logged.append((s, m)))
+    return PerfEngine(cfg, ctx)
+
+
+def test_the_engine_reads_the_held_memory_at_the_start_of_logged_steps_only(tmp_path: Path) -> None:
+    logged: list = []
+    e = engine(tmp_path, logged)
+    assert e.growth is not None
+    reads: list[int] = []
+    real = e.growth.read
+    with mock.patch.object(e.growth, "read", side_effect=lambda step: (reads.append(step), real(step))):
+        run_steps(e, 21)
+    e.close()
+    assert reads == [4, 9, 14, 19]  # the start of each step that ends a logging interval
+    assert [s for s, _ in logged] == [5, 10, 15, 20]
+    assert all(m["perf/memory/held_mb"] > 1 and m["perf/memory/peak_rss_mb"] >= m["perf/memory/held_mb"] * 0.5
+               for _, m in logged)
+
+
+def test_the_engine_warns_once_with_the_growth_and_passes_it_to_the_next_window(tmp_path: Path) -> None:
+    logged: list = []
+    e = engine(tmp_path, logged)
+    held = iter(range(400 * MB, 100 * GB, 10 * MB))  # 10 MB per reading: 2 MB a step
+    with mock.patch("perf_callbacks.core.memory_growth.host_rss_bytes", side_effect=lambda: next(held)), \
+            warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run_steps(e, 80)
+    e.close()
+    said = [str(w.message) for w in seen if issubclass(w.category, MemoryGrowthWarning)]
+    assert len(said) == 1 and "grows by 2.10 MB per step" in said[0]  # 2 MiB
+    assert "small tensors kept across steps (even detached) pin the C allocator's heap" in said[0]  # on CPU only
+    assert e.windows.growth_meta is not None
+    assert e.windows.growth_meta() == {"bytes_per_step": 2 * MB, "since_step": 14, "until_step": 54}
+
+
+def test_a_failed_read_turns_the_check_off_with_one_warning_and_training_goes_on(tmp_path: Path) -> None:
+    e = engine(tmp_path, [])
+    with mock.patch("perf_callbacks.core.memory_growth.host_rss_bytes", side_effect=OSError("gone")), \
+            pytest.warns(Warning, match="memory growth check is off"):
+        run_steps(e, 12)
+    e.close()
+    assert e.growth is None and e.steps_run == 12
+
+
+def test_memory_off_reads_nothing(tmp_path: Path) -> None:
+    e = engine(tmp_path, [], memory=False)
+    assert e.growth is None and e.windows.growth_meta is None
+    run_steps(e, 12)
+    e.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_allocated_bytes_give_the_leak_exactly(tmp_path: Path) -> None:
+    """2 MiB kept on the device every step: the caching allocator's count grows by exactly that (no RSS noise)."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 1000, "wait": 0, "warmup": 0, "active": 1},
+                                "summary": False, "nvml": False})
+    logged: list = []
+    e = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5, device=device,
+                                   log_metrics=lambda m, s: logged.append((s, m))))
+    kept = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for step in range(80):
+            e.batch_start(step)
+            kept.append(torch.ones(512 * 1024, device=device))  # 2 MiB
+            e.batch_end(stepped=True, samples=8)
+    e.close()
+    said = [str(w.message) for w in seen if issubclass(w.category, MemoryGrowthWarning)]
+    assert len(said) == 1 and "allocated device memory" in said[0] and "the device is full in about" in said[0]
+    assert "C allocator" not in said[0]
+    assert e.growth is not None and e.growth.growth is not None and e.growth.growth.rate == 2 * MB
+    assert "perf/memory/held_mb" in logged[-1][1] and "perf/memory/peak_rss_mb" not in logged[-1][1]
