@@ -192,12 +192,16 @@ def _side(r: AnalysisResult) -> dict[str, Any]:
 
 
 def causes_per_step(r: AnalysisResult) -> dict[str, float]:
-    """Mean milliseconds per step of each timeline cause, averaged over the ranks that have steps."""
+    """Mean milliseconds per step of each timeline cause, averaged over the ranks that have steps.
+
+    Each step's causes within its own time (:meth:`StepResult.within_step`): the last step's device tail, the work
+    still queued when its host span ended, is not a step's time.
+    """
     ranks = [x for x in r.ranks if x.steps]
     out = dict.fromkeys(CAUSES, 0.0)
     for x in ranks:
         for s in x.steps:
-            for c, ms in s.causes_ms.items():
+            for c, ms in s.within_step().items():
                 out[c] = out.get(c, 0.0) + ms / len(x.steps) / len(ranks)
     return out
 

@@ -50,9 +50,8 @@ def drawn_causes(s: StepResult) -> dict[str, float]:
         >>> drawn_causes(StepResult(3, 100.0, {"compute": 120.0, "sync": 30.0}))
         {'compute': 80.0, 'sync': 20.0}
     """
-    total = sum(s.causes_ms.values())
-    cut = s.time_ms / total if total > s.time_ms > 0 else 1.0
-    return {c: s.causes_ms[c] * cut for c in CAUSES if s.causes_ms.get(c, 0.0) > 0}
+    within = s.within_step()
+    return {c: within[c] for c in CAUSES if within.get(c, 0.0) > 0}
 
 
 def stacked(rows: list[tuple[str, dict[str, float], str, str]], scale: Scale, kind: str, row_h: int = _ROW) -> str:

@@ -7,9 +7,8 @@ from typing import Any
 
 from perf_callbacks.analysis.result import AnalysisResult
 
-TURN_ON = ("modules: no module spans in this trace; set module_spans: true (GPUPerfCallback(module_spans=True), "
-           "AcceleratePerfHook(module_spans=True)) to see each module's share of device time, FLOPs and parameters "
-           "(perf-callbacks report --modules DEPTH)")
+TURN_ON = ("modules: no module spans in this trace; set module_spans: true in the callback's or hook's options to see "
+           "each module's share of device time, FLOPs and parameters (perf-callbacks report --modules DEPTH)")
 
 
 def module_lines(result: AnalysisResult) -> list[str]:
@@ -17,7 +16,10 @@ def module_lines(result: AnalysisResult) -> list[str]:
     rows = result.modules
     if not rows:
         notes = [r.modules["note"] for r in result.ranks if r.modules and r.modules.get("note")]
-        return ["", f"modules: no module spans recorded: {notes[0]}"] if notes else ["", TURN_ON]
+        if notes:
+            return ["", f"modules: no module spans recorded: {notes[0]}"]
+        ours = any(r.machine for r in result.ranks)  # recorded by perf-callbacks: the option is there to turn on
+        return ["", TURN_ON] if ours else []
     what = "device time" if result.device not in ("", "none") else "CPU op time"
     lines = ["", f"modules (time: {what} in the window; FLOPs: the counted step's, as MFU counts them):"]
     for row in rows:
@@ -49,7 +51,7 @@ def module_section(result: AnalysisResult) -> list[str]:
     """The HTML report's modules table (or the line that says how to get one)."""
     lines = module_lines(result)
     if not result.modules:
-        return [f"<h2>Modules</h2><p>{escape(lines[-1])}</p>"]
+        return [f"<h2>Modules</h2><p>{escape(lines[-1])}</p>"] if lines else []
     what = lines[1]
     head = "".join(f"<th>{h}</th>" for h in ("module", "time share", "time ms", "FLOPs share", "params", "calls"))
     body = "".join(

@@ -31,6 +31,20 @@ class StepResult:
     time_ms: float
     causes_ms: dict[str, float] = field(default_factory=dict)
 
+    def within_step(self) -> dict[str, float]:
+        """The milliseconds by cause within the step's own time.
+
+        The last step's causes run to the window's end, which on a device includes the queued work that finishes after
+        the step's host span (the device tail); they are cut to the step's time, each cause in proportion.
+
+        Example:
+            >>> StepResult(3, 100.0, {"compute": 120.0, "sync": 30.0}).within_step()
+            {'compute': 80.0, 'sync': 20.0}
+        """
+        total = sum(self.causes_ms.values())
+        cut = self.time_ms / total if total > self.time_ms > 0 else 1.0
+        return {c: ms * cut for c, ms in self.causes_ms.items()}
+
 
 @dataclass
 class RankResult:

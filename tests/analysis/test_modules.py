@@ -44,10 +44,12 @@ def step_events(t: float) -> list[dict[str, Any]]:
     ]
 
 
-def write_trace(path: Path, events: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> Path:
-    doc: dict[str, Any] = {"traceEvents": events, "perf_callbacks_flops": {"flops_per_step": 800.0, "source": "counted"}}
+def write_trace(path: Path, events: list[dict[str, Any]], meta: dict[str, Any] | None = None, **top: Any) -> Path:
+    doc: dict[str, Any] = {"traceEvents": events, "perf_callbacks_flops": {"flops_per_step": 800.0, "source": "counted"},
+                           **top}
     if meta is not None:
         doc["perf_callbacks_modules"] = meta
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
     return path
 
@@ -130,13 +132,18 @@ def test_device_time_goes_to_the_module_whose_span_held_the_launch(tmp_path: Pat
 
 
 def test_without_spans_the_report_says_how_to_turn_them_on(tmp_path: Path) -> None:
+    """A window perf-callbacks recorded (its machine metadata) says how to get module spans; another tool's trace,
+    which has no such option, says nothing about them."""
     events = [e for e in step_events(0.0) if not e["name"].startswith(SPAN)]
-    result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events))
+    machine = {"cpu_cores": 2, "local_world_size": 1, "num_workers": 0, "cuda": False}
+    result = analyze(write_trace(tmp_path / "ours" / "rank0.pt.trace.json", events, perf_callbacks_machine=machine))
     text = format_text(result)
 
     assert result.modules == []
     assert [line for line in text.splitlines() if "module_spans" in line] == [TURN_ON]
     assert "<h2>Modules</h2><p>modules: no module spans" in render_html(result)
+    foreign = analyze(write_trace(tmp_path / "other" / "rank0.pt.trace.json", events))
+    assert "module" not in format_text(foreign).lower() and "<h2>Modules</h2>" not in render_html(foreign)
 
 
 def test_spans_asked_for_but_not_recorded_say_why(tmp_path: Path) -> None:
