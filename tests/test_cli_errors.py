@@ -40,7 +40,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     (["diff", "a"], "perf-callbacks diff: error: the following arguments are required: new "
                     "(see: perf-callbacks diff --help)"),
     (["repor", "x"], "perf-callbacks: error: argument command: invalid choice: 'repor' (choose from 'report', 'diff', "
-                     "'nsys') (see: perf-callbacks --help)"),
+                     "'nsys', 'capture') (see: perf-callbacks --help)"),
 ])
 def test_a_usage_error_is_one_line_with_the_way_to_help(capsys: pytest.CaptureFixture[str], args: list[str],
                                                         says: str) -> None:

@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import uuid
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -89,21 +90,21 @@ class SignalRequest:
         self.signum = signal.Signals[signame]
         self.previous: Any = None
         self.installed = False
+        self._handle: Callable[[int, FrameType | None], None] | None = None
 
     def install(self) -> bool:
         """Install the handler (the main thread only: elsewhere Python forbids it); True when installed."""
         if threading.current_thread() is not threading.main_thread():
             return False
         self.previous = signal.getsignal(self.signum)
+        self._handle = _handler(weakref.ref(self), self.previous)
         signal.signal(self.signum, self._handle)
         self.installed = True
         return True
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def handle(self) -> None:
+        """The signal came: a window at the next step."""
         self.schedule.request("signal", self.signame)
-        previous = self.previous
-        if callable(previous):
-            previous(signum, frame)
 
     def close(self) -> None:
         """Put the previous handler back, unless another one replaced ours since (then it stays)."""
@@ -112,6 +113,19 @@ class SignalRequest:
         self.installed = False
         if signal.getsignal(self.signum) == self._handle:
             signal.signal(self.signum, self.previous if self.previous is not None else signal.SIG_DFL)
+
+
+def _handler(ref: weakref.ReferenceType[SignalRequest], previous: Any) -> Callable[[int, FrameType | None], None]:
+    """The installed handler: it holds the requests weakly (a process-wide handler keeps no engine alive)."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        owner = ref()
+        if owner is not None:
+            owner.handle()
+        if callable(previous):
+            previous(signum, frame)
+
+    return handle
 
 
 class FileRequests:
@@ -132,12 +146,9 @@ class FileRequests:
     def start(self) -> None:
         """Note the requests already there (old ones), then look every ``every_s`` seconds."""
         self._look(serve=False)
-        self._thread = threading.Thread(target=self._run, name="perf-callbacks-capture", daemon=True)
+        self._thread = threading.Thread(target=_poll, args=(weakref.ref(self), self._stop, self.every_s),
+                                        name="perf-callbacks-capture", daemon=True)
         self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self._look(serve=True)
 
     def _look(self, serve: bool) -> None:
         for read in self.readers:
@@ -158,6 +169,19 @@ class FileRequests:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(1.0)
+
+
+def _poll(ref: weakref.ReferenceType[FileRequests], stop: threading.Event, every_s: float) -> None:
+    """The thread: look every ``every_s`` seconds.
+
+    It holds the requests weakly and ends once they are gone: an engine never closed is not kept alive by its thread.
+    """
+    while not stop.wait(every_s):
+        owner = ref()
+        if owner is None:
+            return
+        owner._look(serve=True)
+        del owner
 
 
 def local_reader(path: Path) -> Reader:

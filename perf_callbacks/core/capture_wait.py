@@ -21,6 +21,8 @@ import collections
 import os
 import threading
 import time
+import weakref
+from typing import Any
 
 SAMPLES = 512  # about 25 s at the default rate: a step longer than that is judged on its elapsed time
 
@@ -58,14 +60,15 @@ class WaitSampler:
     def start(self) -> None:
         """Start sampling (nothing where the counter cannot be read)."""
         if self._fd is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="perf-callbacks-wait", daemon=True)
+            self._thread = threading.Thread(target=_sample, args=(weakref.ref(self), self._stop, self.every_s),
+                                            name="perf-callbacks-wait", daemon=True)
             self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            t, waited = time.perf_counter(), self.read()
-            if waited is not None:
-                self.samples.append((t, waited))
+    def sample(self) -> None:
+        """One reading into ``samples``."""
+        t, waited = time.perf_counter(), self.read()
+        if waited is not None:
+            self.samples.append((t, waited))
 
     def own(self, elapsed: float) -> float:
         """At most the own time of the step that just ended after ``elapsed`` seconds (its wait taken off)."""
@@ -92,3 +95,13 @@ class WaitSampler:
             thread.join(1.0)
         if fd is not None:
             os.close(fd)
+
+
+def _sample(ref: weakref.ReferenceType[Any], stop: threading.Event, every_s: float) -> None:
+    """The thread: it holds the sampler weakly and ends once it is gone."""
+    while not stop.wait(every_s):
+        owner = ref()
+        if owner is None:
+            return
+        owner.sample()
+        del owner

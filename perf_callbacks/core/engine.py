@@ -406,5 +406,6 @@ def _close_at_exit(ref: weakref.ReferenceType[PerfEngine], pid: int) -> None:
     but not its worker thread, and closing that copy would write the parent's files and wait for jobs that never end.
     """
     if os.getpid() == pid and (engine := ref()) is not None:
+        engine.windows.at_exit = True
         engine.close(engine.exit_cause())
 

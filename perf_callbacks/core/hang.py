@@ -104,6 +104,7 @@ class HangWatch:
         self._t_fired = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.gone: Callable[[], bool] = lambda: False  # what it watches is gone: the thread ends
 
     @property
     def limit(self) -> float:
@@ -170,6 +171,8 @@ class HangWatch:
 
     def _run(self, poll: float) -> None:
         while not self._stop.wait(poll):
+            if self.gone():
+                return
             try:
                 self.check(time.monotonic())
             except Exception:  # noqa: BLE001 - the watchdog never raises, never ends training
@@ -181,6 +184,8 @@ def watch_engine(engine: Any, timeout: float | None, rank: int, world_size: int,
     if timeout == 0:
         return None
     watch = HangWatch(engine_probe(engine), run_dir, rank, timeout, extra=lambda: {"world_size": world_size})
+    ref = weakref.ref(engine)
+    watch.gone = lambda: ref() is None  # an engine never closed and collected: no thread left behind
     watch.start()
     return watch
 

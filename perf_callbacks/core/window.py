@@ -101,6 +101,7 @@ class WindowRecorder:
         self.growth_meta: Callable[[], dict[str, Any] | None] | None = None  # the run's memory growth, once measured
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
         self.parts: WindowParts | None = None  # the engine's: parameters, gradients, optimizer state into each trace
+        self.at_exit = False  # closed by the interpreter's exit: a session still warming up is left as it is
 
     # ---- per step ------------------------------------------------------------------------------------------------
     def begin_step(self, step: int) -> bool:
@@ -214,6 +215,9 @@ class WindowRecorder:
         if session.stolen:  # stopping or exporting a session whose profiler is gone crashes inside torch
             self.session = session
             self._stolen(self.steps[-1] if self.steps else -1)
+            return
+        if self.at_exit and not session.recording:  # only warming up: nothing to export, and starting Kineto as the
+            self._instruments_off()  # interpreter shuts down (stop() starts a prepared session first) is no flush
             return
         try:
             self._record_load(session)

@@ -33,8 +33,9 @@ def test_one_trace_per_rank_per_window(tmp_path: Path) -> None:
     results = run_ddp(tmp_path)
     runs = list((tmp_path / "perf").iterdir())
     assert len(runs) == 1, "both ranks must agree on the run folder"
-    windows = sorted(p.name for p in runs[0].iterdir())
+    windows = sorted(p.name for p in runs[0].iterdir() if p.name != "report.html")
     assert windows == ["window-000003-000004", "window-000006-000007"]
+    assert (runs[0] / "report.html").is_file()  # the run's page, next to its windows
     for w in windows:
         files = sorted(p.name for p in (runs[0] / w).glob("*.pt.trace.json*"))
         assert files == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]

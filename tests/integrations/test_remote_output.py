@@ -116,8 +116,8 @@ def test_an_endpoint_that_refuses_connections_warns_once(tmp_path: Path, s3: S3S
     (message,) = upload_warnings(list(seen))
     assert "cannot upload to s3://perf-down/perf: " in message and s3.endpoint in message
     assert f"the files stay in {staging}" in message
-    assert len(staged(staging)) == 3
-    assert "3 file(s) not uploaded to s3://perf-down/perf" in capsys.readouterr().err
+    assert len(staged(staging)) == 4  # the window's trace, sidecar and summary, and the run's report.html
+    assert "4 file(s) not uploaded to s3://perf-down/perf" in capsys.readouterr().err
 
 
 def test_a_server_stopped_mid_run_keeps_what_it_did_not_get(tmp_path: Path, s3: S3Server, staging: Path) -> None:
@@ -127,7 +127,8 @@ def test_a_server_stopped_mid_run_keeps_what_it_did_not_get(tmp_path: Path, s3: 
         def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
             if trainer.global_step == 8:  # once the first window (steps 5-6) is in the bucket, as a long step would
                 assert cb.engine is not None
-                _wait_for(lambda: cb.engine.windows.poll() or len(s3.fs().find("perf-mid/perf")) == 3)  # type: ignore
+                _wait_for(lambda: cb.engine.windows.poll() or len(  # type: ignore[union-attr]
+                    [p for p in s3.fs().find("perf-mid/perf") if "/window-" in p]) == 3)
                 s3.stop()
 
     cb = GPUPerfCallback(output_dir="s3://perf-mid/perf", storage_options={**s3.options, **FAST_FAIL},
@@ -137,7 +138,9 @@ def test_a_server_stopped_mid_run_keeps_what_it_did_not_get(tmp_path: Path, s3: 
         t.fit(TinyModel(), loader())
     assert t.global_step == 12 and t.state.finished
     assert len(upload_warnings(list(seen))) == 1
-    assert {p.parent.name for p in staged(staging)} == {"window-000010-000011"}  # the second window, kept
+    kept = staged(staging)
+    assert {p.parent.name for p in kept if p.name != "report.html"} == {"window-000010-000011"}  # the second window
+    assert [p.name for p in kept if p.parent.name != "window-000010-000011"] == ["report.html"]  # and the page after it
 
 
 @pytest.mark.slow
@@ -154,7 +157,7 @@ def test_a_slow_server_never_makes_a_training_hook_wait(tmp_path: Path, s3: S3Se
     class AtEnd(L.Callback):
         def on_train_end(self, trainer: L.Trainer, *args: Any) -> None:  # before our teardown waits for uploads
             assert cb.engine is not None and cb.engine.windows.uploads is not None
-            pending.append(3 - cb.engine.windows.uploads.uploaded)
+            pending.append(4 - cb.engine.windows.uploads.uploaded)
 
     t = trainer(tmp_path, [cb, AtEnd()], max_steps=30)
     t0 = time.perf_counter()
@@ -163,7 +166,7 @@ def test_a_slow_server_never_makes_a_training_hook_wait(tmp_path: Path, s3: S3Se
     after_window = {step: s for step, s in hook_s.items() if step > 5}  # after the export (at 5): while it uploads
     assert pending[0] > 0  # uploads were still in flight when training ended: the steps overlapped them
     assert max(after_window.values()) < s3.delay_s / 4, after_window
-    assert remote_files(s3, "perf-slow/perf") == {"window-000003-000004/rank0.pt.trace.json.gz",
+    assert remote_files(s3, "perf-slow/perf") == {"report.html", "window-000003-000004/rank0.pt.trace.json.gz",
                                                    "window-000003-000004/rank0.summary.json",
                                                    "window-000003-000004/summary.txt"}
     assert staged(staging) == []
@@ -271,7 +274,7 @@ def test_wrong_credentials_warn_once_and_keep_the_files(tmp_path: Path, s3: S3Se
     (message,) = upload_warnings(list(seen))
     assert "cannot upload to s3://perf-auth/perf: PermissionError: The AWS Access Key Id you provided does not exist" \
         in message, message
-    assert len(staged(staging)) == 3
+    assert len(staged(staging)) == 4  # the window's trace, sidecar and summary, and the run's report.html
 
 
 @pytest.mark.multiprocess
@@ -428,7 +431,8 @@ def test_an_oom_folder_ends_up_in_the_bucket(tmp_path: Path, s3: S3Server, stagi
     with pytest.raises(OutOfMemoryError) as info:
         t.fit(model, loader())
     assert info.value is model.error
-    assert remote_files(s3, "perf-oom/perf") == {"oom-rank0/summary.txt", "window-000003-000004/rank0.pt.trace.json.gz",
+    assert remote_files(s3, "perf-oom/perf") == {"oom-rank0/summary.txt", "report.html",
+                                                  "window-000003-000004/rank0.pt.trace.json.gz",
                                                   "window-000003-000004/rank0.summary.json",
                                                   "window-000003-000004/summary.txt"}
     (summary,) = [p for p in s3.fs().find("perf-oom/perf") if p.endswith("oom-rank0/summary.txt")]
