@@ -70,7 +70,9 @@ def test_the_reviews_case_a_fast_fetch_stretched_by_a_busy_core_is_no_slow_loade
     finally:
         torch.set_num_threads(threads)
     assert not [str(w.message) for w in seen if issubclass(w.category, DataLoaderWarning)]
-    assert result.data_wait_fraction >= 0.5, result.data_wait_fraction  # what made it input_bound before
+    # what made it input_bound before: a data wait far above the verdict's 10% threshold (about half the window; 46% on
+    # a loaded CI runner, where the rest of the step stretches too)
+    assert result.data_wait_fraction >= 0.3, result.data_wait_fraction
     assert result.ranks[0].losses["cpu_contention"] >= 0.5, result.ranks[0].losses
     assert result.verdict == "cpu_contention", (result.verdict, result.verdict_note)
     assert "a busy machine, not a slow loader" in result.verdict_note, result.verdict_note

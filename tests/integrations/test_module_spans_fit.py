@@ -30,6 +30,10 @@ STEPS = 12
 T_99 = 3.5
 """Student's t for 7 degrees of freedom (8 steps), two-sided 99%: a 1% false alarm on a run with equal blocks."""
 BLOCKS = ("blocks.0", "blocks.1")
+SYSTEMATIC = 0.3
+"""How far apart the two blocks' times may be whatever the noise: effects of their order in a step on a real CPU."""
+MISPLACED = 0.5
+"""At most this far apart however noisy the run: a backward lost or given to the other block is 2/3 of a block's time."""
 
 
 @pytest.fixture(autouse=True)
@@ -98,11 +102,14 @@ def assert_equal_blocks(by: dict[str, dict[str, Any]], steps: list[tuple[float, 
     assert by["blocks.*"]["members"] == 2
     assert b0["time_us"] == pytest.approx(sum(s[0] for s in steps)) and b1["time_us"] == pytest.approx(
         sum(s[1] for s in steps))
-    # Equal work: the per-step differences of the two blocks' times are this run's noise (CPU sharing, caches). Their
-    # mean must be within T_99 standard errors of 0, which is the ratio bound below; a share lost or moved to the
-    # other block moves the mean by far more than its noise.
+    # Equal work: the per-step differences of the two blocks' times are this run's noise (CPU sharing), and more: a
+    # real CPU run also pays for effects of its order that favour one block every step (a loaded CI runner measured
+    # blocks.0 15% slower on all 8 steps: first touches of freshly mapped memory land on whichever op comes first).
+    # So the bound is T_99 standard errors of the mean difference, at least SYSTEMATIC and at most MISPLACED: a
+    # backward lost (ratio 1/3) or moved to the other block (ratio 1/5 or 5) stays far outside it.
     diffs = [a - b for a, b in steps]
-    bound = T_99 * stdev(diffs) / sqrt(len(diffs)) * len(diffs) / b1["time_us"]
+    noise = T_99 * stdev(diffs) / sqrt(len(diffs)) * len(diffs) / b1["time_us"]
+    bound = min(max(noise, SYSTEMATIC), MISPLACED)
     ratio = b0["time_us"] / b1["time_us"]
     print(f"blocks.0/blocks.1 time {ratio:.3f} (bound 1 +- {bound:.3f}); shares {b0['time_fraction']:.3f} "
           f"{b1['time_fraction']:.3f}; per step ms {[(round(a / 1e3, 1), round(b / 1e3, 1)) for a, b in steps]}")
