@@ -18,7 +18,7 @@ from pathlib import Path
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
-from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.core.engine.engine import PerfEngine
 
 VARIANTS = (("off", 0), ("default", None), ("1 s", 1.0))
 

@@ -72,7 +72,7 @@ def history_cost(step: Any, rounds: int, steps: int) -> dict[str, Any]:
 
 
 def peak_read_us(device: torch.device, n: int = 2000) -> float:
-    from perf_callbacks.core.phase_peaks import PhasePeaks
+    from perf_callbacks.core.memory.phase_peaks import PhasePeaks
 
     peaks = PhasePeaks.for_device(device)
     assert peaks is not None

@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perf_callbacks.config import PerfConfig  # noqa: E402
-from perf_callbacks.core.engine import PerfEngine, RunContext  # noqa: E402
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext  # noqa: E402
 
 ACTIVE = 5
 

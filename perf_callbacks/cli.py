@@ -100,7 +100,7 @@ def _silence_stdout() -> None:
 
 
 def _add_report(sub: argparse._SubParsersAction[_Parser]) -> None:
-    from perf_callbacks.analysis.collect import default_jobs
+    from perf_callbacks.analysis.rank.collect import default_jobs
 
     p = sub.add_parser("report", help="analyse traces: verdict, top ops, GPU utilization, stragglers",
                        description="Analyse Kineto traces: verdict, top ops, utilization, idle causes, stragglers.",
@@ -161,7 +161,7 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
     import json
 
     from perf_callbacks.analysis import analyze, format_text, render_html
-    from perf_callbacks.analysis.hang import hang_only
+    from perf_callbacks.analysis.windows.hang import hang_only
 
     try:
         result = analyze(args.path, top_k=max(args.top, 10), jobs=args.jobs,
@@ -174,7 +174,7 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
     for error in result.errors:
         print(shown(f"perf-callbacks report: skipped {error}"), file=sys.stderr)
     if args.modules:
-        from perf_callbacks.analysis.modules import set_depth
+        from perf_callbacks.analysis.compute.modules import set_depth
 
         set_depth(result, args.modules)
     if args.html:
@@ -186,14 +186,14 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
 
 
 def _remote(path: str) -> bool:
-    from perf_callbacks.core.remote import is_remote
+    from perf_callbacks.core.files.remote import is_remote
 
     return is_remote(path)
 
 
 def _local(path: str) -> str:
     """A local path, from a ``file://`` URL as ``output_dir`` takes it (``file:///data/perf``) or a plain path."""
-    from perf_callbacks.core.remote import resolve_output
+    from perf_callbacks.core.files.remote import resolve_output
 
     return str(resolve_output(path, rank=0)[0]) if "://" in path else path
 
@@ -276,9 +276,9 @@ def _run_diff(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from perf_callbacks.analysis.diff_html import render_diff_html
-    from perf_callbacks.analysis.diff_text import format_diff
-    from perf_callbacks.analysis.diff_windows import diff_paths
+    from perf_callbacks.analysis.diff.text import format_diff
+    from perf_callbacks.analysis.html.diff_page import render_diff_html
+    from perf_callbacks.analysis.windows.diff_sides import diff_paths
 
     if len(args.window) > 2:
         print("perf-callbacks diff: give --window at most twice (BASE, then NEW)", file=sys.stderr)
@@ -316,7 +316,7 @@ def _local_copies(stack: contextlib.ExitStack, args: argparse.Namespace) -> tupl
     windows = (args.window * 2)[:2] if args.window else [None, None]
     for path, window in zip((args.base, args.new), windows, strict=True):
         if _remote(path):
-            from perf_callbacks.analysis.diff_windows import windows_read
+            from perf_callbacks.analysis.windows.diff_sides import windows_read
             from perf_callbacks.remote_read import mirrored
 
             mirror = stack.enter_context(mirrored(path, args.storage_options, args.jobs, timeout_s=_timeout(args)))
@@ -347,7 +347,7 @@ def _run_nsys(args: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
-    from perf_callbacks.core.nsys import nsys_command, nsys_guide
+    from perf_callbacks.core.ranges.nsys import nsys_command, nsys_guide
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:

@@ -1,6 +1,6 @@
 """``perf-callbacks capture RUN_DIR [--steps N]``: ask a live run for a window at its next step.
 
-It writes the request file ``RUN_DIR/capture`` (``core/capture_request.py``): every rank of the run that watches that
+It writes the request file ``RUN_DIR/capture`` (``core/triggers/requests.py``): every rank of the run that watches that
 folder (its ``output_dir``, or the run's folder inside it; a remote ``output_dir`` through fsspec) records the next
 ``N`` steps once, within ``capture_poll_s`` seconds (2 s by default) and one step.
 """
@@ -23,7 +23,7 @@ def add_capture(sub: Any) -> None:
 
 def run_capture(args: argparse.Namespace) -> int:
     """Write the request; 2 when the folder is not there or not writable."""
-    from perf_callbacks.core.capture_request import REQUEST_FILE, write_request
+    from perf_callbacks.core.triggers.requests import REQUEST_FILE, write_request
 
     target = str(args.run_dir)
     local = "://" not in target or target.startswith("file://")

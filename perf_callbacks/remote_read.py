@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from perf_callbacks.core.remote import is_remote
+from perf_callbacks.core.files.remote import is_remote
 
 __all__ = ["Mirror", "RemoteError", "RemoteTimeout", "fetched", "is_remote", "mirrored", "timeout_from_env"]
 HEAD_BYTES = 64 << 10
@@ -153,8 +153,8 @@ def mirrored(url: str, storage_options: Mapping[str, Any] | None = None, jobs: i
 def _mirror(fs: Any, root: str, infos: dict[str, dict[str, Any]], tmp: Path, jobs: int,
             sidecars: bool) -> dict[str, dict[str, Any]]:
     """Mirror ``infos`` under ``tmp`` (see the module's text); returns the files whose copy is not whole."""
-    from perf_callbacks.analysis.collect import from_sidecar
-    from perf_callbacks.analysis.discover import not_a_trace
+    from perf_callbacks.analysis.rank.collect import from_sidecar
+    from perf_callbacks.analysis.trace.discover import not_a_trace
 
     def local(path: str) -> Path:
         return tmp / PurePosixPath(path).relative_to(root)
@@ -241,8 +241,8 @@ def _cause(err: BaseException) -> str:
 
 def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:
     """The (already fetched) sidecar that the report would read for ``trace`` names it, with its remote size."""
-    from perf_callbacks.analysis.loader import rank_from_name
-    from perf_callbacks.analysis.sidecar_store import FORMAT, contradicts
+    from perf_callbacks.analysis.trace.loader import rank_from_name
+    from perf_callbacks.analysis.trace.sidecar_store import FORMAT, contradicts
 
     rank = rank_from_name(trace)
     path = trace.with_name(f"rank{rank}.summary.json" if rank is not None else f"{trace.name}.summary.json")

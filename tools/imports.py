@@ -3,9 +3,16 @@
 Every ``import perf_callbacks...`` counts, wherever it is (module level, inside a function, under ``TYPE_CHECKING``):
 a cycle that only type checkers see is still two modules that cannot be read apart. The layers, from the top:
 
-    cli (and its remote reads), integrations  ->  core  ->  config  ->  analysis, exceptions and the private helpers
+    cli (and its remote reads), integrations
+    core: engine -> hang -> windows -> triggers -> timing -> memory -> ranges -> flops -> files -> core's base
+    config
+    analysis: the package and its sidecar entry point -> html -> render -> windows -> diff -> rank -> compute
+              -> measures -> memory -> judge -> results -> trace
+    exceptions and the private helpers
 
-A module may import from its own layer (without a cycle) or from a layer below it, never from one above.
+A module may import from its own layer (without a cycle) or from a layer below it, never from one above. Each family
+is a subpackage whose ``__init__`` says in one line what it holds, and no folder holds more than ``MAX_MODULES``
+modules; modules over ``LONG_LINES`` lines are listed.
 
 Usage::
 
@@ -24,11 +31,36 @@ PACKAGE = Path(__file__).resolve().parents[1] / "perf_callbacks"
 LAYERS = (
     ("perf_callbacks.cli", "perf_callbacks.cli_capture", "perf_callbacks.remote_read", "perf_callbacks.integrations",
      "perf_callbacks.__init__"),
+    ("perf_callbacks.core.engine",),
+    ("perf_callbacks.core.hang",),
+    ("perf_callbacks.core.windows",),
+    ("perf_callbacks.core.triggers",),
+    ("perf_callbacks.core.timing",),
+    ("perf_callbacks.core.memory",),
+    ("perf_callbacks.core.ranges",),
+    ("perf_callbacks.core.flops",),
+    ("perf_callbacks.core.files",),
     ("perf_callbacks.core",),
     ("perf_callbacks.config",),
+    ("perf_callbacks.analysis.__init__", "perf_callbacks.analysis.sidecar"),
+    ("perf_callbacks.analysis.html",),
+    ("perf_callbacks.analysis.render",),
+    ("perf_callbacks.analysis.windows",),
+    ("perf_callbacks.analysis.diff",),
+    ("perf_callbacks.analysis.rank",),
+    ("perf_callbacks.analysis.compute",),
+    ("perf_callbacks.analysis.measures",),
+    ("perf_callbacks.analysis.memory",),
+    ("perf_callbacks.analysis.judge",),
+    ("perf_callbacks.analysis.results",),
+    ("perf_callbacks.analysis.trace",),
     ("perf_callbacks.analysis", "perf_callbacks.exceptions", "perf_callbacks._errors", "perf_callbacks._yaml"),
 )
 """Top first; a module belongs to the first prefix it starts with."""
+MAX_MODULES = 12
+"""The most modules a folder of the package may hold (``__init__`` and ``__main__`` not counted)."""
+LONG_LINES = 300
+"""Modules longer than this are listed as candidates to split."""
 
 
 def modules(root: Path = PACKAGE) -> dict[str, Path]:
@@ -47,20 +79,18 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
+            hits = {_resolve(alias.name, known) for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            hits = {_resolve(f"{base}.{alias.name}", known) for alias in node.names}
+            if None in hits:  # a name that is not a module: it comes from ``base`` itself
+                hits.add(_resolve(base, known))
         else:
             continue
-        for target in targets:
-            hit = _resolve(target, known)
-            if hit is not None and hit != name:
-                found.add(hit)
-                break
+        found |= {hit for hit in hits if hit is not None and hit != name}
     return found
 
 
@@ -128,8 +158,25 @@ def graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     return {name: imports(name, path, known) for name, path in mods.items()}
 
 
+def shape(root: Path = PACKAGE) -> tuple[list[str], list[str]]:
+    """Problems of the package's shape (a folder of too many modules, a subpackage that does not say what it holds),
+    and the modules over ``LONG_LINES`` lines."""
+    problems: list[str] = []
+    for folder in sorted({p.parent for p in root.rglob("*.py")}):
+        mods = [p for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")]
+        rel = folder.relative_to(root.parent).as_posix()
+        if len(mods) > MAX_MODULES:
+            problems.append(f"{rel}: {len(mods)} modules (at most {MAX_MODULES})")
+        init = folder / "__init__.py"
+        if not init.exists() or not ast.get_docstring(ast.parse(init.read_text())):
+            problems.append(f"{rel}: no __init__.py saying what the family holds")
+    long = [f"{p.relative_to(root.parent).as_posix()}: {n} lines" for p in sorted(root.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > LONG_LINES]
+    return problems, long
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the cycles and upward imports; 1 if there is any."""
+    """Print the cycles, upward imports and shape problems (1 if there is any), and the long modules."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", action="store_true", help="print every edge too")
     args = parser.parse_args(argv)
@@ -144,8 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         print("cycle: " + " <-> ".join(comp))
     for a, b in up:
         print(f"upward: {a} -> {b}")
-    print(f"{len(g)} modules, {sum(map(len, g.values()))} imports, {len(found)} cycles, {len(up)} upward imports")
-    return 1 if found or up else 0
+    problems, long = shape()
+    for line in problems:
+        print(f"shape: {line}")
+    for line in long:
+        print(f"long: {line}")
+    print(f"{len(g)} modules, {sum(map(len, g.values()))} imports, {len(found)} cycles, {len(up)} upward imports, "
+          f"{len(problems)} shape problems, {len(long)} modules over {LONG_LINES} lines")
+    return 1 if found or up or problems else 0
 
 
 if __name__ == "__main__":

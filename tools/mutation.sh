@@ -3,7 +3,7 @@
 # fast unit tests only (not in CI: each module takes minutes, the engine and its windows the longest).
 #
 #   tools/mutation.sh                      # every module below
-#   tools/mutation.sh perf_callbacks/core/stats.py      # only some of them (one at a time is kinder to a shared box)
+#   tools/mutation.sh perf_callbacks/core/timing/stats.py      # only some of them (one at a time is kinder to a shared box)
 #
 # Runs mutmut 3.x (pip install "mutmut>=3.8,<4") in a scratch copy of the repository ($MUTATION_DIR, default
 # /tmp/perf-callbacks-mutation), so the worktree gets no mutants/ folder and no mutmut config. For each mutant
@@ -21,17 +21,17 @@ JOBS=${MUTATION_JOBS:-2}
 
 # The measures of the analysis (collectives, copies, launch, memory, MFU, the op table, the input evidence and the
 # advice), FLOP counting, the compile watch, the remote output and the CPU wait (issue 35).
-MEASURES=(perf_callbacks/analysis/comms.py perf_callbacks/analysis/headline.py perf_callbacks/analysis/copies.py
-          perf_callbacks/analysis/launch.py perf_callbacks/analysis/memory_ops.py perf_callbacks/analysis/mfu.py
-          perf_callbacks/analysis/op_table.py perf_callbacks/analysis/evidence.py perf_callbacks/analysis/advice.py
-          perf_callbacks/analysis/machine.py perf_callbacks/analysis/measures.py
-          perf_callbacks/analysis/extra_events.py perf_callbacks/core/flops.py perf_callbacks/core/flop_count.py
-          perf_callbacks/core/compile_watch.py perf_callbacks/core/remote.py perf_callbacks/remote_read.py
-          perf_callbacks/core/cpu_wait.py perf_callbacks/core/monitor.py)
-MODULES=(perf_callbacks/core/schedule.py perf_callbacks/core/traces.py perf_callbacks/core/trace_cut.py
-         perf_callbacks/core/stats.py perf_callbacks/core/clock.py perf_callbacks/core/engine.py perf_callbacks/core/engine_aside.py
-         perf_callbacks/core/window.py perf_callbacks/analysis/verdict.py perf_callbacks/analysis/noise.py
-         perf_callbacks/analysis/cluster.py perf_callbacks/analysis/timeline.py
+MEASURES=(perf_callbacks/analysis/measures/comms.py perf_callbacks/analysis/results/headline.py perf_callbacks/analysis/measures/copies.py
+          perf_callbacks/analysis/measures/launch.py perf_callbacks/analysis/memory/ops.py perf_callbacks/analysis/compute/mfu.py
+          perf_callbacks/analysis/measures/op_table.py perf_callbacks/analysis/judge/evidence.py perf_callbacks/analysis/judge/advice.py
+          perf_callbacks/analysis/trace/machine.py perf_callbacks/analysis/rank/measures.py
+          perf_callbacks/analysis/trace/extra_events.py perf_callbacks/core/flops/step.py perf_callbacks/core/flops/count.py
+          perf_callbacks/core/flops/compile_watch.py perf_callbacks/core/files/remote.py perf_callbacks/remote_read.py
+          perf_callbacks/core/timing/cpu_wait.py perf_callbacks/core/timing/monitor.py)
+MODULES=(perf_callbacks/core/triggers/schedule.py perf_callbacks/core/files/traces.py perf_callbacks/core/windows/trace_cut.py
+         perf_callbacks/core/timing/stats.py perf_callbacks/core/clock.py perf_callbacks/core/engine/engine.py perf_callbacks/core/engine/aside.py
+         perf_callbacks/core/windows/recorder.py perf_callbacks/analysis/judge/verdict.py perf_callbacks/analysis/judge/noise.py
+         perf_callbacks/analysis/judge/cluster.py perf_callbacks/analysis/trace/timeline.py
          perf_callbacks/integrations/_accelerate_steps.py "${MEASURES[@]}")
 [ $# -gt 0 ] && MODULES=("$@")
 # The fast tests that exercise these modules (found with grep; they drive the engine by hand, no framework), plus

@@ -31,7 +31,7 @@ _FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--di
 def pages(gloo: Path, run: Path) -> dict[str, str]:
     """Each screenshot's name and its page; ``run`` is a run folder of several windows."""
     from perf_callbacks.analysis import analyze, compare, render_html
-    from perf_callbacks.analysis.diff_html import render_diff_html
+    from perf_callbacks.analysis.html.diff_page import render_diff_html
 
     fixtures = FIXTURES.relative_to(REPO)  # the page's title names the fixture, not where the repository is
     results = {name: analyze(fixtures / f"{name}.pt.trace.json.gz", sidecars=False) for name in H200}

@@ -7,15 +7,15 @@ Example:
 
 from __future__ import annotations
 
-from perf_callbacks.analysis.api import analyze, analyze_window
-from perf_callbacks.analysis.diff import DiffResult, compare
-from perf_callbacks.analysis.diff_html import render_diff_html
-from perf_callbacks.analysis.diff_text import format_diff
-from perf_callbacks.analysis.diff_windows import diff_paths
-from perf_callbacks.analysis.html import render_html
-from perf_callbacks.analysis.result import VERDICTS, AnalysisResult, RankResult, StepResult
-from perf_callbacks.analysis.sidecar_store import read_sidecar, sidecar_path
-from perf_callbacks.analysis.text import format_text
+from perf_callbacks.analysis.diff.compare import DiffResult, compare
+from perf_callbacks.analysis.diff.text import format_diff
+from perf_callbacks.analysis.html.diff_page import render_diff_html
+from perf_callbacks.analysis.html.page import render_html
+from perf_callbacks.analysis.render.text import format_text
+from perf_callbacks.analysis.results.result import VERDICTS, AnalysisResult, RankResult, StepResult
+from perf_callbacks.analysis.trace.sidecar_store import read_sidecar, sidecar_path
+from perf_callbacks.analysis.windows.api import analyze, analyze_window
+from perf_callbacks.analysis.windows.diff_sides import diff_paths
 
 __all__ = [
     "VERDICTS",

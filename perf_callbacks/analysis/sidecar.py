@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from perf_callbacks._errors import describe_error
-from perf_callbacks.analysis.api import build_result
-from perf_callbacks.analysis.collect import analyze_file
-from perf_callbacks.analysis.console import console_parts
-from perf_callbacks.analysis.sidecar_store import (
+from perf_callbacks.analysis.rank.collect import analyze_file
+from perf_callbacks.analysis.render.console import console_parts
+from perf_callbacks.analysis.render.text import format_text
+from perf_callbacks.analysis.trace.sidecar_store import (
     CANNOT_WRITE,
     FORMAT,
     STDERR_PREFIX,
@@ -34,7 +34,7 @@ from perf_callbacks.analysis.sidecar_store import (
     sidecar_path,
     write_atomic,
 )
-from perf_callbacks.analysis.text import format_text
+from perf_callbacks.analysis.windows.api import build_result
 
 __all__ = ["FORMAT", "main", "read_sidecar", "sidecar_path", "write_sidecar"]
 
@@ -52,7 +52,7 @@ def write_sidecar(trace: Path, meta: dict[str, Any] | None = None, top_k: int = 
 
     Returns:
         The sidecar: ``format``, ``trace``, ``trace_bytes``, ``meta``, and either ``text``, ``scalars``, ``console``
-        (the window's console line as data, :mod:`perf_callbacks.analysis.console`), ``rank``
+        (the window's console line as data, :mod:`perf_callbacks.analysis.render.console`), ``rank``
         (the rank result as a dict), ``verdict`` and ``verdict_note``, or ``error`` (one line) when it failed.
 
     Example:

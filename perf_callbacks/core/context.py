@@ -36,7 +36,7 @@ class RunContext:
         compute_dtype: the dtype of the framework's mixed precision (bf16/fp16 autocast), when it has one: the peak
             FLOP/s is looked up for it unless a counted step shows the dtype itself.
         remote: the URL of a remote ``output_dir`` whose files are staged in ``output_dir`` and uploaded
-            (see ``core/remote.py``); None when ``output_dir`` is local.
+            (see ``core/files/remote.py``); None when ``output_dir`` is local.
     """
 
     output_dir: Path

@@ -4,9 +4,9 @@ A module's path is its qualified name in the model with the wrappers' own segmen
 ``_fsdp_wrapped_module``, activation checkpointing's ``_checkpoint_wrapped_module``, ``torch.compile``'s ``_orig_mod``,
 and the leading ``module`` of a ``DistributedDataParallel``/``DataParallel`` root), so that ``blocks.0.attn`` reads the
 same however the model is wrapped. The root is the empty path. Spans in the torch trace are named
-``perf_callbacks.module/<path>``; the analysis (``analysis/modules.py``) reads them back, with the metadata
+``perf_callbacks.module/<path>``; the analysis (``analysis/compute/modules.py``) reads them back, with the metadata
 :func:`modules_meta` writes under ``META_KEY``: the parameters each module holds itself, the FLOPs counted per module
-(``core/module_flops.py``), and whether spans were recorded.
+(``core/flops/modules.py``), and whether spans were recorded.
 
 Example:
     >>> import torch
@@ -27,7 +27,7 @@ import torch
 SPAN_PREFIX = "perf_callbacks.module/"
 """The name of a module's span in the torch trace is this prefix and the module's path."""
 META_KEY = "perf_callbacks_modules"
-"""The trace's top-level metadata key (``perf_callbacks.analysis.modules.META_KEY``)."""
+"""The trace's top-level metadata key (``perf_callbacks.analysis.compute.modules.META_KEY``)."""
 WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
 _DATA_PARALLEL = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
 

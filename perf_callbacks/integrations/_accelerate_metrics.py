@@ -10,8 +10,8 @@ An interval that no step boundary flushed (the loop ``break``s right after a log
 :meth:`CrossRankLogger.flush_at_close`: with several processes through the process group's key-value store, never a
 collective, and rank 0 waits for the others at most ``CLOSE_WAIT_S``, so a rank that failed holds nobody.
 
-Rank 0's writes go through the run's :class:`~perf_callbacks.core.outputs.Outputs`: a tracker that raises turns the
-``metrics`` writer off, our own event file the ``events`` writer, each with one warning; every rank still joins the
+Rank 0's writes go through the run's :class:`~perf_callbacks.core.files.outputs.Outputs`: a tracker that raises turns
+the ``metrics`` writer off, our own event file the ``events`` writer, each with one warning; every rank still joins the
 gather, so a rank whose writer is off holds nobody either.
 
 Example:
@@ -27,7 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.core.outputs import Outputs
+from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.integrations._events import EventFile
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.core.engine.engine import PerfEngine
 from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
 from perf_callbacks.integrations._accelerate_state import put_count, take_count
 

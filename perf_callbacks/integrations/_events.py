@@ -5,9 +5,9 @@ records and closes it, so there is no writer thread to die with a traceback (Ten
 from a daemon thread that prints ``Exception in thread`` and then raises the stored error into the next
 ``add_scalar``), nothing is left buffered at close, and a deleted or full output folder is seen at the write that
 meets it. That write is undone (the file is cut back to its last whole record, or removed if it held none), the
-``events`` writer is turned off with one warning (:class:`~perf_callbacks.core.outputs.Outputs`), and training goes
-on. The file is named as ``SummaryWriter`` names its files, with a ``.perf-callbacks`` suffix so that it never takes
-the name of a writer of the user's in the same folder.
+``events`` writer is turned off with one warning (:class:`~perf_callbacks.core.files.outputs.Outputs`), and training
+goes on. The file is named as ``SummaryWriter`` names its files, with a ``.perf-callbacks`` suffix so that it never
+takes the name of a writer of the user's in the same folder.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import socket
 import time
 from pathlib import Path
 
-from perf_callbacks.core.outputs import Outputs, make_dirs, remove_empty
+from perf_callbacks.core.files.outputs import Outputs, make_dirs, remove_empty
 
 _FILE_IDS = itertools.count()
 

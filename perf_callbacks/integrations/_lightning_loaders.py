@@ -7,8 +7,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from perf_callbacks.core.dataloader import Finding, inspect_loader
-from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.core.engine.engine import PerfEngine
+from perf_callbacks.core.timing.dataloader import Finding, inspect_loader
 
 
 def check_train_loaders(trainer: pl.Trainer, engine: PerfEngine, check: bool) -> None:

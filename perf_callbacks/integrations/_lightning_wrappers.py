@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from perf_callbacks.core.adapters import MARK, in_phase, is_ours
-from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.core.engine.engine import PerfEngine
+from perf_callbacks.integrations._adapters import MARK, in_phase, is_ours
 
 
 def wrap_save_checkpoint(trainer: pl.Trainer, engine: PerfEngine) -> None:

@@ -26,8 +26,8 @@ from typing import Any
 
 from transformers import Trainer
 
-from perf_callbacks.core.adapters import MARK, batch_size, in_phase, is_ours
-from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.core.engine.engine import PerfEngine
+from perf_callbacks.integrations._adapters import MARK, batch_size, in_phase, is_ours
 
 LiveEngine = Callable[[], "PerfEngine | None"]
 _METHODS = ("get_batch_samples", "evaluate", "_save_checkpoint")

@@ -8,7 +8,7 @@ naming (``TensorBoardCallback`` shows ``perf/train/step_time_ms`` as ``train/per
 integration configured (``report_to="none"``, the 5.x default) the metrics are written as TensorBoard events of our
 own, under ``args.logging_dir`` where the Trainer still has one (4.x), else ``<output_dir>/<run>/tensorboard``.
 An integration that raises turns the ``metrics`` writer off, and our own event file the ``events`` writer, each with
-one warning (:class:`~perf_callbacks.core.outputs.Outputs`); training goes on.
+one warning (:class:`~perf_callbacks.core.files.outputs.Outputs`); training goes on.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.core.outputs import Outputs
+from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.integrations._events import EventFile
 
 

@@ -29,20 +29,20 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from perf_callbacks.config import PerfConfig, check_ranks
-from perf_callbacks.core.adapters import batch_size, distributed_initialized, in_phase
-from perf_callbacks.core.compile_watch import is_compiled
-from perf_callbacks.core.dataloader import inspect_accelerate_loader
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 from perf_callbacks.core.exit import catch_sigterm, release_sigterm
-from perf_callbacks.core.memory import OutOfMemoryError
-from perf_callbacks.core.peak import mixed_precision_dtype
-from perf_callbacks.core.remote import before_shutdown, resolve_output
-from perf_callbacks.core.traces import new_run_name
+from perf_callbacks.core.files.remote import before_shutdown, resolve_output
+from perf_callbacks.core.files.traces import new_run_name
+from perf_callbacks.core.flops.compile_watch import is_compiled
+from perf_callbacks.core.flops.peak import mixed_precision_dtype
+from perf_callbacks.core.memory.sampler import OutOfMemoryError
+from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
 from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
 from perf_callbacks.integrations._accelerate_state import STATE_FILE, read_state, write_state
 from perf_callbacks.integrations._accelerate_steps import StepCounting
+from perf_callbacks.integrations._adapters import batch_size, distributed_initialized, in_phase
 
 __all__ = ["STATE_FILE", "AcceleratePerfHook"]
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class AcceleratePerfHook(StepCounting):
             compute_dtype=mixed_precision_dtype(getattr(acc, "mixed_precision", None)),
         )
         self.engine = PerfEngine(self.config, ctx)
-        self.engine.flops.compiled = any(is_compiled(m) for m in acc._models)  # never counted: see core/flops.py
+        self.engine.flops.compiled = any(is_compiled(m) for m in acc._models)  # never counted: see core/flops/step.py
         self.engine.attach_owners(lambda: (list(acc._models), list(acc._optimizers)))  # those prepared so far
         if acc._models and (self.config.module_spans or self.config.nvtx_modules):
             self.engine.attach_model(acc._models[0])  # the first model prepared gets the module ranges and spans

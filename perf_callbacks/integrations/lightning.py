@@ -21,13 +21,13 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig, check_ranks
-from perf_callbacks.core.adapters import batch_size, distributed_initialized
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.peak import mixed_precision_dtype
-from perf_callbacks.core.remote import join_output, resolve_output
-from perf_callbacks.core.traces import new_run_name
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.files.remote import join_output, resolve_output
+from perf_callbacks.core.files.traces import new_run_name
+from perf_callbacks.core.flops.peak import mixed_precision_dtype
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from perf_callbacks.integrations._adapters import batch_size, distributed_initialized
 from perf_callbacks.integrations._cli_errors import config_or_exit
 from perf_callbacks.integrations._lightning_loaders import check_train_loaders
 from perf_callbacks.integrations._lightning_wrappers import (

@@ -31,16 +31,16 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig, check_ranks
-from perf_callbacks.core.adapters import distributed_initialized
-from perf_callbacks.core.dataloader import inspect_accelerate_loader
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 from perf_callbacks.core.exit import catch_sigterm, release_sigterm
-from perf_callbacks.core.peak import mixed_precision_dtype
-from perf_callbacks.core.remote import before_shutdown, join_output, resolve_output
-from perf_callbacks.core.traces import new_run_name
+from perf_callbacks.core.files.remote import before_shutdown, join_output, resolve_output
+from perf_callbacks.core.files.traces import new_run_name
+from perf_callbacks.core.flops.peak import mixed_precision_dtype
+from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.warn import quiet, warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
 from perf_callbacks.integrations import _transformers_hooks as hooks
+from perf_callbacks.integrations._adapters import distributed_initialized
 from perf_callbacks.integrations._transformers_metrics import MetricsRouter
 
 log = logging.getLogger(__name__)

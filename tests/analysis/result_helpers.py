@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.analysis.result import RankResult
-from perf_callbacks.analysis.verdict import judge_rank
+from perf_callbacks.analysis.judge.verdict import judge_rank
+from perf_callbacks.analysis.results.result import RankResult
 
 
 def rank(**fields: Any) -> RankResult:

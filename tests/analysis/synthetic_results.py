@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perf_callbacks.analysis.result import AnalysisResult, RankResult, StepResult
+from perf_callbacks.analysis.results.result import AnalysisResult, RankResult, StepResult
 
 
 def rank(n: int, step_ms: list[float], first_step: int = 10, tail_ms: float = 0.0) -> RankResult:

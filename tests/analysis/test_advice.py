@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perf_callbacks.analysis.advice import loader_fix, suggest_num_workers
+from perf_callbacks.analysis.judge.advice import loader_fix, suggest_num_workers
 
 
 def test_workers_are_the_cores_per_rank_up_to_eight() -> None:

@@ -1,4 +1,4 @@
-"""``analysis/cluster.py`` on hand-built rank results: lateness, the straggler rule's every condition, its reason, and
+"""``analysis/judge/cluster.py`` on hand-built rank results: lateness, the straggler rule's every condition, its reason, and
 the imbalance figures (``test_stragglers.py`` runs the same rule end to end on written traces)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from perf_callbacks.analysis.cluster import (
+from perf_callbacks.analysis.judge.cluster import (
     MIN_LATE_MS,
     MIN_LATE_SHARE,
     _beyond_noise,
@@ -17,7 +17,7 @@ from perf_callbacks.analysis.cluster import (
     lateness_per_step,
     stragglers,
 )
-from perf_callbacks.analysis.result import RankResult, StepResult
+from perf_callbacks.analysis.results.result import RankResult, StepResult
 
 NO_OP = ("and no profiled op explains it: host time outside traced ops (Python code, time.sleep, I/O, logging) before "
          "the collective")

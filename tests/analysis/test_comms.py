@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import AnalysisResult, analyze
-from perf_callbacks.analysis.comms import GATHER_UNSIZED
+from perf_callbacks.analysis.measures.comms import GATHER_UNSIZED
 from tests.analysis import measure_truth as truth
 from tests.analysis.conftest import kernel, launch, write_trace, x
 from tests.foreign import HTA, needs_foreign

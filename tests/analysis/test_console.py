@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze
-from perf_callbacks.analysis.console import MAX_CHARS, console_parts
-from perf_callbacks.analysis.result import AnalysisResult, RankResult
-from perf_callbacks.core.summary import window_line
+from perf_callbacks.analysis.render.console import MAX_CHARS, console_parts
+from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
+from perf_callbacks.core.windows.summary import window_line
 from tests.analysis.conftest import fixture_trace
 from tests.analysis.result_helpers import rank
 

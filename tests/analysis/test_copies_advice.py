@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze
-from perf_callbacks.analysis.copies import copy_advice
+from perf_callbacks.analysis.measures.copies import copy_advice
 from tests.analysis.conftest import kernel, launch, write_trace, x
 
 STEP_US = 100_000.0

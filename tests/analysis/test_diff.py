@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from perf_callbacks.analysis import analyze
-from perf_callbacks.analysis.diff import compare
-from perf_callbacks.analysis.diff_html import render_diff_html
-from perf_callbacks.analysis.diff_text import format_diff
-from perf_callbacks.analysis.diff_windows import diff_paths, load_side
-from perf_callbacks.analysis.result import StepResult
+from perf_callbacks.analysis.diff.compare import compare
+from perf_callbacks.analysis.diff.text import format_diff
+from perf_callbacks.analysis.html.diff_page import render_diff_html
+from perf_callbacks.analysis.results.result import StepResult
+from perf_callbacks.analysis.windows.diff_sides import diff_paths, load_side
 from perf_callbacks.cli import main
 from tests.analysis.conftest import fixture_trace
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perf_callbacks.analysis.evidence import input_evidence
-from perf_callbacks.analysis.result import RankResult, StepResult
+from perf_callbacks.analysis.judge.evidence import input_evidence
+from perf_callbacks.analysis.results.result import RankResult, StepResult
 
 
 def rank(inputs_ms: list[float], window_share: float, step_ms: float = 10.0) -> RankResult:

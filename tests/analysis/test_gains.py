@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze, compare, format_diff, format_text, render_html
-from perf_callbacks.analysis.console import console_parts
-from perf_callbacks.analysis.diff_gains import check_one
-from perf_callbacks.analysis.gains import rank_by_gain, step_gain
-from perf_callbacks.analysis.noise import compare_samples
-from perf_callbacks.analysis.recommendation import Recommendation
+from perf_callbacks.analysis.diff.gains import check_one
+from perf_callbacks.analysis.judge.gains import rank_by_gain, step_gain
+from perf_callbacks.analysis.judge.noise import compare_samples
+from perf_callbacks.analysis.render.console import console_parts
+from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.sidecar import write_sidecar
 from tests.analysis.conftest import DEVICE_CATS, fixture_trace, load_doc, save_doc
 from tests.analysis.rank_traces import write_ranks

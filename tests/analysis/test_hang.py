@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perf_callbacks.analysis.hang import read_hangs
+from perf_callbacks.analysis.windows.hang import read_hangs
 from perf_callbacks.cli import main
 
 LIB = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"

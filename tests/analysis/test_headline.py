@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf_callbacks.analysis.headline import headline_scalars
+from perf_callbacks.analysis.results.headline import headline_scalars
 
 
 def _row(name: str, nbytes: int | None, ms: float, busbw: float | None) -> dict[str, Any]:

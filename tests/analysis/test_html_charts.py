@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perf_callbacks.analysis import analyze, compare, render_html
-from perf_callbacks.analysis.diff_html import render_diff_html
+from perf_callbacks.analysis.html.diff_page import render_diff_html
 from perf_callbacks.cli import main
 from tests.analysis.chromium_pages import CHROMIUM, Chart, charts, dump_dom, page_requests
 from tests.analysis.conftest import fixture_trace

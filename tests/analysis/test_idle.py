@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze, format_text
-from perf_callbacks.analysis.events import load_rank
-from perf_callbacks.analysis.timeline import build_timeline
+from perf_callbacks.analysis.trace.events import load_rank
+from perf_callbacks.analysis.trace.timeline import build_timeline
 from tests.analysis.conftest import kernel, launch, load_doc, save_doc, write_trace, x
 from tests.foreign import HTA as FOREIGN
 from tests.foreign import needs_foreign

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze
-from perf_callbacks.analysis.discover import discover
+from perf_callbacks.analysis.trace.discover import discover
 from tests.analysis.conftest import README_BUSY, device_busy, fixture_trace, load_doc, save_doc
 
 SYNC_BUSY = README_BUSY["sync_bound"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from perf_callbacks.analysis import analyze
-from perf_callbacks.analysis.launch import combine
+from perf_callbacks.analysis.measures.launch import combine
 from tests.analysis.conftest import kernel, launch, write_trace, x
 
 

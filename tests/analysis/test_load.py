@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from perf_callbacks.analysis.advice import LoaderEvidence, loader_kind, measured_fix, workers_to_try
-from perf_callbacks.analysis.api import build_result
-from perf_callbacks.analysis.load import BAR, contention_loss
-from perf_callbacks.analysis.machine import load_of
-from perf_callbacks.analysis.result import RankResult, StepResult
-from perf_callbacks.analysis.text import format_text
-from perf_callbacks.analysis.verdict import judge_rank
+from perf_callbacks.analysis.judge.advice import LoaderEvidence, loader_kind, measured_fix, workers_to_try
+from perf_callbacks.analysis.judge.load import BAR, contention_loss
+from perf_callbacks.analysis.judge.verdict import judge_rank
+from perf_callbacks.analysis.render.text import format_text
+from perf_callbacks.analysis.results.result import RankResult, StepResult
+from perf_callbacks.analysis.trace.machine import load_of
+from perf_callbacks.analysis.windows.api import build_result
 
 MACHINE = {"cpu_cores": 2, "local_world_size": 1, "loader": "train_dataloader", "num_workers": 0, "cuda": False}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perf_callbacks.analysis.machine import META_KEY, cuda_on_host, machine_of
+from perf_callbacks.analysis.trace.machine import META_KEY, cuda_on_host, machine_of
 
 GPU = [{"id": 0, "name": "NVIDIA H200"}]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze, format_text
-from perf_callbacks.analysis.measures import window_advice
+from perf_callbacks.analysis.rank.measures import window_advice
 from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
 from tests.analysis import measure_truth as truth

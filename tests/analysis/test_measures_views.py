@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from perf_callbacks.analysis import analyze, render_html
-from perf_callbacks.analysis.diff import compare
-from perf_callbacks.analysis.diff_html import render_diff_html
-from perf_callbacks.analysis.diff_text import format_diff
+from perf_callbacks.analysis.diff.compare import compare
+from perf_callbacks.analysis.diff.text import format_diff
+from perf_callbacks.analysis.html.diff_page import render_diff_html
 from tests.analysis import measure_truth as truth
 from tests.analysis.measure_helpers import H200, NCCL, analyzed, approx, h200, raw
 from tests.foreign import needs_foreign

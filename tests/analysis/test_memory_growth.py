@@ -1,4 +1,4 @@
-"""What a window kept across steps (``analysis/memory_growth.py``), on hand-made memory events."""
+"""What a window kept across steps (``analysis/memory/growth.py``), on hand-made memory events."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from perf_callbacks.analysis.events import RankTrace
-from perf_callbacks.analysis.memory_growth import META_KEY, growth_lines, growth_meta, kept_alive
+from perf_callbacks.analysis.memory.growth import META_KEY, growth_lines, growth_meta, kept_alive
+from perf_callbacks.analysis.trace.events import RankTrace
 
 GROWTH = {"bytes_per_step": 2e6, "since_step": 6, "until_step": 24}
 STEPS = [(30, 0.0, 10.0, 1), (31, 10.0, 20.0, 1), (32, 20.0, 30.0, 1)]
@@ -70,8 +70,8 @@ def test_the_report_line_names_the_op_its_rate_and_the_fix() -> None:
 
 
 def test_a_sidecar_with_a_damaged_finding_is_not_read() -> None:
-    from perf_callbacks.analysis.measures_check import measures_valid
-    from perf_callbacks.analysis.sidecar_check import _fits
+    from perf_callbacks.analysis.measures.check import measures_valid
+    from perf_callbacks.analysis.rank.sidecar_check import _fits
 
     events = [alloc(1.0, 2_100_000, 1), alloc(11.0, 2_100_000, 2)]
     found = kept_alive(trace(), events, ["aten::mul", "aten::mul"], "device")

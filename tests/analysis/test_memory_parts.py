@@ -4,7 +4,7 @@ pressure."""
 
 from __future__ import annotations
 
-from perf_callbacks.analysis.memory_parts import CONCERN, META_KEY, advice, categories, parts_of
+from perf_callbacks.analysis.memory.parts import CONCERN, META_KEY, advice, categories, parts_of
 
 PHASES = [(0.0, 100.0, "forward"), (100.0, 200.0, "backward"), (200.0, 300.0, "optimizer_step")]
 PARTS = {"parameters": 1000, "gradients": 1000, "optimizer_state": 2000, "resident": 3000, "new_gradients": 1000}

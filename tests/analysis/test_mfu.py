@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from perf_callbacks.analysis import analyze, compare, format_diff, format_text, render_html
-from perf_callbacks.analysis.mfu import IDLE, META_KEY, flops_meta, mfu_gap, mfu_line, window_mfu
-from perf_callbacks.analysis.result import AnalysisResult
+from perf_callbacks.analysis.compute.mfu import IDLE, META_KEY, flops_meta, mfu_gap, mfu_line, window_mfu
+from perf_callbacks.analysis.results.result import AnalysisResult
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core import flops as core_flops
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.flops import step as core_flops
 
 GAP = (*IDLE, "below_peak")
 
@@ -149,7 +149,7 @@ def test_without_peak_on_cpu_the_report_gives_achieved_tflops_and_why_no_mfu(tmp
 
 
 def _with_mfu(path: str, ms: float, mfu: float, gap: dict[str, float]) -> AnalysisResult:
-    from perf_callbacks.analysis.result import RankResult, StepResult
+    from perf_callbacks.analysis.results.result import RankResult, StepResult
 
     steps = [StepResult(i, ms + i % 3 * 0.1, {"compute": ms}) for i in range(8)]
     rank = RankResult(0, path, 1.0, None, None, ms, 0.0, {}, steps, {}, {}, [], None, None, [], None, [], {}, None)

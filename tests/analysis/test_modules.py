@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze, format_text, render_html
-from perf_callbacks.analysis.modules import OUTSIDE, at_depth, group_of, set_depth
-from perf_callbacks.analysis.modules_text import TURN_ON
+from perf_callbacks.analysis.compute.modules import OUTSIDE, at_depth, group_of, set_depth
+from perf_callbacks.analysis.compute.modules_text import TURN_ON
 from perf_callbacks.cli import main
 
 SPAN = "perf_callbacks.module/"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from perf_callbacks.analysis.noise import ALPHA, compare_samples, rank_test, spread
+from perf_callbacks.analysis.judge.noise import ALPHA, compare_samples, rank_test, spread
 
 TIGHT = [10.0, 10.1, 10.1, 10.2, 10.2, 10.3, 10.3, 10.4]  # steady steps: IQR 0.2 ms
 WIDE = [10.5, 10.6, 10.8, 11.0, 11.4, 12.5, 13.5, 14.5]  # every step slower than TIGHT's, but noisy: IQR 2 ms

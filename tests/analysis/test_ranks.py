@@ -11,7 +11,7 @@ from statistics import median
 import pytest
 
 from perf_callbacks.analysis import analyze, format_text
-from perf_callbacks.analysis.cluster import lateness_per_step
+from perf_callbacks.analysis.judge.cluster import lateness_per_step
 from perf_callbacks.cli import main
 from tests.analysis.gloo_traces import SLEEP_S, SLOW_RANK
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from perf_callbacks.analysis import analyze, format_text
-from perf_callbacks.analysis.result import AnalysisResult
+from perf_callbacks.analysis.results.result import AnalysisResult
 from tests.analysis.conftest import kernel, launch, write_trace, x
 from tests.foreign import HTA, needs_foreign
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-import perf_callbacks.analysis.collect as collect
-from perf_callbacks.analysis.run_page import run_results, write_run_page
+import perf_callbacks.analysis.rank.collect as collect
+from perf_callbacks.analysis.html.run_page import run_results, write_run_page
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
-from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.core.engine.engine import PerfEngine
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
 
 
 def rank(rank: int = 0, **fields: Any) -> RankResult:

@@ -132,7 +132,7 @@ def test_the_note_leaves_out_what_is_under_one_percent_of_the_window() -> None:
     """Our own logging at a logging step usually takes a fraction of a millisecond: not worth a note."""
     from types import SimpleNamespace
 
-    from perf_callbacks.analysis.api import _aside_note
+    from perf_callbacks.analysis.windows.api import _aside_note
 
     def rank(**aside: float) -> Any:
         return SimpleNamespace(span_ms=100.0, set_aside_ms=aside)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import AnalysisResult, analyze, format_text, read_sidecar, render_html, sidecar_path
+from perf_callbacks.analysis.judge.verdict import verdict_margin
 from perf_callbacks.analysis.sidecar import FORMAT, write_sidecar
-from perf_callbacks.analysis.verdict import verdict_margin
 from tests.analysis.conftest import fixture_trace, load_doc, save_doc
 from tests.analysis.sidecar_damage import DAMAGE, damage
 
@@ -203,7 +203,7 @@ def _corrupt(side: dict[str, Any], how: str) -> None:
 )
 def test_malformed_sidecar_is_ignored_and_the_trace_parsed(tmp_path: Path, how: str) -> None:
     """A sidecar that matches its trace's name and size but holds nonsense is ignored like a stale one."""
-    from perf_callbacks.analysis.collect import load_all
+    from perf_callbacks.analysis.rank.collect import load_all
 
     trace = _window(tmp_path, "window-000004-000006", "sync_bound")
     side = write_sidecar(trace)

@@ -1,4 +1,4 @@
-"""``analysis/timeline.py`` on small hand-written traces: which ops count, on which device and thread, blocking calls
+"""``analysis/trace/timeline.py`` on small hand-written traces: which ops count, on which device and thread, blocking calls
 and the time set aside, exposed copies by kind."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from perf_callbacks.analysis.events import load_rank
-from perf_callbacks.analysis.timeline import (
+from perf_callbacks.analysis.trace.events import load_rank
+from perf_callbacks.analysis.trace.timeline import (
     WINDOW_DEFINITION,
     WINDOW_HOST_ONLY,
     WINDOW_NO_STEPS,

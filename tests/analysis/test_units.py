@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from perf_callbacks.analysis import analyze
-from perf_callbacks.analysis.discover import find_windows
-from perf_callbacks.analysis.events import load_rank
-from perf_callbacks.analysis.intervals import gaps, intersect, overlap, subtract, total, union
-from perf_callbacks.analysis.timeline import build_timeline
+from perf_callbacks.analysis.trace.discover import find_windows
+from perf_callbacks.analysis.trace.events import load_rank
+from perf_callbacks.analysis.trace.intervals import gaps, intersect, overlap, subtract, total, union
+from perf_callbacks.analysis.trace.timeline import build_timeline
 from tests.analysis.conftest import fixture_trace, kernel, launch, write_trace, x
 
 

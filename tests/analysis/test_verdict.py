@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze, format_text, render_html
-from perf_callbacks.analysis.advice import suggest_num_workers
-from perf_callbacks.analysis.result import RankResult, StepResult
-from perf_callbacks.analysis.verdict import (
+from perf_callbacks.analysis.judge.advice import suggest_num_workers
+from perf_callbacks.analysis.judge.verdict import (
     VERDICT_OF,
     Margin,
     verdict_from,
     verdict_margin,
     window_verdict,
 )
+from perf_callbacks.analysis.results.result import RankResult, StepResult
 from tests.analysis.conftest import load_doc, save_doc, write_trace, x
 from tests.analysis.result_helpers import rank
 from tests.foreign import HTA as FOREIGN

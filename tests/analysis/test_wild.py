@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze, format_text
-from perf_callbacks.analysis.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
 from tests.analysis.conftest import device_busy, kernel, launch, write_trace, x
 from tests.foreign import HTA as FOREIGN
 from tests.foreign import needs_foreign

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 
 
 def make_engine(tmp_path: Path, logged: list | None = None, **options: object) -> PerfEngine:

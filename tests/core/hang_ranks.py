@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
-from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.core.engine.engine import PerfEngine
 from tests.analysis.gloo_traces import free_port
 
 STUCK_RANK = 1

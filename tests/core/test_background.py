@@ -21,10 +21,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from perf_callbacks.analysis.sidecar_store import CANNOT_WRITE, STDERR_PREFIX
-from perf_callbacks.core import background
-from perf_callbacks.core.background import WindowJob
-from perf_callbacks.core.engine import CLOSE_WAIT_S
+from perf_callbacks.analysis.trace.sidecar_store import CANNOT_WRITE, STDERR_PREFIX
+from perf_callbacks.core.engine.engine import CLOSE_WAIT_S
+from perf_callbacks.core.windows import background
+from perf_callbacks.core.windows.background import WindowJob
 
 JOB_WAIT_S = CLOSE_WAIT_S / 4
 CAUSE = "No space left on device (ENOSPC): planted"

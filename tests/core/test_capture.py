@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from perf_callbacks.analysis.captured import capture_text
+from perf_callbacks.analysis.windows.captured import capture_text
 from perf_callbacks.config import PerfConfig, ScheduleConfig
-from perf_callbacks.core.capture import (
+from perf_callbacks.core.timing.stats import Slowdown
+from perf_callbacks.core.triggers.captures import (
     K_MIN,
     MIN_EXCESS_S,
     AnomalyWatch,
@@ -19,10 +20,9 @@ from perf_callbacks.core.capture import (
     CaptureSchedule,
     SpikeLimit,
 )
-from perf_callbacks.core.capture_request import REQUEST_FILE, FileRequests, SignalRequest, local_reader, write_request
-from perf_callbacks.core.capture_wait import WaitSampler
-from perf_callbacks.core.schedule import Action, Schedule
-from perf_callbacks.core.stats import Slowdown
+from perf_callbacks.core.triggers.requests import REQUEST_FILE, FileRequests, SignalRequest, local_reader, write_request
+from perf_callbacks.core.triggers.schedule import Action, Schedule
+from perf_callbacks.core.triggers.wait import WaitSampler
 from perf_callbacks.exceptions import PerfConfigError
 
 SCHEDULE = ScheduleConfig(skip_first=10, wait=1, warmup=1, active=3, repeat=2)  # windows 12-14 and 17-19

@@ -8,9 +8,9 @@ import pytest
 
 from perf_callbacks.cli import main
 from perf_callbacks.config import ScheduleConfig
-from perf_callbacks.core.capture import CaptureSchedule
-from perf_callbacks.core.capture_request import FileRequests, remote_reader, write_request
-from perf_callbacks.core.schedule import Schedule
+from perf_callbacks.core.triggers.captures import CaptureSchedule
+from perf_callbacks.core.triggers.requests import FileRequests, remote_reader, write_request
+from perf_callbacks.core.triggers.schedule import Schedule
 from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
 
 

@@ -19,8 +19,8 @@ import torch
 import torch._dynamo
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.compile_watch import CompileWatch
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.flops.compile_watch import CompileWatch
 from perf_callbacks.exceptions import CompileWarning, InstrumentUnavailableWarning, PerformanceDegradationWarning
 
 
@@ -273,7 +273,7 @@ def test_an_engine_left_unclosed_is_not_kept_alive_by_torchs_callbacks(tmp_path:
 
 def test_an_engine_never_imports_dynamo(tmp_path: Path) -> None:
     """Importing torch._dynamo costs about a second: a run that never compiles never pays it."""
-    code = ("import sys, pathlib; from perf_callbacks.core.engine import PerfEngine, RunContext; "
+    code = ("import sys, pathlib; from perf_callbacks.core.engine.engine import PerfEngine, RunContext; "
             "from perf_callbacks.config import PerfConfig; "
             f"e = PerfEngine(PerfConfig(), RunContext(output_dir=pathlib.Path({str(tmp_path)!r}), run_name='r')); "
             "e.batch_start(0); e.batch_end(True); e.close(); print('torch._dynamo' in sys.modules)")
@@ -283,8 +283,8 @@ def test_an_engine_never_imports_dynamo(tmp_path: Path) -> None:
 
 def test_a_window_holding_compilation_says_so_in_its_summary(tmp_path: Path) -> None:
     """Windows at steps 4-5 and 8-9; step 5 compiles a new batch size for 1.5 s (fed), step 0 before any window."""
-    from perf_callbacks.core.background import WindowJob
-    from perf_callbacks.core.summary import window_header
+    from perf_callbacks.core.windows.background import WindowJob
+    from perf_callbacks.core.windows.summary import window_header
 
     clock = FakeClock()
     model = torch.compile(torch.nn.Linear(4, 4), backend=timed_backend(clock, 1.5), dynamic=False)
@@ -314,7 +314,7 @@ def test_report_sets_compilation_aside_and_says_how_long(tmp_path: Path) -> None
     trace sets that time aside, as validation, and says how long it was."""
     import time
 
-    from perf_callbacks.analysis.api import analyze
+    from perf_callbacks.analysis.windows.api import analyze
 
     def sleepy(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
         time.sleep(1.0)
@@ -338,7 +338,7 @@ def test_graph_break_and_storm_words() -> None:
     from collections import Counter
     from types import SimpleNamespace
 
-    from perf_callbacks.core.compile_text import graph_break_message, storm_message
+    from perf_callbacks.core.flops.compile_text import graph_break_message, storm_message
 
     assert graph_break_message(Counter({"a": 2, "b": 1}), None).startswith(
         "torch.compile: 3 graph breaks in the compilation during validation, at 2 places in the code: a (2x); b (1x).")

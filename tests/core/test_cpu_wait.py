@@ -9,9 +9,9 @@ from pathlib import Path
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
-from perf_callbacks.core.cpu_wait import SCHEDSTAT, CpuWait, ThreadWait, run_delay_s
-from perf_callbacks.core.monitor import StepMonitor
-from perf_callbacks.core.stats import DegradationDetector
+from perf_callbacks.core.timing.cpu_wait import SCHEDSTAT, CpuWait, ThreadWait, run_delay_s
+from perf_callbacks.core.timing.monitor import StepMonitor
+from perf_callbacks.core.timing.stats import DegradationDetector
 
 
 def test_the_kernel_says_how_long_this_thread_waited() -> None:

@@ -11,8 +11,8 @@ from accelerate.data_loader import prepare_data_loader  # a test dependency; the
 from torch.utils.data import DataLoader, IterableDataset, Sampler, TensorDataset, WeightedRandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from perf_callbacks.analysis.advice import available_cpus
-from perf_callbacks.core.dataloader import (
+from perf_callbacks.analysis.judge.advice import available_cpus
+from perf_callbacks.core.timing.dataloader import (
     accelerate_sharding,
     data_wait_finding,
     double_sharding_evidence,
@@ -97,7 +97,7 @@ def test_data_wait_finding_never_asks_for_more_workers_than_cores() -> None:
 
 # ---- Accelerate: recognised by class name, never imported -----------------------------------------------------------
 def test_core_does_not_import_accelerate() -> None:
-    code = "import sys, perf_callbacks.core.dataloader; print('accelerate' in sys.modules)"
+    code = "import sys, perf_callbacks.core.timing.dataloader; print('accelerate' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from perf_callbacks.core.detached import run_detached
+from perf_callbacks.core.files.detached import run_detached
 
 WAIT_S = 30.0
 

@@ -14,8 +14,8 @@ import torch
 
 from perf_callbacks.analysis import analyze
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core import device_meta
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.windows import device_meta
 
 
 def _window(tmp_path: Path, **options: Any) -> Path:

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.schedule import Action
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.triggers.schedule import Action
 from perf_callbacks.exceptions import (
     DataLoaderWarning,
     InstrumentUnavailableWarning,

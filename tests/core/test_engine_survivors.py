@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core import engine as engine_module
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.profiler import ProfilerSession
-from perf_callbacks.core.summary import console_text, window_line
+from perf_callbacks.core.engine import engine as engine_module
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.windows.profiler import ProfilerSession
+from perf_callbacks.core.windows.summary import console_text, window_line
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, TraceSizeWarning
 from tests.core.engine_helpers import FakeClock, fake_steps, make_engine, run_steps, trace_events
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from perf_callbacks.core.flop_count import StepCounter
+from perf_callbacks.core.flops.count import StepCounter
 
 
 def test_the_dtype_is_that_of_most_flops_not_of_most_ops() -> None:

@@ -17,10 +17,10 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.flop_count import StepCounter, extra_formulas
-from perf_callbacks.core.flops import META_KEY, StepFlops
-from perf_callbacks.core.peak import peak_flops
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.flops.count import StepCounter, extra_formulas
+from perf_callbacks.core.flops.peak import peak_flops
+from perf_callbacks.core.flops.step import META_KEY, StepFlops
 
 NO_WINDOWS = {"skip_first": 10_000}
 
@@ -269,7 +269,7 @@ def test_a_counted_first_step_is_the_data_wait_warm_up(tmp_path: Path) -> None:
 def test_given_flops_per_step_wins_and_nothing_is_counted(tmp_path: Path) -> None:
     logged: list = []
     engine = make_engine(tmp_path, logged, flops_per_step=2e9)
-    with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
+    with mock.patch("perf_callbacks.core.flops.step.StepCounter") as counter:
         train(engine, mlp(), torch.randn(8, 32), steps=6)
     assert counter.call_count == 0 and not engine._flops_on and engine.flops.counted_step is None
     assert engine.flops.per_step == 2e9 and engine.flops.source == "flops_per_step (config)"
@@ -282,7 +282,7 @@ def test_a_flops_per_batch_attribute_times_micro_batches_wins_over_counting(tmp_
     model = mlp()
     model.flops_per_batch = 3e6  # type: ignore[assignment]
     engine = make_engine(tmp_path)
-    with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
+    with mock.patch("perf_callbacks.core.flops.step.StepCounter") as counter:
         train(engine, model, torch.randn(8, 32), steps=3, accumulate=4)
     assert counter.call_count == 0 and engine.flops.counted_step is None
     assert engine.flops.per_step == 4 * 3e6
@@ -291,7 +291,7 @@ def test_a_flops_per_batch_attribute_times_micro_batches_wins_over_counting(tmp_
 
 def test_flops_false_counts_nothing_and_says_so(tmp_path: Path) -> None:
     engine = make_engine(tmp_path, flops=False)
-    with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
+    with mock.patch("perf_callbacks.core.flops.step.StepCounter") as counter:
         train(engine, mlp(), torch.randn(8, 32), steps=3)
     assert counter.call_count == 0 and engine.flops.per_step is None and not engine._flops_on
     assert engine.flops.note == "not measured (flops: false): set flops_per_step"
@@ -397,7 +397,7 @@ def test_a_failing_counter_disables_itself_and_training_goes_on(tmp_path: Path) 
     from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
     engine = make_engine(tmp_path)
-    with mock.patch("perf_callbacks.core.flops.StepCounter", side_effect=RuntimeError("no dispatch")), \
+    with mock.patch("perf_callbacks.core.flops.step.StepCounter", side_effect=RuntimeError("no dispatch")), \
             pytest.warns(InstrumentUnavailableWarning, match="FLOP counting disabled: RuntimeError: no dispatch"):
         train(engine, mlp(), torch.randn(8, 32), steps=4)
     assert not engine._flops_on and engine.flops.per_step is None and engine.steps_run == 4
@@ -479,7 +479,7 @@ def test_the_counted_step_is_the_first_after_the_nsight_range_both_ends_included
 
 def test_a_compiled_model_is_never_run_under_the_counter(tmp_path: Path) -> None:
     """A model the adapter says is compiled, or one wrapped by torch.compile (never run here: only looked at)."""
-    with mock.patch("perf_callbacks.core.flops.StepCounter") as counter:
+    with mock.patch("perf_callbacks.core.flops.step.StepCounter") as counter:
         told = counted_step_with(tmp_path, mlp(), compiled=True)
         wrapped = counted_step_with(tmp_path, cast(nn.Module, torch.compile(mlp())))
     assert counter.call_count == 0

@@ -18,8 +18,8 @@ import torch
 
 from perf_callbacks.analysis import analyze
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.peak import peak_flops
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.flops.peak import peak_flops
 
 pytestmark = pytest.mark.gpu
 

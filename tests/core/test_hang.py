@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.hang import ASIDE_FACTOR, FLOOR_S, MEDIANS, HangWatch, Progress, engine_probe
+from perf_callbacks.core.hang.watchdog import ASIDE_FACTOR, FLOOR_S, MEDIANS, HangWatch, Progress, engine_probe
 from perf_callbacks.exceptions import PerfConfigError
 from tests.core.engine_helpers import make_engine, run_steps
 

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 from perf_callbacks.analysis import analyze
-from perf_callbacks.analysis.advice import available_cpus
+from perf_callbacks.analysis.judge.advice import available_cpus
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 
 
 def _window(tmp_path: Path, workers: int | None, local: int | None, wait_s: float = 0.0) -> Path:

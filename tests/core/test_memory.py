@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from perf_callbacks.core.memory import host_rss_bytes
+from perf_callbacks.core.memory.sampler import host_rss_bytes
 
 
 def _statm_rss() -> int:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.memory_growth import GrowthDetector
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.memory.growth import GrowthDetector
 from perf_callbacks.exceptions import MemoryGrowthWarning
 from tests.core.engine_helpers import run_steps
 
@@ -122,7 +122,7 @@ def test_the_engine_warns_once_with_the_growth_and_passes_it_to_the_next_window(
     logged: list = []
     e = engine(tmp_path, logged)
     held = iter(range(400 * MB, 100 * GB, 10 * MB))  # 10 MB per reading: 2 MB a step
-    with mock.patch("perf_callbacks.core.memory_growth.host_rss_bytes", side_effect=lambda: next(held)), \
+    with mock.patch("perf_callbacks.core.memory.growth.host_rss_bytes", side_effect=lambda: next(held)), \
             warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         run_steps(e, 80)
@@ -136,7 +136,7 @@ def test_the_engine_warns_once_with_the_growth_and_passes_it_to_the_next_window(
 
 def test_a_failed_read_turns_the_check_off_with_one_warning_and_training_goes_on(tmp_path: Path) -> None:
     e = engine(tmp_path, [])
-    with mock.patch("perf_callbacks.core.memory_growth.host_rss_bytes", side_effect=OSError("gone")), \
+    with mock.patch("perf_callbacks.core.memory.growth.host_rss_bytes", side_effect=OSError("gone")), \
             pytest.warns(Warning, match="memory growth check is off"):
         run_steps(e, 12)
     e.close()

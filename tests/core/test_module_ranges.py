@@ -9,15 +9,15 @@ import nvtx
 import pytest
 import torch
 
-from perf_callbacks.core.module_ranges import CATEGORY, ModuleRanges
-from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.ranges.module_ranges import CATEGORY, ModuleRanges
+from perf_callbacks.core.ranges.nvtx import NvtxRanges
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.nvtx_injection.harness import assert_balanced, build_injection_lib, pushes, run_with_injection
 
 MODEL = """
 import torch
 from types import SimpleNamespace
-from perf_callbacks.core.module_ranges import ModuleRanges
+from perf_callbacks.core.ranges.module_ranges import ModuleRanges
 
 class Boom(torch.nn.Module):
     def forward(self, x):
@@ -90,7 +90,7 @@ def test_balanced_when_forward_raises(injection_lib: Path, tmp_path: Path) -> No
 
 def test_nested_inside_the_step_and_forward_ranges(injection_lib: Path, tmp_path: Path) -> None:
     script = MODEL + textwrap.dedent("""
-    from perf_callbacks.core.nvtx import NvtxRanges
+    from perf_callbacks.core.ranges.nvtx import NvtxRanges
     nvtx_ranges = NvtxRanges()
     ranges = ModuleRanges(nvtx_ranges)
     ranges.install(model)

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from perf_callbacks.core import module_ranges
-from perf_callbacks.core.flop_count import StepCounter
-from perf_callbacks.core.module_flops import ModuleOwners
-from perf_callbacks.core.module_ranges import ModuleRanges
+from perf_callbacks.core.flops.count import StepCounter
+from perf_callbacks.core.flops.modules import ModuleOwners
 from perf_callbacks.core.module_spans import SPAN_PREFIX, modules_meta, param_counts, path_of
-from perf_callbacks.core.nvtx import NvtxRanges
+from perf_callbacks.core.ranges import module_ranges
+from perf_callbacks.core.ranges.module_ranges import ModuleRanges
+from perf_callbacks.core.ranges.nvtx import NvtxRanges
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.block_models import TwoBlocks, block_flops, global_hooks, hooks_on
 
@@ -193,7 +193,7 @@ def test_attention_flops_go_to_each_layer_equally(tmp_path: Path) -> None:
 
 def test_without_autograd_sequence_numbers_the_total_is_still_counted(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from perf_callbacks.core import module_flops
+    from perf_callbacks.core.flops import modules as module_flops
     from tests.core.test_flops import make_engine, train
 
     monkeypatch.setattr(module_flops, "_SEQ", None)

@@ -14,11 +14,11 @@ from types import SimpleNamespace
 import pytest
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core import engine as engine_module
-from perf_callbacks.core.cpu_wait import CpuWait, run_delay_s
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.monitor import StepMonitor
-from perf_callbacks.core.stats import MIN_SLOWDOWN_S, DegradationDetector
+from perf_callbacks.core.engine import engine as engine_module
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.timing.cpu_wait import CpuWait, run_delay_s
+from perf_callbacks.core.timing.monitor import StepMonitor
+from perf_callbacks.core.timing.stats import MIN_SLOWDOWN_S, DegradationDetector
 from perf_callbacks.exceptions import PerformanceDegradationWarning
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.nsys import NsysCapture
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.ranges.nsys import NsysCapture
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perf_callbacks.core.nvtx import PHASES
+from perf_callbacks.core.ranges.nvtx import PHASES
 from tests.nvtx_injection.harness import Event, assert_balanced, build_injection_lib, pushes, run_with_injection
 
 
@@ -17,7 +17,7 @@ def injection_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(script: str, tmp_path: Path, lib: Path | None, inject: bool = True) -> list[Event]:
-    header = "from perf_callbacks.core.nvtx import NvtxRanges\n"
+    header = "from perf_callbacks.core.ranges.nvtx import NvtxRanges\n"
     return run_with_injection(header + textwrap.dedent(script), tmp_path, lib, inject=inject)
 
 
@@ -174,7 +174,7 @@ def test_injection_library_sees_the_nvtx_package(injection_lib: Path, tmp_path: 
 def test_every_colour_is_known_to_the_nvtx_package() -> None:
     from nvtx.colors import color_to_hex
 
-    from perf_callbacks.core.nvtx import NvtxRanges
+    from perf_callbacks.core.ranges.nvtx import NvtxRanges
 
     for color in [c for c, _ in PHASES.values()] + [NvtxRanges(enabled=False)._step_color]:
         color_to_hex(color)
@@ -188,7 +188,7 @@ def test_an_nvtx_package_without_the_domain_api_disables_ranges_with_one_prefixe
     import types
     import warnings
 
-    from perf_callbacks.core.nvtx import NvtxRanges
+    from perf_callbacks.core.ranges.nvtx import NvtxRanges
 
     monkeypatch.setitem(__import__("sys").modules, "nvtx", types.ModuleType("nvtx"))
     with warnings.catch_warnings(record=True) as seen:

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.memory import OutOfMemoryError
-from perf_callbacks.core.oom import OOMForensics, batch_from_traceback, describe_batch
-from perf_callbacks.core.oom_report import OOMFacts, advice, format_summary
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.memory.oom import OOMForensics, batch_from_traceback, describe_batch
+from perf_callbacks.core.memory.oom_report import OOMFacts, advice, format_summary
+from perf_callbacks.core.memory.sampler import OutOfMemoryError
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
 from tests.core.engine_helpers import make_engine, run_steps
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from perf_callbacks._errors import describe_error
-from perf_callbacks.core import background
-from perf_callbacks.core.background import WindowJob
-from perf_callbacks.core.outputs import Outputs, make_dirs, remove_empty
+from perf_callbacks.core.files.outputs import Outputs, make_dirs, remove_empty
 from perf_callbacks.core.warn import WarnOnce
+from perf_callbacks.core.windows import background
+from perf_callbacks.core.windows.background import WindowJob
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.small_fs import fill
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.phase_peaks import PhasePeaks
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.memory.phase_peaks import PhasePeaks
 from tests.core.engine_helpers import make_engine
 
 MB = 2**20

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 SCHEDULE = {"skip_first": 2, "wait": 3, "warmup": 1, "active": 2, "repeat": 3}  # warm-up 5, 11, 17; records 6-7...

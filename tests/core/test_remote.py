@@ -1,4 +1,4 @@
-"""core/remote.py without a network: URL resolution, and the upload thread against fsspec's memory file system and a
+"""core/files/remote.py without a network: URL resolution, and the upload thread against fsspec's memory file system and a
 file system that fails on purpose (transient errors retried, permanent ones not, one warning, files kept)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import fsspec
 import pytest
 
-from perf_callbacks.core import remote
-from perf_callbacks.core.outputs import Outputs
-from perf_callbacks.core.remote import Uploads, is_remote, join_output, resolve_output
+from perf_callbacks.core.files import remote
+from perf_callbacks.core.files.outputs import Outputs
+from perf_callbacks.core.files.remote import Uploads, is_remote, join_output, resolve_output
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 
@@ -203,7 +203,7 @@ def test_the_exit_hook_runs_only_in_the_process_that_registered_it(tmp_path: Pat
     import multiprocessing
     import os
 
-    from perf_callbacks.core.remote import before_shutdown
+    from perf_callbacks.core.files.remote import before_shutdown
 
     ran = tmp_path / "ran"
     cancel = before_shutdown(lambda: ran.write_text(str(os.getpid())))

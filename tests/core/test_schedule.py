@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from perf_callbacks.config import ScheduleConfig
-from perf_callbacks.core.schedule import Action, Schedule
+from perf_callbacks.core.triggers.schedule import Action, Schedule
 
 
 @pytest.mark.filterwarnings("ignore:Profiler won't be using warmup")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from perf_callbacks.core.stats import MIN_ACTIONABLE_WAIT_S, DataWaitCheck, DegradationDetector, Slowdown, StepStats
+from perf_callbacks.core.timing.stats import (
+    MIN_ACTIONABLE_WAIT_S,
+    DataWaitCheck,
+    DegradationDetector,
+    Slowdown,
+    StepStats,
+)
 
 
 def test_step_stats_median_wait_share_and_throughput() -> None:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from perf_callbacks.core.summary import console_text, say
+from perf_callbacks.core.windows.summary import console_text, say
 
 SUMMARY = "perf-callbacks summary: steps 3-4, rank 0\n  overhead: 41 ms\nverdict: input_bound\n\ntop ops:\n"
 
@@ -43,7 +43,7 @@ def test_one_line_per_window_unless_verbose(capsys: pytest.CaptureFixture[str]) 
     from pathlib import Path
 
     from perf_callbacks.core.context import RunContext
-    from perf_callbacks.core.summary import publish_summary, window_line
+    from perf_callbacks.core.windows.summary import publish_summary, window_line
 
     text = "perf-callbacks summary: steps 6-6, rank 0\nverdict: host_bound\nrecommendations:\n  1. use CUDA graphs\n"
     meta = {"window": [6, 6], "partial": True}

@@ -1,4 +1,4 @@
-"""Cutting a step that never completed out of a window's trace (``core/trace_cut.py``), on a CUDA-shaped trace."""
+"""Cutting a step that never completed out of a window's trace (``core/windows/trace_cut.py``), on a CUDA-shaped trace."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.core.trace_cut import cut_at_step, cut_events
+from perf_callbacks.core.windows.trace_cut import cut_at_step, cut_events
 
 HOST, DEVICE = 100, 0
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
-from perf_callbacks.core.traces import (
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.files.traces import (
     TraceLayout,
     TraceTooLargeError,
     _why_nothing_was_written,

@@ -1,4 +1,4 @@
-"""Profiling windows (``core/window.py``) driven through the engine, as an adapter would."""
+"""Profiling windows (``core/windows/recorder.py``) driven through the engine, as an adapter would."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core import window as window_module
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.windows import recorder as window_module
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.core.engine_helpers import make_engine, run_steps, trace_steps
 
@@ -28,7 +28,7 @@ USER_PROFILER_IN_OUR_WINDOW = """
 import sys, warnings
 import torch
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 out, theirs = sys.argv[1], int(sys.argv[2])
@@ -230,9 +230,9 @@ def test_waiting_for_jobs_is_bounded_in_all_and_names_the_jobs_left(tmp_path: Pa
 
 def test_each_exported_trace_is_logged_at_info(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     engine = make_engine(tmp_path)  # one window: 4-5
-    with caplog.at_level(logging.INFO, logger="perf_callbacks.core.window"):
+    with caplog.at_level(logging.INFO, logger="perf_callbacks.core.windows.recorder"):
         run_steps(engine, 7)
         engine.close()
     (path,) = engine.exported
-    assert [r.getMessage() for r in caplog.records if r.name == "perf_callbacks.core.window"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "perf_callbacks.core.windows.recorder"] == [
         f"perf-callbacks: trace written to {path}"]

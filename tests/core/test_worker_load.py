@@ -11,8 +11,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
-from perf_callbacks.core.monitor import StepMonitor
-from perf_callbacks.core.worker_load import META_KEY, Load, LoadProbe, read_sched, worker_pids
+from perf_callbacks.core.timing.monitor import StepMonitor
+from perf_callbacks.core.timing.worker_load import META_KEY, Load, LoadProbe, read_sched, worker_pids
 
 
 class Fetch(Dataset[torch.Tensor]):

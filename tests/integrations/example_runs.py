@@ -78,8 +78,10 @@ _LOADERS: list[Any] = []  # the planted loaders' iterators: their workers live u
 
 
 def _plant() -> None:
-    from perf_callbacks.core import background  # registers perf-callbacks' fork hooks first: ours run before them
-    from perf_callbacks.core.engine import PerfEngine
+    from perf_callbacks.core.engine.engine import PerfEngine
+    from perf_callbacks.core.windows import (
+        background,  # registers perf-callbacks' fork hooks first: ours run before them
+    )
 
     os.register_at_fork(before=_FORKING.set)
     background._WORKER = _timed(background._WORKER, os.environ["PERF_EXAMPLE_MARKS"])

@@ -84,8 +84,8 @@ def run_both(out: Path) -> dict[str, Any]:
     from accelerate.state import AcceleratorState, GradientState
 
     from perf_callbacks.analysis import analyze
-    from perf_callbacks.analysis.html import render_html
-    from perf_callbacks.analysis.text import format_text
+    from perf_callbacks.analysis.html.page import render_html
+    from perf_callbacks.analysis.render.text import format_text
 
     result: dict[str, Any] = {}
     for name, detach in (("leak", False), ("detached", True)):

@@ -116,7 +116,7 @@ def plain_loop(tmp: Path, loader: DataLoader[Any], steps: int = 25, waits_ms: li
     ``waits_ms``: a wait in each step, in turn (as a host waits for its device: asleep, needing no CPU).
     """
     from perf_callbacks.config import PerfConfig
-    from perf_callbacks.core.engine import PerfEngine, RunContext
+    from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 
     cfg = PerfConfig.from_dict({"schedule": WINDOW, **QUIET_BUT_LOADER, **config})
     engine = PerfEngine(cfg, RunContext(output_dir=tmp / "perf", run_name="run", log_every_n_steps=10,

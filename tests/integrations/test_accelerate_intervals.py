@@ -108,7 +108,7 @@ def test_the_logged_data_wait_is_the_loaders_time_not_our_flush(tmp_path: Path) 
             yield batch
 
     hook.metrics.flush = slow_flush  # type: ignore[method-assign]
-    with mock.patch("perf_callbacks.core.engine.time", SimpleNamespace(perf_counter=clock)), hook:
+    with mock.patch("perf_callbacks.core.engine.engine.time", SimpleNamespace(perf_counter=clock)), hook:
         for x, y in hook.iter(fetch(dl)):  # 16 batches, 16 steps
             clock.t += 0.07
             acc.backward(nn.functional.mse_loss(model(x), y))

@@ -14,7 +14,7 @@ from accelerate.data_loader import prepare_data_loader, skip_first_batches
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from perf_callbacks.core.dataloader import double_sharding_evidence
+from perf_callbacks.core.timing.dataloader import double_sharding_evidence
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py: skip_first_batches reads PartialState
 DATA = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback, TransformersPerfCallback
-from perf_callbacks.core.engine import PerfEngine
+from perf_callbacks.core.engine.engine import PerfEngine
 
 STEPS = 4  # the defaults count FLOPs on step 0, and start no profiler before step 11 (its warm-up)
 

@@ -15,7 +15,7 @@ def test_what_a_write_needs_is_imported_at_setup_not_in_the_first_logging_step(t
     code = f"""
 import sys
 from pathlib import Path
-from perf_callbacks.core.outputs import Outputs
+from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.integrations._events import EventFile
 events = EventFile(Path({str(tmp_path)!r}), Outputs())
 before = set(sys.modules)
@@ -33,7 +33,7 @@ def test_without_tensorboard_events_are_off_with_one_warning(tmp_path: Path) -> 
 import sys, warnings
 sys.modules["tensorboard"] = None  # import tensorboard raises ImportError
 from pathlib import Path
-from perf_callbacks.core.outputs import Outputs
+from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.integrations._events import EventFile
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")

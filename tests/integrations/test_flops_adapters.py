@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils.flop_counter import FlopCounterMode
 
 from perf_callbacks import GPUPerfCallback, TransformersPerfCallback
-from perf_callbacks.core.flop_count import extra_formulas
+from perf_callbacks.core.flops.count import extra_formulas
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 
 NO_WINDOWS = {"skip_first": 1000}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from perf_callbacks import GPUPerfCallback, InstrumentUnavailableWarning
-from perf_callbacks.core.memory import host_rss_bytes
+from perf_callbacks.core.memory.sampler import host_rss_bytes
 from tests.integrations.lit_helpers import TinyModel, loader, profiler_steps, trainer
 
 WINDOW = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 4}

@@ -99,7 +99,7 @@ class TickingModel(SleepyModel):
 def test_samples_per_sec_counts_every_micro_batch_of_an_accumulated_step(tmp_path: Path) -> None:
     rec, clock = Recorder(), FakeClock()
     cb = GPUPerfCallback(schedule=NO_WINDOW, log_every_n_steps=4, degradation_threshold=1e6, **QUIET)
-    with mock.patch("perf_callbacks.core.engine.time", SimpleNamespace(perf_counter=clock)):  # where the engine reads it
+    with mock.patch("perf_callbacks.core.engine.engine.time", SimpleNamespace(perf_counter=clock)):  # where the engine reads it
         trainer(tmp_path, [cb], logger=rec, max_steps=12, accumulate_grad_batches=4).fit(TickingModel(clock, 5),
                                                                                          loader())
     assert rec.series("perf/train/step_time_ms") == pytest.approx([20.0] * 3)  # 4 micro-batches of 5 ms
@@ -109,7 +109,7 @@ def test_samples_per_sec_counts_every_micro_batch_of_an_accumulated_step(tmp_pat
 def test_a_callback_reused_in_a_second_trainer_reads_the_new_batch_size(tmp_path: Path) -> None:
     cb = GPUPerfCallback(schedule=NO_WINDOW, log_every_n_steps=4, degradation_threshold=1e6, **QUIET)
     clock, rec = FakeClock(), Recorder()
-    with mock.patch("perf_callbacks.core.engine.time", SimpleNamespace(perf_counter=clock)):  # where the engine reads it
+    with mock.patch("perf_callbacks.core.engine.engine.time", SimpleNamespace(perf_counter=clock)):  # where the engine reads it
         trainer(tmp_path / "a", [cb], logger=Recorder(), max_steps=4).fit(TickingModel(clock, 2), loader(batch_size=4))
         trainer(tmp_path / "b", [cb], logger=rec, max_steps=8).fit(TickingModel(clock, 2), loader(batch_size=32))
     assert rec.series("perf/train/step_time_ms") == pytest.approx([2.0, 2.0])  # every step 2 ms of the fake clock

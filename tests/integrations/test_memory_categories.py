@@ -20,7 +20,7 @@ from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback
 from perf_callbacks.analysis import analyze
-from perf_callbacks.analysis.memory_parts import KEYS
+from perf_callbacks.analysis.memory.parts import KEYS
 from tests.integrations.lit_helpers import loader, trainer
 from tests.integrations.memory_helpers import OPTIONS, most_held, sizes, trace_of
 
@@ -97,8 +97,8 @@ def test_lightning_adam_peak_by_category(tmp_path: Path) -> None:
 
 
 def test_diff_names_the_category_that_changed(tmp_path: Path) -> None:
-    from perf_callbacks.analysis.diff import compare
-    from perf_callbacks.analysis.diff_text import format_diff
+    from perf_callbacks.analysis.diff.compare import compare
+    from perf_callbacks.analysis.diff.text import format_diff
 
     base, _ = lightning_run(tmp_path / "base", "cpu", batch_size=32)
     new, _ = lightning_run(tmp_path / "new", "cpu", batch_size=256)  # 8 times the activations, the same model

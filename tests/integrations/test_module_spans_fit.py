@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback
 from perf_callbacks.analysis import analyze, format_text
-from perf_callbacks.analysis.events import load_rank
-from perf_callbacks.analysis.measure_base import InWindow
-from perf_callbacks.analysis.modules import time_by_module
+from perf_callbacks.analysis.compute.modules import time_by_module
+from perf_callbacks.analysis.trace.events import load_rank
+from perf_callbacks.analysis.trace.window import InWindow
 from tests.block_models import TwoBlocks, block_flops, global_hooks, hooks_on
 from tests.integrations.lit_helpers import trainer
 

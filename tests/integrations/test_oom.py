@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback, InstrumentUnavailableWarning
-from perf_callbacks.analysis.measures_text import size
-from perf_callbacks.core.memory import OutOfMemoryError
+from perf_callbacks.analysis.measures.text import size
+from perf_callbacks.core.memory.sampler import OutOfMemoryError
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -76,7 +76,7 @@ def event_count(path: Path) -> int | None:
 
 # ---- our event file ----------------------------------------------------------------------------------------------
 def test_an_event_file_that_cannot_start_leaves_no_file_and_no_folder(small_fs: Path) -> None:
-    from perf_callbacks.core.outputs import Outputs
+    from perf_callbacks.core.files.outputs import Outputs
     from perf_callbacks.integrations._events import EventFile
 
     fill(small_fs)
@@ -89,7 +89,7 @@ def test_an_event_file_that_cannot_start_leaves_no_file_and_no_folder(small_fs: 
 
 
 def test_an_event_file_cut_by_a_full_disk_keeps_its_whole_records(small_fs: Path) -> None:
-    from perf_callbacks.core.outputs import Outputs
+    from perf_callbacks.core.files.outputs import Outputs
     from perf_callbacks.integrations._events import EventFile
 
     events = EventFile(small_fs / "tensorboard", Outputs())

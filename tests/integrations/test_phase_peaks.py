@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback
-from perf_callbacks.core.phase_peaks import PhasePeaks
+from perf_callbacks.core.memory.phase_peaks import PhasePeaks
 from tests.core.test_phase_peaks import HostPeak
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 

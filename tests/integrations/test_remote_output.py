@@ -21,7 +21,7 @@ import pytest
 
 from perf_callbacks import GPUPerfCallback, InstrumentUnavailableWarning
 from perf_callbacks.cli import main
-from perf_callbacks.core import remote
+from perf_callbacks.core.files import remote
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
 
@@ -420,7 +420,7 @@ def test_report_of_several_windows_picks_and_orders_them_as_locally(tmp_path: Pa
 
 def test_an_oom_folder_ends_up_in_the_bucket(tmp_path: Path, s3: S3Server, staging: Path) -> None:
     """The out-of-memory evidence, written at close after the window's upload, is uploaded by the close sweep."""
-    from perf_callbacks.core.memory import OutOfMemoryError
+    from perf_callbacks.core.memory.sampler import OutOfMemoryError
     from tests.integrations.test_oom import OOMModel
 
     s3.fs().mkdir("perf-oom")

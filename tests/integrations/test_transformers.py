@@ -19,7 +19,7 @@ from transformers import TrainingArguments  # noqa: E402
 import perf_callbacks  # noqa: E402
 from perf_callbacks import DataLoaderWarning, PerfConfig, PerfConfigError, TransformersPerfCallback  # noqa: E402
 from perf_callbacks.cli import main as cli_main  # noqa: E402
-from perf_callbacks.core.memory import OutOfMemoryError  # noqa: E402
+from perf_callbacks.core.memory.sampler import OutOfMemoryError  # noqa: E402
 from tests.integrations.hf_helpers import (  # noqa: E402
     QUIET,
     SCHEDULE,

@@ -1,0 +1,1 @@
+"""Compute: MFU, the roofline, the precision hint and time and FLOPs by module."""

@@ -1,0 +1,189 @@
+"""FLOPs and bytes moved of one operator call, from its recorded shapes and dtypes (``record_shapes=True``).
+
+FLOPs follow ``torch.utils.flop_counter`` (FlopCounterMode): a matrix product of ``[M, K] x [K, N]`` is ``2MKN``
+(bias additions are not counted), attention ``2 * batch * heads * L * S * (E + Ev)`` forward and twice that
+backward, a convolution ``2 * output elements * (C_in / groups) * kernel size`` forward and twice that backward.
+Element-wise ops count one FLOP per output element, reductions one per input element (a convention: their bound is
+the memory bandwidth). Bytes are the least traffic the call can do: each input read once, each output written once.
+
+Example:
+    >>> op_cost("aten::mm", [[64, 32], [32, 16]], ["float", "float"], [])
+    ('gemm', 65536, 14336)
+    >>> op_cost("aten::add", [[8, 4], [8, 4], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"], [])
+    ('elementwise', 32, 192)
+    >>> op_cost("aten::mm", [[64, 32], []], ["float", ""], []) is None
+    True
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from perf_callbacks.analysis.trace.op_names import (
+    ATTENTION,
+    ATTENTION_BACKWARD,
+    CONV,
+    CONV_BACKWARD,
+    ELEMENTWISE,
+    FLASH_LAYOUT,
+    GEMMS,
+    REDUCTIONS,
+)
+from perf_callbacks.analysis.trace.window import element_bytes
+
+Cost = tuple[str, int, int]
+"""``(kind, FLOPs, bytes)``: kind is ``gemm``, ``attention``, ``conv``, ``elementwise`` or ``reduction``."""
+
+
+def op_cost(name: str, dims: Any, types: Any, concrete: Any) -> Cost | None:
+    """``(kind, FLOPs, bytes)`` of one call of ``name``, None when its shapes do not say.
+
+    From its ``Input Dims``, ``Input type`` and ``Concrete Inputs``; None when they are missing or malformed, for an
+    unknown dtype, and for a transposed convolution.
+    """
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    tensors = [
+        (d, t)
+        for d, t in zip(dims, types, strict=False)
+        if isinstance(d, list) and d and _ints(d) and element_bytes(t) is not None
+    ]
+    if not tensors:
+        return None
+    try:
+        if name in GEMMS:
+            return _gemm(name, tensors)
+        if name in ATTENTION or name in ATTENTION_BACKWARD or name in FLASH_LAYOUT:
+            return _attention(name, tensors)
+        if name in CONV or name in CONV_BACKWARD:
+            return _conv(name, dims, tensors, concrete if isinstance(concrete, list) else [])
+        if name in ELEMENTWISE:
+            return _elementwise(tensors)
+        if name in REDUCTIONS:
+            return "reduction", _numel(tensors[0][0]), _bytes(*tensors[0])
+    except (IndexError, ValueError, TypeError):
+        return None
+    return None
+
+
+def dtype_of(types: Any) -> str:
+    """The short name of the first tensor input's type (``fp32``, ``bf16``, ``fp16``, ``fp64``), else its own name."""
+    first = (
+        next((t for t in types if isinstance(t, str) and element_bytes(t) is not None), "")
+        if isinstance(types, list)
+        else ""
+    )
+    low = first.lower()
+    return {
+        "float": "fp32",
+        "c10::bfloat16": "bf16",
+        "bfloat16": "bf16",
+        "c10::half": "fp16",
+        "half": "fp16",
+        "double": "fp64",
+    }.get(low, low)
+
+
+def _gemm(name: str, tensors: list[tuple[list[int], str]]) -> Cost | None:
+    if name in ("aten::addmm", "aten::baddbmm"):
+        (c, tc), (a, ta), (b, tb) = tensors[0], tensors[1], tensors[2]
+        extra = _bytes(c, tc)
+    else:
+        (a, ta), (b, tb) = tensors[0], tensors[1]
+        extra = 0
+    if name == "aten::linear":  # weight [N, K]
+        m, k, n = _numel(a[:-1]), a[-1], b[0]
+        out = [*a[:-1], n]
+        flops = 2 * m * k * n
+    else:
+        if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+            return None
+        batch = prod(_broadcast(a[:-2], b[:-2]))
+        m, k, n = a[-2], a[-1], b[-1]
+        out = [batch, m, n]
+        flops = 2 * batch * m * k * n
+    return "gemm", flops, _bytes(a, ta) + _bytes(b, tb) + extra + _numel(out) * (element_bytes(ta) or 0)
+
+
+def _attention(name: str, tensors: list[tuple[list[int], str]]) -> Cost | None:
+    backward = name in ATTENTION_BACKWARD or name.endswith("_backward")
+    q, k, v = (t[0] for t in tensors[1:4]) if backward else (t[0] for t in tensors[0:3])
+    size = element_bytes(tensors[0][1]) or 0
+    if name in FLASH_LAYOUT:  # [batch, seq, heads, dim] -> [batch, heads, seq, dim]
+        q, k, v = ([x[0], x[2], x[1], x[3]] for x in (q, k, v))
+    if len(q) != 4 or len(k) != 4 or len(v) != 4:
+        return None
+    batch, length, width, s, wv = q[0] * q[1], q[2], q[3], k[2], v[3]
+    flops = 2 * batch * length * s * (width + wv)
+    out = batch * length * wv
+    qkv = (_numel(q) + _numel(k) + _numel(v)) * size
+    if backward:  # reads grad_out, q, k, v, out; writes grad q, k, v
+        return "attention", 2 * flops, qkv * 2 + 2 * out * size
+    return "attention", flops, qkv + out * size
+
+
+def _conv(name: str, dims: list[Any], tensors: list[tuple[list[int], str]], concrete: list[Any]) -> Cost | None:
+    size = element_bytes(tensors[0][1]) or 0
+    if name in CONV_BACKWARD:  # grad_out, input, weight: the output's shape is grad_out's
+        out, x, w = (t[0] for t in tensors[:3])
+        flops = 2 * _numel(out) * _numel(w[1:])
+        return "conv", 2 * flops, (2 * _numel(out) + 2 * _numel(x) + 2 * _numel(w)) * size
+    stride_at, pad_at, dil_at, groups_at, transposed_at = CONV[name]
+    if transposed_at is not None and _value(concrete, transposed_at) == "True":
+        return None
+    x, w = dims[0], dims[1]
+    spatial = len(x) - 2
+    stride = _list(concrete, stride_at, spatial, 1)
+    pad = _list(concrete, pad_at, spatial, 0)
+    dil = _list(concrete, dil_at, spatial, 1)
+    out_sp = [(x[2 + i] + 2 * pad[i] - dil[i] * (w[2 + i] - 1) - 1) // stride[i] + 1 for i in range(spatial)]
+    out = [x[0], w[0], *out_sp]
+    flops = 2 * _numel(out) * _numel(w[1:])
+    bias = (
+        _numel(dims[2])
+        if name in ("aten::convolution", "aten::_convolution", "aten::mkldnn_convolution")
+        and isinstance(dims[2], list)
+        and dims[2]
+        else 0
+    )
+    return "conv", flops, (_numel(x) + _numel(w) + bias + _numel(out)) * size
+
+
+def _elementwise(tensors: list[tuple[list[int], str]]) -> Cost:
+    shape: list[int] = []
+    for d, _ in tensors:
+        shape = _broadcast(shape, d)
+    size = element_bytes(tensors[0][1]) or 0
+    numel = _numel(shape)
+    return "elementwise", numel, sum(_bytes(d, t) for d, t in tensors) + numel * size
+
+
+def _broadcast(a: list[int], b: list[int]) -> list[int]:
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + list(a), [1] * (n - len(b)) + list(b)
+    return [max(x, y) for x, y in zip(a, b, strict=True)]
+
+
+def _value(concrete: list[Any], i: int | None) -> str:
+    return str(concrete[i]) if i is not None and i < len(concrete) else ""
+
+
+def _list(concrete: list[Any], i: int, n: int, default: int) -> list[int]:
+    text = _value(concrete, i).strip("[] ")
+    values = [int(v) for v in text.split(",") if v.strip()] if text else []
+    if len(values) == 1:
+        values *= n
+    return values if len(values) == n else [default] * n
+
+
+def _ints(d: list[Any]) -> bool:
+    return all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in d)
+
+
+def _numel(d: list[int]) -> int:
+    return prod(d)
+
+
+def _bytes(d: list[int], t: str) -> int:
+    return prod(d) * (element_bytes(t) or 0)

@@ -1,0 +1,1 @@
+"""The readable report: the text summary and the one console line."""

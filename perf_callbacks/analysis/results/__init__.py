@@ -1,0 +1,1 @@
+"""The results as data: per rank and per window, their recommendations and TensorBoard headline figures."""

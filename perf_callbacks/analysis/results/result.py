@@ -1,0 +1,326 @@
+"""The results: one ``RankResult`` per rank and an ``AnalysisResult`` for the window, with JSON and scalar views."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from perf_callbacks.analysis.results.headline import headline_scalars
+from perf_callbacks.analysis.results.recommendation import Recommendation, recommendation_dicts
+from perf_callbacks.analysis.trace.timeline import Timeline
+
+_WORLD = re.compile(r"\bworld_size=(\d+)")  # in RankResult.run_id, from the trace's distributedInfo
+VERDICTS = (
+    "compute_bound",
+    "input_bound",
+    "host_bound",
+    "sync_bound",
+    "copy_bound",
+    "communication_bound",
+    "unexplained_idle",
+    "cpu_contention",
+)
+
+
+@dataclass
+class StepResult:
+    """One ``ProfilerStep#N``: its duration and the milliseconds of each timeline cause inside it."""
+
+    step: int
+    time_ms: float
+    causes_ms: dict[str, float] = field(default_factory=dict)
+
+    def within_step(self) -> dict[str, float]:
+        """The milliseconds by cause within the step's own time.
+
+        The last step's causes run to the window's end, which on a device includes the queued work that finishes after
+        the step's host span (the device tail); they are cut to the step's time, each cause in proportion.
+
+        Example:
+            >>> StepResult(3, 100.0, {"compute": 120.0, "sync": 30.0}).within_step()
+            {'compute': 80.0, 'sync': 20.0}
+        """
+        total = sum(self.causes_ms.values())
+        cut = self.time_ms / total if total > self.time_ms > 0 else 1.0
+        return {c: ms * cut for c, ms in self.causes_ms.items()}
+
+
+@dataclass
+class RankResult:
+    """Metrics, verdict and recommendations for one rank. Fractions are of the window (see ``Timeline``).
+
+    ``start_us``/``end_us`` bound the window in wall-clock microseconds where the trace has ``baseTimeNanoseconds``
+    (Kineto's timestamps are then relative to it), else in the trace's own clock.
+    ``set_aside_ms`` holds the milliseconds of validation and checkpoint saves inside the window (our
+    ``perf_callbacks.validation``/``perf_callbacks.checkpoint`` spans), which no other figure counts.
+    ``collectives_ms`` holds the duration of each collective outside that time (our own logging's gather is not the
+    user's), and ``collective_steps`` the ``ProfilerStep`` number each one started in (-1 before the first step).
+    ``machine`` is what our callbacks recorded of the machine and the loader (``cpu_cores``, ``local_world_size``,
+    ``loader``, ``num_workers``, ``cuda``; empty for traces of other tools), and ``cuda_on_host`` whether that machine
+    had CUDA (said by ``machine``, else by the trace's GPU list or runtime calls).
+    ``prologue_ms``/``epilogue_ms``: on a trace without ProfilerStep, the traced host-only time before the first and
+    after the last device op, outside the window (start-up such as CUDA or cuBLAS initialisation).
+    ``strip`` is the HTML report's timeline strip, run-length encoded (see :mod:`perf_callbacks.analysis.rank.strip`),
+    and ``strip_names`` the device work that ran longest in each of its runs (its hover text; ``""`` for none).
+    ``load`` is the window's measured load (the training thread's and the DataLoader workers' time on a CPU and
+    waiting for one, see :func:`perf_callbacks.analysis.trace.machine.load_of`; empty when not recorded), and ``loader``
+    the loader block the verdict derives from it, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``
+    (None for traces of other tools; see :mod:`perf_callbacks.analysis.judge.load`). With the load measured, ``losses``
+    holds ``cpu_contention``: the share of the window the training thread waited for a CPU.
+    ``modules`` holds the module figures at full depth (``analysis.modules.rank_modules``; empty without spans).
+    """
+
+    rank: int
+    path: str
+    span_ms: float
+    gpu_utilization: float | None
+    kernel_busy_fraction: float | None
+    step_time_ms: float | None
+    data_wait_fraction: float
+    losses: dict[str, float]
+    steps: list[StepResult]
+    copies_ms: dict[str, float]
+    comm_ms: dict[str, float]
+    top_ops: list[dict[str, Any]]
+    peak_memory_bytes: int | None
+    device_memory_bytes: int | None
+    profiler_flags: list[str]
+    data_loader: str | None
+    collectives_ms: list[float]
+    sync_calls_ms: dict[str, float]
+    launches_per_step: float | None
+    verdict: str = "compute_bound"
+    recommendations: list[Recommendation] = field(default_factory=list)
+    timeline: Timeline | None = field(default=None, repr=False)
+    rank_source: str = "order"
+    run_id: str = ""
+    start_us: float = 0.0
+    end_us: float = 0.0
+    device_kind: str | None = None
+    window_definition: str = ""
+    backlog_fraction: float = 0.0
+    graph_idle_fraction: float = 0.0
+    copy_exposed_ms: dict[str, float] = field(default_factory=dict)
+    collectives_by_op_ms: dict[str, float] = field(default_factory=dict)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    communication: list[dict[str, Any]] = field(default_factory=list)
+    overlap_fraction: float | None = None
+    copies: list[dict[str, Any]] = field(default_factory=list)
+    launch: dict[str, Any] | None = None
+    memory_by_op: list[dict[str, Any]] = field(default_factory=list)
+    memory_peak: dict[str, Any] | None = None
+    memory_curve: list[list[float]] = field(default_factory=list)
+    memory_categories: dict[str, int] | None = None
+    memory_at_peak: dict[str, Any] | None = None
+    memory_growth: dict[str, Any] | None = None
+    op_table: list[dict[str, Any]] = field(default_factory=list)
+    measure_notes: list[str] = field(default_factory=list)
+    bad_events: int = 0
+    runtime_calls: int = 0
+    host_traced: bool = True
+    set_aside_ms: dict[str, float] = field(default_factory=dict)
+    flops: dict[str, Any] = field(default_factory=dict)
+    collective_steps: list[int] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+    cuda_on_host: bool = False
+    prologue_ms: float = 0.0
+    epilogue_ms: float = 0.0
+    strip: str = ""
+    strip_names: list[str] = field(default_factory=list)
+    load: dict[str, Any] = field(default_factory=dict)
+    loader: dict[str, Any] | None = None
+    roofline: list[dict[str, Any]] = field(default_factory=list)
+    roofline_peaks: dict[str, Any] = field(default_factory=dict)
+    precision: dict[str, Any] | None = None
+    modules: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view (the timeline is left out)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("timeline", "steps")}
+        out["steps"] = [s.__dict__ for s in self.steps]
+        out["recommendations"] = recommendation_dicts(self.recommendations)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankResult:
+        """Rebuild a result from ``to_dict`` output (the timeline is not kept, so it is None)."""
+        known = {f for f in cls.__dataclass_fields__ if f not in ("timeline", "steps")}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["sync_calls_ms"] = dict(kwargs.get("sync_calls_ms", {}))
+        kwargs["recommendations"] = [Recommendation.of(x) for x in kwargs.get("recommendations", [])]
+        steps = [StepResult(int(s["step"]), float(s["time_ms"]), dict(s.get("causes_ms", {})))
+                 for s in data.get("steps", [])]
+        return cls(steps=steps, **kwargs)
+
+
+@dataclass
+class AnalysisResult:
+    """What ``analyze`` returns for one window (the most recent one when given an ``output_dir``).
+
+    Args:
+        path: the window folder or trace file.
+        verdict: one of ``VERDICTS``: the cause of the largest removable loss.
+        gpu_utilization: mean over ranks of the device-busy fraction, None on CPU-only traces.
+        data_wait_fraction: mean over ranks of the share of the window spent waiting for data.
+        step_time_ms: median step time over all ranks.
+        top_ops: the top ops over all ranks.
+        peak_memory_bytes: highest device memory allocated on any rank, when memory was profiled.
+        recommendations: ranked by their gain, each naming its evidence and its fix; each a ``Recommendation``
+            (:mod:`perf_callbacks.analysis.results.recommendation`): its text, with ``cause``, ``estimated_gain_ms``,
+            ``estimated_gain_fraction`` and ``basis``; in the JSON one object with those keys and ``text``.
+        ranks: one result per rank, sorted by rank.
+        stragglers: global ranks that reach collectives late.
+        imbalance_ratio: max / mean over ranks of step time minus collective wait (1.0 = balanced).
+        step_time_spread_ms: max - min over ranks of the median step time.
+        straggler_reasons: rank -> why it is late.
+        windows: summaries of every window (and trace set) found: the headline first, then most recent first.
+        verdict_margin: the largest loss minus the 10% threshold (negative when under it), None without losses.
+        runner_up: the verdict that the next largest loss would give.
+        verdict_note: why the verdict is a close call (``close to the 10% threshold``), or empty.
+        devices: with several devices in one rank's file, one entry per rank and device.
+        notes: what the discovery found worth saying (duplicate ranks, separate runs, partial windows).
+        errors: one line per file that could not be read (file name and reason).
+        partial: whether the window has fewer completed steps than it was meant to hold.
+        device: the kind of device activity in the window (``cuda``, ``rocm``, ``mtia``...), ``none`` when no rank
+            has any: every figure is then host time, and ``compute_bound`` means host compute.
+        flops_per_step: model FLOPs of one optimizer step (from the traces' metadata), None when not known.
+        achieved_tflops: ``flops_per_step`` over the median step time, in TFLOP/s per device.
+        peak_tflops: the device's peak TFLOP/s for the run's compute dtype, None when not known.
+        mfu: ``achieved_tflops / peak_tflops`` (model FLOPs utilization), None without both.
+        mfu_gap: ``1 - mfu`` by cause: ``{input, host, sync, copy, communication, other, below_peak}`` as fractions
+            (0.12 = 12 points); see ``analysis.mfu``.
+        flops_source: where ``flops_per_step`` comes from (``counted with FlopCounterMode on step 0``...).
+        peak_source: where ``peak_tflops`` comes from.
+        communication: per collective and process group, summed over ranks: ``{name, group, count, bytes, total_ms,
+            exposed_ms, algbw_gbps, busbw_gbps, group_size, busbw_p50_gbps}`` (see ``analysis.comms``).
+        overlap_fraction: the share of collective time overlapped by compute (mean over ranks).
+        copies: per copy kind and host memory kind, summed over ranks: ``{kind, memory, count, bytes, total_ms,
+            gbps}`` (see ``analysis.copies``).
+        launch: ``{p50_us, p95_us, launch_call_p50_us, small_kernels, small_kernel_fraction}`` (``analysis.launch``).
+        memory_by_op: the ops with the most self memory, ``{name, self_bytes, calls}`` (``analysis.memory_ops``).
+        memory_peak: ``{bytes, op, ts_ms, memory}``: the highest allocated memory of any rank and the op there.
+        memory_categories: ``{parameters, gradients, optimizer_state, activations, other, peak}`` in bytes: what the
+            peak of the rank with the highest peak is made of (see ``analysis.memory_parts``); None without
+            ``profile_memory`` or without our metadata.
+        memory_at_peak: ``{phase, op, memory, capacity, resident}`` at that peak, with ``before_trace`` and
+            ``not_resident`` on a device.
+        memory_growth: where the run's memory grew step after step (trace metadata): what the window kept across
+            steps, ``{bytes_per_step, since_step, until_step, memory, steps, kept_per_step, by_op}`` of the first
+            rank with a growth (see ``analysis.memory_growth``), else None.
+        op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
+        loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
+            the rank that waited longest for data (None without our metadata; see ``analysis.load``).
+        hang: what the hang watchdog's ``hang-rank{R}`` folders say, ``{ranks, missing, summary}`` (see
+            ``analysis.hang``), None without one.
+        roofline: operators against the roofline, per (op, shapes, dtype) group: ``{op, shapes, dtype, kind,
+            device, count, device_time_ms, time_fraction, flops, bytes, achieved_tflops, achieved_tbps, intensity,
+            peak_dtype, peak_tflops, peak_tbps, bound_tflops, bound_share, bound, kernels}`` (``analysis.roofline``).
+        roofline_peaks: the peaks the rows are held to, ``{tflops, tbps, tflops_source, tbps_source, device}``.
+        precision: the precision hint (fp32 matrix math without tensor cores), None when there is none: ``{kernels,
+            time_ms, device_share, window_share, settings, dtype_evidence, estimated_gain, estimated_gain_ms,
+            estimated_gain_fraction, basis, text, rank}`` (``analysis.precision``).
+        modules: device time, FLOPs and parameters by module (``module_spans``) at depth 1, or at ``--modules DEPTH``:
+            ``{module, group, members, time_us, time_fraction, flops, flops_fraction, params, calls}`` (see
+            ``analysis.modules``); empty without module spans.
+        others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
+        captures: each captured window, why it was opened and what differs from the nearest healthy window
+            (``analysis.captured``).
+    """
+
+    path: str
+    verdict: str
+    gpu_utilization: float | None
+    data_wait_fraction: float
+    step_time_ms: float | None
+    top_ops: list[dict[str, Any]]
+    peak_memory_bytes: int | None
+    recommendations: list[Recommendation]
+    ranks: list[RankResult]
+    stragglers: list[int] = field(default_factory=list)
+    imbalance_ratio: float | None = None
+    step_time_spread_ms: float | None = None
+    straggler_reasons: dict[int, str] = field(default_factory=dict)
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    verdict_margin: float | None = None
+    runner_up: str | None = None
+    verdict_note: str = ""
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    partial: bool = False
+    captures: list[dict[str, Any]] = field(default_factory=list)
+    device: str = ""
+    flops_per_step: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops: float | None = None
+    mfu: float | None = None
+    mfu_gap: dict[str, float] | None = None
+    flops_source: str = ""
+    peak_source: str = ""
+    communication: list[dict[str, Any]] = field(default_factory=list)
+    overlap_fraction: float | None = None
+    copies: list[dict[str, Any]] = field(default_factory=list)
+    launch: dict[str, Any] | None = None
+    memory_by_op: list[dict[str, Any]] = field(default_factory=list)
+    memory_peak: dict[str, Any] | None = None
+    memory_categories: dict[str, int] | None = None
+    memory_at_peak: dict[str, Any] | None = None
+    memory_growth: dict[str, Any] | None = None
+    op_table: list[dict[str, Any]] = field(default_factory=list)
+    loader: dict[str, Any] | None = None
+    hang: dict[str, Any] | None = None
+    roofline: list[dict[str, Any]] = field(default_factory=list)
+    roofline_peaks: dict[str, Any] = field(default_factory=dict)
+    precision: dict[str, Any] | None = None
+    modules: list[dict[str, Any]] = field(default_factory=list)
+    others: list[AnalysisResult] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the ``perf-callbacks report --json`` object."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("ranks", "others")}
+        out["ranks"] = [r.to_dict() for r in self.ranks]
+        out["recommendations"] = recommendation_dicts(self.recommendations)
+        out["straggler_reasons"] = {str(k): v for k, v in self.straggler_reasons.items()}
+        return out
+
+    def scalars(self) -> dict[str, float]:
+        """Flat ``perf/window/...`` numbers for TensorBoard, once per window; missing values are left out.
+
+        Communication figures (``communication_fraction``, ``comm_busbw_gbps``) only for a distributed window: more
+        than one rank, a collective, or a trace recorded with a world size above 1.
+
+        Example:
+            >>> r = AnalysisResult("x", "compute_bound", None, 0.25, 12.0, [], None, [], [])
+            >>> r.scalars()
+            {'perf/window/data_wait_fraction': 0.25, 'perf/window/step_time_ms': 12.0}
+        """
+        values: dict[str, float | None] = {
+            "gpu_utilization": self.gpu_utilization,
+            "data_wait_fraction": self.data_wait_fraction,
+            "step_time_ms": self.step_time_ms,
+            "peak_memory_gb": None if self.peak_memory_bytes is None else self.peak_memory_bytes / 1e9,
+            "imbalance_ratio": self.imbalance_ratio,
+            "mfu": self.mfu,
+            "achieved_tflops": self.achieved_tflops,
+        }
+        for cause in ("sync", "host", "copy", "communication", "other", "cpu_contention"):
+            shares = [r.losses[cause] for r in self.ranks if cause in r.losses]
+            key = {"sync": "host_sync", "host": "launch_overhead", "other": "unexplained_idle"}.get(cause, cause)
+            values[f"{key}_fraction"] = sum(shares) / len(shares) if shares else None
+        values.update(headline_scalars(self.communication, self.copies, self.launch))
+        if not _distributed(self.ranks):
+            values["communication_fraction"] = values["comm_busbw_gbps"] = None
+        return {f"perf/window/{k}": float(v) for k, v in values.items() if v is not None}
+
+
+def _distributed(ranks: list[RankResult]) -> bool:
+    """Whether a window is of a distributed run: several ranks, a collective, or ``distributedInfo.world_size > 1``.
+
+    Example:
+        >>> _distributed([])
+        False
+    """
+    if len(ranks) > 1 or any(r.collectives_ms or r.communication for r in ranks):
+        return True
+    return any((m := _WORLD.search(r.run_id)) is not None and int(m.group(1)) > 1 for r in ranks)

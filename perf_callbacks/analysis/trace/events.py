@@ -1,0 +1,311 @@
+"""One rank's trace, reduced while it streams in to the few event kinds the analysis needs (compact tuples)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from math import isfinite
+from pathlib import Path
+from typing import Any
+
+from perf_callbacks.analysis.trace.aside import (
+    ASIDE,
+    COMPILE_SUFFIX,
+    COMPILING,
+    DATA_WAIT,
+    is_loader_next,
+    training_input,
+)
+from perf_callbacks.analysis.trace.extra_events import ExtraEvents
+from perf_callbacks.analysis.trace.loader import rank_from_name, read_trace
+from perf_callbacks.analysis.trace.op_names import KNOWN as SHAPED_OPS
+
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
+            "Memset": "memset", "mtia_ccp_events": "kernel"}
+"""Device activity categories: Kineto's, PyTorch 1.8-1.13's (``Kernel``, ``Memcpy``, ``Memset``) and MTIA's."""
+DEVICE_EVENT = "event"
+"""The kind of a device-side event record or wait (MTIA's ``event_record``/``event_wait``): neither a kernel nor a
+copy; the device's queue waits on another stream's event. Busy time as HTA counts it, but not work."""
+CATEGORY = {
+    "cpu_op": "cpu_op", "Operator": "cpu_op",
+    "cuda_runtime": "runtime", "cuda_driver": "runtime", "Runtime": "runtime", "mtia_runtime": "runtime",
+    "user_annotation": "annotation", "User annotation": "annotation",
+    "python_function": "python", "Python function": "python",
+    "cpu_instant_event": "instant",
+    **dict.fromkeys(GPU_CATS, "gpu"),
+}
+"""Every category the analysis reads, old names mapped onto the current ones."""
+GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "hipGraphLaunch", "cuGraphLaunch"})
+SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH_v2",
+        "aten::item",
+        "aten::_local_scalar_dense",
+    }
+)
+HOLDING_CALLS = frozenset(
+    {"hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream"}
+)
+"""HIP's blocking calls: kept with the syncs, but only a gap they hold from end to end is put down to them (the
+device idled while the host sat in one); the "idled as it returned" rule is CUDA's (``SYNC_CALLS``)."""
+OWN_SPAN_PREFIX = "perf_callbacks."
+MODULE_PREFIX = "perf_callbacks.module/"
+"""A module's span (``module_spans``): the prefix, then the module's path (``core/module_spans.py``)."""
+_STEP = re.compile(r"ProfilerStep#(\d+)")
+_COMM_PREFIXES = ("gloo:", "nccl:")
+_COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reduce", "Gather", "Scatter",
+                "SendRecv", "Send", "Recv", "Barrier")
+_NCCL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
+
+Span = tuple[float, float]
+
+
+@dataclass
+class RankTrace:
+    r"""The events of one rank that the metrics use. Times are microseconds, as in the trace.
+
+    Args:
+        path: the trace file.
+        rank: the global rank (``distributedInfo.rank``, else ``rank(\\d+)`` in the file name, else 0).
+        meta: the trace's top-level keys other than ``traceEvents``.
+    """
+
+    path: Path
+    rank: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+    steps: list[tuple[int, float, float, Any]] = field(default_factory=list)
+    gpu: list[tuple[float, float, str, str, int, int, int]] = field(default_factory=list)
+    launches: dict[int, tuple[float, int]] = field(default_factory=dict)
+    syncs: list[tuple[float, float, str]] = field(default_factory=list)
+    cpu_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
+    ext_names: dict[int, str] = field(default_factory=dict)
+    ext_spans: dict[int, tuple[float, float, Any]] = field(default_factory=dict)
+    launch_tids: dict[int, Any] = field(default_factory=dict)
+    data_spans: list[Span] = field(default_factory=list)
+    data_names: set[str] = field(default_factory=set)
+    own_data_spans: list[Span] = field(default_factory=list)
+    loader_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    aside_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    phase_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    comm_spans: list[tuple[float, float, str]] = field(default_factory=list)
+    graph_launches: dict[int, float] = field(default_factory=dict)
+    device_kind: str = "cuda"
+    rank_source: str = "order"
+    bad_events: int = 0
+    runtime_calls: int = 0
+    python_events: int = 0
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    events: int = 0
+    extra: ExtraEvents = field(default_factory=ExtraEvents)
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether the trace holds device activity (kernels, copies or memsets)."""
+        return bool(self.gpu)
+
+    def flag(self, key: str) -> bool:
+        """Whether a profiler option such as ``with_stack`` is set in the trace metadata ("1", 1 or true)."""
+        return str(self.meta.get(key, "0")).lower() in ("1", "true")
+
+
+class _Collector:
+    """Sorts streamed events into a RankTrace; one method per event category keeps the dispatch flat."""
+
+    def __init__(self, path: Path) -> None:
+        self.trace = RankTrace(path)
+
+    def reset(self) -> None:
+        self.trace = RankTrace(self.trace.path)
+
+    def add(self, events: list[dict[str, Any]]) -> None:
+        t = self.trace
+        t.events += len(events)
+        for e in events:
+            if not isinstance(e, dict):
+                t.bad_events += 1
+                continue
+            cat = e.get("cat")
+            kind = CATEGORY.get(cat) if isinstance(cat, str) else None
+            if kind is None:
+                continue
+            ts = e.get("ts")
+            if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not isfinite(ts):
+                t.bad_events += 1
+                continue
+            if kind == "cpu_op":
+                self._cpu_op(e)
+            elif kind == "gpu":
+                self._gpu(e, GPU_CATS[e["cat"]])
+            elif kind == "runtime":
+                self._runtime(e)
+            elif kind == "annotation":
+                self._annotation(e)
+            elif kind == "python":
+                t.python_events += 1
+            elif e.get("name") == "[memory]" and isinstance(e.get("args"), dict):
+                self._memory(e["args"])
+                t.extra.memory_event(e)
+
+    def _cpu_op(self, e: dict[str, Any]) -> None:
+        t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
+        if name.startswith(OWN_SPAN_PREFIX) or _STEP.fullmatch(name) or is_loader_next(name):
+            self._annotation(e)  # our phase spans (fast record function), and PyTorch 1.8/1.9's `Operator` ranges
+            return
+        end = ts + _dur(e)
+        if name.endswith(COMPILE_SUFFIX):  # torch.compile compiling: set aside, as validation, never an operator
+            t.aside_spans.append((ts, end, COMPILING))
+            return
+        args = _args(e)
+        if name == "record_param_comms" and args.get("Collective name"):
+            name = f"record_param_comms ({collective_name(str(args['Collective name']))})"
+            t.extra.cpu_op(args)
+        t.cpu_ops.append((ts, end, e.get("tid"), name))
+        ext = args.get("External id", args.get("external id"))
+        if ext is not None:
+            t.ext_names[ext] = name
+            t.ext_spans[ext] = (ts, end, e.get("tid"))
+            if name in SHAPED_OPS and "Input Dims" in args:
+                t.extra.shapes[ext] = (args["Input Dims"], args.get("Input type"), args.get("Concrete Inputs"))
+        if name in SYNC_CALLS:
+            t.syncs.append((ts, end, name))
+        seq = args.get("Sequence number")
+        if seq is not None:
+            t.extra.seq_op(ts, end, e.get("tid"), name, seq)
+
+    def _gpu(self, e: dict[str, Any], kind: str) -> None:
+        args = _args(e)
+        ts = e["ts"]
+        device = args.get("device", e.get("pid", 0))
+        if e["cat"] == "mtia_ccp_events":
+            self.trace.device_kind = "mtia"
+            device = e.get("pid", 0)
+            kind = mtia_kind(str(e.get("name", "")))
+        row = (ts, ts + _dur(e), kind, str(e.get("name", "")), device if isinstance(device, int) else 0,
+               args.get("correlation", -1), args.get("External id", args.get("external id", -1)))
+        self.trace.gpu.append(row)
+        self.trace.extra.gpu(row, args)
+
+    def _runtime(self, e: dict[str, Any]) -> None:
+        t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
+        args = _args(e)
+        t.runtime_calls += 1
+        if name.startswith("hip"):
+            t.device_kind = "rocm"
+        corr = args.get("correlation")
+        if corr is not None:
+            t.launches[corr] = (ts, args.get("External id", args.get("external id", -1)))
+            t.extra.runtime(name, ts, _dur(e), corr)
+            tid = e.get("tid")
+            t.launch_tids[corr] = tid if isinstance(tid, (int, str)) else None
+            if name in GRAPH_LAUNCHES:
+                t.graph_launches[corr] = ts + _dur(e)
+        if name in SYNC_CALLS or name in HOLDING_CALLS:
+            t.syncs.append((ts, ts + _dur(e), name))
+
+    def _annotation(self, e: dict[str, Any]) -> None:
+        t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
+        end = ts + _dur(e)
+        step = _STEP.fullmatch(name)
+        if step:
+            t.steps.append((int(step.group(1)), ts, end, e.get("tid")))
+        elif name == DATA_WAIT:
+            t.own_data_spans.append((ts, end))
+        elif name in ASIDE:
+            t.aside_spans.append((ts, end, ASIDE[name]))
+        elif is_loader_next(name):
+            t.loader_spans.append((ts, end, name))
+        elif name.startswith(MODULE_PREFIX):
+            t.extra.module_spans.append((ts, end, e.get("tid"), name[len(MODULE_PREFIX):]))
+        elif name.startswith(_COMM_PREFIXES):
+            t.comm_spans.append((ts, end, name))
+            t.extra.host_comm(ts, end, name, _args(e), e.get("tid"))
+        elif name.startswith(OWN_SPAN_PREFIX):  # our phase spans: forward, backward, optimizer_step...
+            t.phase_spans.append((ts, end, name[len(OWN_SPAN_PREFIX):]))
+
+    def _memory(self, args: dict[str, Any]) -> None:
+        if args.get("Device Type") != 1:
+            return
+        t = self.trace
+        allocated, reserved = args.get("Total Allocated", 0), args.get("Total Reserved", 0)
+        if isinstance(allocated, int) and isinstance(reserved, int):
+            t.peak_allocated = max(t.peak_allocated or 0, allocated)
+            t.peak_reserved = max(t.peak_reserved or 0, reserved)
+
+
+def mtia_kind(name: str) -> str:
+    """The kind of an ``mtia_ccp_events`` event: ``dma_*`` copies are ``memcpy``, ``event_*`` are ``DEVICE_EVENT``.
+
+    Example:
+        >>> mtia_kind("dma_request"), mtia_kind("event_wait"), mtia_kind("fc-dtype_Float")
+        ('memcpy', 'event', 'kernel')
+    """
+    if name.startswith("dma"):
+        return "memcpy"
+    return DEVICE_EVENT if name.startswith("event_") else "kernel"
+
+
+def collective_name(raw: str) -> str:
+    """Return the usual spelling of a collective (``allreduce``, ``AllReduce``, ``all_reduce`` -> ``AllReduce``).
+
+    Example:
+        >>> collective_name("reduce_scatter_tensor_coalesced")
+        'ReduceScatter'
+    """
+    key = raw.lower().replace("_", "")
+    for known in _COLLECTIVES:
+        if key.startswith(known.lower()):
+            return known
+    return raw
+
+
+def nccl_collective(kernel: str) -> str | None:
+    """Return the collective of an NCCL kernel name such as ``ncclDevKernel_AllGather_RING_LL``, else None."""
+    match = _NCCL.search(kernel)
+    return collective_name(match.group(1)) if match else None
+
+
+def load_rank(path: Path) -> RankTrace:
+    """Read one trace file into a RankTrace.
+
+    Example:
+        >>> import tempfile, json, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "rank3.pt.trace.json"
+        >>> _ = p.write_text(json.dumps({"traceEvents": []}))
+        >>> load_rank(p).rank
+        3
+    """
+    collector = _Collector(path)
+    meta = read_trace(path, collector)
+    trace = collector.trace
+    trace.meta = meta
+    info = meta.get("distributedInfo") or {}
+    rank = info.get("rank") if isinstance(info, dict) else None
+    named = rank_from_name(path)
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        trace.rank, trace.rank_source = rank, "distributedInfo"
+    elif named is not None:
+        trace.rank, trace.rank_source = named, "file name"
+    trace.steps = sorted({s[0]: s for s in sorted(trace.steps, reverse=True)}.values())  # one span per step number
+    trace.gpu.sort()
+    trace.syncs.sort(key=lambda s: s[1])
+    trace.comm_spans.sort()
+    trace.data_spans, trace.data_names = training_input(trace.own_data_spans, trace.loader_spans, trace.aside_spans)
+    return trace
+
+
+def _dur(e: dict[str, Any]) -> float:
+    dur = e.get("dur", 0)
+    return dur if type(dur) in (int, float) and isfinite(dur) and dur > 0 else 0.0
+
+
+def _args(e: dict[str, Any]) -> dict[str, Any]:
+    args = e.get("args")
+    return args if isinstance(args, dict) else {}

@@ -1,0 +1,110 @@
+"""The engine's captured windows: the anomaly bar, the request sources, and the TensorBoard mark of each capture.
+
+The engine calls :meth:`EngineCaptures.spiked` only for a step above the bar (a comparison on its own hot path),
+:meth:`EngineCaptures.interval` at logging steps, :meth:`EngineCaptures.close` at the end. A failure here turns
+captures off with one warning; it never reaches training.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+
+from perf_callbacks.analysis.windows.captured import capture_text
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.files.outputs import Outputs
+from perf_callbacks.core.timing.stats import Slowdown
+from perf_callbacks.core.triggers.captures import AnomalyWatch, Capture
+from perf_callbacks.core.triggers.requests import CaptureRequests
+from perf_callbacks.core.triggers.wait import WaitSampler
+from perf_callbacks.core.warn import WarnFn
+from perf_callbacks.core.windows.recorder import WindowRecorder
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+
+log = logging.getLogger(__name__)
+
+
+class EngineCaptures:
+    """Captured windows of one rank (see ``core/triggers/captures.py`` and ``core/triggers/requests.py``).
+
+    Args:
+        config: ``capture_on_anomaly``, ``capture_signal``, ``capture_poll_s``...
+        ctx: the run's output folders and where metrics go.
+        windows: the recorder, whose schedule plans the windows.
+        outputs: the run's writers (the TensorBoard mark goes through ``metrics``).
+        warn: the engine's warn-once.
+    """
+
+    def __init__(
+        self, config: PerfConfig, ctx: RunContext, windows: WindowRecorder, outputs: Outputs, warn: WarnFn
+    ) -> None:
+        self.ctx, self.outputs, self._warn = ctx, outputs, warn
+        schedule = windows.schedule
+        on = windows.enabled
+        self.anomaly = AnomalyWatch(schedule, sampler=WaitSampler()) if on and config.capture_on_anomaly else None
+        if self.anomaly is not None and self.anomaly.sampler is not None:
+            self.anomaly.sampler.start()
+        self.requests: CaptureRequests | None = None
+        if ctx.rank == min(config.ranks or [0]):  # the rank whose scalars are logged marks each capture
+            schedule.opened = self._mark
+        if on and (config.capture_signal or config.capture_poll_s > 0):
+            self._guard(lambda: self._start(config, windows))
+
+    def _start(self, config: PerfConfig, windows: WindowRecorder) -> None:
+        folders = [self.ctx.output_dir, windows.layout.run_dir]
+        self.requests = CaptureRequests(
+            config.capture_signal,
+            config.capture_poll_s,
+            folders,
+            self.ctx.remote,
+            config.storage_options,
+            windows.schedule,
+        )
+        self.requests.start()
+
+    def spiked(self, step: int, elapsed: float) -> None:
+        """A measured step above the bar."""
+        if self.anomaly is not None:
+            self._guard(lambda: self.anomaly.spiked(step, elapsed) if self.anomaly is not None else None)
+
+    def interval(self, step: int, step_times: Sequence[float], slowdown: Slowdown | None) -> float:
+        """A logging step: the new bar (``inf``: none)."""
+        anomaly = self.anomaly
+        if anomaly is None:
+            return math.inf
+        limit = self._guard(lambda: anomaly.interval(step, step_times, slowdown))
+        return math.inf if limit is None or self.anomaly is None else limit
+
+    def close(self) -> None:
+        """Restore the signal's previous handler, stop looking for request files."""
+        if self.requests is not None:
+            self._guard(self.requests.close)
+        sampler = self.anomaly.sampler if self.anomaly is not None else None
+        if sampler is not None:
+            self._guard(sampler.close)
+
+    def _mark(self, capture: Capture) -> None:
+        """The capture in TensorBoard (or the run's logger): ``perf/capture`` (its ratio, or 1) and its reason."""
+        meta = capture.meta()
+        scalars, text = self.ctx.log_summary or self.ctx.log_metrics, self.ctx.log_text
+        step = capture.first
+        log.info("perf-callbacks: capturing steps %d-%d: %s", capture.first, capture.last, capture_text(meta))
+        if scalars is not None:
+            self.outputs.call("metrics", lambda: scalars({"perf/capture": float(meta["ratio"] or 1.0)}, step))
+        if text is not None:
+            self.outputs.call("metrics", lambda: text("perf/capture", capture_text(meta), step))
+
+    def _guard(self, fn: Callable[[], float | None]) -> float | None:
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
+            self.anomaly = None
+            self._warn(
+                "capture",
+                InstrumentUnavailableWarning,
+                f"captured windows are off for this run: {type(err).__name__}: {err}",
+                False,
+            )
+            return None

@@ -1,0 +1,1 @@
+"""Hang forensics: the watchdog thread and the evidence it writes."""
