@@ -159,8 +159,10 @@ def graph(root: Path = PACKAGE) -> dict[str, set[str]]:
 
 
 def shape(root: Path = PACKAGE) -> tuple[list[str], list[str]]:
-    """Problems of the package's shape (a folder of too many modules, a subpackage that does not say what it holds),
-    and the modules over ``LONG_LINES`` lines."""
+    """Problems of the package's shape, and the modules over ``LONG_LINES`` lines.
+
+    A problem is a folder of more than ``MAX_MODULES`` modules, or a subpackage that does not say what it holds.
+    """
     problems: list[str] = []
     for folder in sorted({p.parent for p in root.rglob("*.py")}):
         mods = [p for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")]
