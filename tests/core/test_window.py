@@ -15,7 +15,7 @@ import torch
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
-from perf_callbacks.core.windows import recorder as window_module
+from perf_callbacks.core.windows import handoff
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.core.engine_helpers import make_engine, run_steps, trace_steps
 
@@ -167,13 +167,13 @@ def test_a_windows_metadata_holds_its_steps_rank_stall_and_data_wait(tmp_path: P
     fed 250.4321 ms is its stall (to 2 decimals); without loader timing, data wait is 'not measured'."""
     engine = make_engine(tmp_path)  # warm-up at 3, window 4-5
     clock = FakeClock()
-    real_export_raw = window_module.export_raw
+    real_export_raw = handoff.export_raw
 
     def slow_export_raw(*args: object) -> Path:
         clock.t += 0.2504321  # a large trace's export
         return real_export_raw(*args)  # type: ignore[arg-type]
 
-    with mock.patch("time.perf_counter", clock), mock.patch.object(window_module, "export_raw", slow_export_raw):
+    with mock.patch("time.perf_counter", clock), mock.patch.object(handoff, "export_raw", slow_export_raw):
         for step in range(6):
             if fetch:
                 engine.data_start()

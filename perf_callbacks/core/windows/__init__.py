@@ -1,1 +1,1 @@
-"""Profiling windows: the recorder, the profiler session, the trace cut, the background analysis and the summary."""
+"""Profiling windows: the recorder, session, trace metadata, window-end hand-off, trace cut, background job, summary."""

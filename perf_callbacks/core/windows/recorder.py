@@ -6,16 +6,19 @@ steps it really holds (``window-AAAAAA-BBBBBB`` names the first and last step re
 summary when it holds fewer steps than scheduled, and not exported at all without a completed step. When training
 ends cleanly, a last step that did not complete its optimizer step is left out of the name, the count and the trace;
 a step interrupted by an exception stays, and the summary says what interrupted it.
+
+This module holds the schedule's action at each step (the session created, warmed up, started, marked, stopped; the
+instruments that follow the recording on and off; standing aside for another profiler). What a window writes into its
+trace besides the profiler's events is gathered in ``core/windows/trace_meta.py``; its export, its background job and
+what the job reports are in ``core/windows/handoff.py`` (a base class of the recorder).
 """
 
 from __future__ import annotations
 
-import logging
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
@@ -23,39 +26,26 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.files.outputs import Outputs
-from perf_callbacks.core.files.remote import FINISH_WAIT_S, Uploads
-from perf_callbacks.core.files.traces import TraceLayout, TraceTooLargeError, export_raw, size_text
-from perf_callbacks.core.flops.step import META_KEY as FLOPS_META_KEY
-from perf_callbacks.core.memory.growth import META_KEY as GROWTH_META_KEY
-from perf_callbacks.core.memory.parts import META_KEY as PARTS_META_KEY
+from perf_callbacks.core.files.remote import Uploads
+from perf_callbacks.core.files.traces import TraceLayout
 from perf_callbacks.core.memory.parts import WindowParts
 from perf_callbacks.core.memory.watch import MemoryWatch
-from perf_callbacks.core.module_spans import META_KEY as MODULES_META_KEY
-from perf_callbacks.core.module_spans import modules_meta
 from perf_callbacks.core.ranges.module_ranges import ModuleRanges
 from perf_callbacks.core.ranges.nsys import NsysCapture
 from perf_callbacks.core.ranges.nvtx import NvtxRanges
-from perf_callbacks.core.timing.worker_load import META_KEY as LOAD_META_KEY
-from perf_callbacks.core.timing.worker_load import LoadMark, LoadProbe
+from perf_callbacks.core.timing.worker_load import LoadMark
 from perf_callbacks.core.triggers.captures import CaptureSchedule
 from perf_callbacks.core.triggers.schedule import Action, Schedule
 from perf_callbacks.core.warn import WarnFn, quiet
+from perf_callbacks.core.windows import trace_meta
 from perf_callbacks.core.windows.background import WindowJob, start_worker
-from perf_callbacks.core.windows.device_meta import META_KEY as DEVICE_META_KEY
-from perf_callbacks.core.windows.device_meta import device_meta
-from perf_callbacks.core.windows.machine import META_KEY as MACHINE_META_KEY
-from perf_callbacks.core.windows.machine import machine_meta
+from perf_callbacks.core.windows.handoff import WindowHandoff
 from perf_callbacks.core.windows.profiler import ProfilerSession, foreign_profiler_running
-from perf_callbacks.core.windows.summary import publish_summary, window_header, window_line
-from perf_callbacks.core.windows.trace_cut import cut_at_step
-from perf_callbacks.exceptions import InstrumentUnavailableWarning, TraceSizeWarning
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 
-class WindowRecorder:
-    """Runs the profiler windows of one rank.
+class WindowRecorder(WindowHandoff):
+    """Runs the profiler windows of one rank: the schedule's action at each step.
 
     Args:
         config: the validated configuration.
@@ -97,7 +87,7 @@ class WindowRecorder:
         self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
         self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
         self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
-        self.module_flops: Callable[[], tuple[dict[str, int] | None, str]] | None = None  # the engine's, by module
+        self.module_flops: trace_meta.ModuleFlops | None = None  # the engine's FLOPs by module
         self.growth_meta: Callable[[], dict[str, Any] | None] | None = None  # the run's memory growth, once measured
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
         self.parts: WindowParts | None = None  # the engine's: parameters, gradients, optimizer state into each trace
@@ -140,12 +130,8 @@ class WindowRecorder:
             if self._skip == planned or self._foreign(step, planned):
                 return False
             self.session = ProfilerSession(self.config, self.cuda, self.ctx.distributed_info)
-            if self.trace_meta is not None:
-                self.session.preset_meta(FLOPS_META_KEY, self.trace_meta())
-            self.session.preset_meta(MACHINE_META_KEY, machine_meta(self.ctx, self.cuda))
-            self.session.preset_meta(DEVICE_META_KEY, device_meta(self.ctx, self.cuda, self.config.peak_tbps))
-            if self.growth_meta is not None and (growth := self.growth_meta()) is not None:
-                self.session.preset_meta(GROWTH_META_KEY, growth)
+            trace_meta.preset_meta(self.session, self.ctx, self.cuda, self.config.peak_tbps, self.trace_meta,
+                                   self.growth_meta)
             self.steps, self.completed, self._retracted = [], 0, None
             self.compile_s = 0.0
             if self.mem is not None:
@@ -168,7 +154,7 @@ class WindowRecorder:
 
     def _started(self, step: int) -> None:
         """The profiler records from ``step``: what the window measures besides it starts too."""
-        self._load = quiet(LoadProbe(self.ctx.data_loader[1]).mark)
+        self._load = trace_meta.load_mark(self.ctx)
         if self.parts is not None:
             quiet(self.parts.start)
         if self.config.nsys_steps is None:
@@ -176,15 +162,7 @@ class WindowRecorder:
         if self.module_ranges is not None and self.model is not None:
             self.module_ranges.install(self.model)
             if self.config.module_spans:
-                quiet(lambda: self._module_meta(self.session))
-
-    def _module_meta(self, session: ProfilerSession | None) -> None:
-        """Module spans' metadata (parameters and FLOPs by module, whether spans are recorded) into the trace."""
-        ranges = self.module_ranges
-        if session is None or ranges is None:
-            return
-        flops, flops_note = self.module_flops() if self.module_flops is not None else (None, "")
-        session.add_meta(MODULES_META_KEY, modules_meta(self.model, ranges.tracing, ranges.note, flops, flops_note))
+                quiet(lambda: trace_meta.module_meta(self.session, self.model, self.module_ranges, self.module_flops))
 
     def retract(self, step: int | None) -> None:
         """Training ended before the open step completed its optimizer step: leave it out of the window and its trace.
@@ -220,8 +198,9 @@ class WindowRecorder:
             self._instruments_off()  # interpreter shuts down (stop() starts a prepared session first) is no flush
             return
         try:
-            self._record_load(session)
-            self._record_parts(session)
+            mark, self._load = self._load, None  # the window's load and parts into its trace
+            trace_meta.record_load(session, self.ctx, mark)
+            trace_meta.record_parts(session, self.parts)
             self._instruments_off()
             recorded = session.recording
             session.stop()
@@ -232,62 +211,10 @@ class WindowRecorder:
         finally:
             self.stall_s = time.perf_counter() - t0
 
-    def _record_load(self, session: ProfilerSession) -> None:
-        """The window's load (the training thread's and the loader workers' CPU time and wait) into its trace."""
-        mark, self._load = self._load, None
-        if mark is not None and session.recording:
-            load = LoadProbe(self.ctx.data_loader[1]).since(mark)
-            quiet(lambda: session.add_meta(LOAD_META_KEY, load.meta()))
-
     def note_gradients(self) -> None:
         """The window's first optimizer step begins: read its gradients (the window's end may have none)."""
         if self.parts is not None:
             quiet(self.parts.optimizer_step)
-
-    def _record_parts(self, session: ProfilerSession) -> None:
-        """The bytes of parameters, gradients and optimizer state at the window's end into its trace."""
-        parts = self.parts
-        if parts is not None and session.recording:
-            quiet(lambda: session.add_meta(PARTS_META_KEY, parts.meta()))
-
-    def _export(self, session: ProfilerSession, error: BaseException | None) -> None:
-        first, last = self.steps[0], self.steps[-1]
-        wdir, tidy = self.layout.window_dir(first, last), self.ctx.world_size == 1  # tidy: the run folder is ours alone
-        try:
-            raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb, tidy)
-            if self._retracted is not None:
-                quiet(lambda: cut_at_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
-        except TraceTooLargeError as err:
-            self._warn("max_trace_mb", TraceSizeWarning, (
-                f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {size_text(err.size_mb)}, above "
-                f"max_trace_mb={self.config.max_trace_mb:g}; it was not written. Lower schedule.active, turn off "
-                "with_stack/record_shapes/profile_memory, or raise max_trace_mb"), False)
-            self.too_large.append(f"{first}-{last}")
-            return
-        if self.mem is not None and self.mem.oom.recording:  # the allocator snapshot next to the traces
-            self.mem.oom.window_snapshot(wdir)
-        planned = self.schedule.window(first)
-        partial = error is not None or first > planned[0] or last < planned[1] or self.completed < len(self.steps)
-        meta = {"window": [first, last], "planned": list(planned), "steps": list(self.steps), "partial": partial,
-                "interrupted": type(error).__name__ if error is not None else None, "rank": self.ctx.rank}
-        if not self.clock.loader_timed:
-            meta["data_wait"] = "not measured"
-        if (capture := self.schedule.capture_at(first)) is not None:
-            meta["capture"] = capture.meta()
-        if self.mem is not None and self.mem.headline():
-            meta["phase_peak"] = self.mem.headline()
-        if self.compile_s:
-            meta["compile_s"] = round(self.compile_s, 3)
-        meta["stall_ms"] = round((time.perf_counter() - self._t_finish) * 1e3, 2)  # up to handing over to the job
-        header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
-        analyse = self.config.summary and self.enabled and self.outputs.enabled("sidecars")
-        job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, analyse, header, self.config.top_k)
-        job.write_summary, job.tidy = self.outputs.enabled("summaries"), tidy
-        job.write_page = self.outputs.enabled("pages")
-        job.rephrase = self.ctx.rephrase  # "dataloader_num_workers" under transformers
-        job.shown = self.uploads.shown if self.uploads is not None else str
-        job.start()
-        self.jobs.append(job)
 
     def _stolen(self, step: int) -> None:
         """Another profiler stopped ours mid-window: drop the session (never touch it again) and say so once."""
@@ -315,81 +242,11 @@ class WindowRecorder:
         self.enabled = False
         self.outputs.failed("traces", err)  # "profiler disabled: No space left on device (ENOSPC): <path>; ..."
 
-    # ---- background jobs ------------------------------------------------------------------------------------------
-    def poll(self) -> None:
-        """Report the jobs that finished (cheap: a liveness check per pending job), and a failed upload."""
-        for job in [j for j in self.jobs if not j.is_alive()]:
-            self.jobs.remove(job)
-            self._report(job)
-            if self.uploads is not None:  # its files are finished: on to the remote output_dir
-                self.uploads.submit(job.dest.parent)
-        if self.uploads is not None:
-            self.uploads.report()
-
-    def wait(self, timeout_s: float) -> None:
-        """Join pending jobs for up to ``timeout_s`` in all, then report them; a job still running is left to finish."""
-        deadline = time.monotonic() + timeout_s
-        try:
-            for job in list(self.jobs):
-                job.join(max(deadline - time.monotonic(), 0.0))
-        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, the job still writes its files
-            pass
-        self.poll()
-        for job in self.jobs:
-            print(f"perf-callbacks: the summary of {job.dest.parent} is still being written in the background",
-                  file=sys.stderr, flush=True)
-        if self.uploads is not None:  # the rest of the run folder (events, OOM evidence), with a bounded wait
-            self.uploads.finish(FINISH_WAIT_S)
-
-    def _report(self, job: WindowJob) -> None:
-        for writer, cause, path in job.failures:  # a sidecar or summary.txt it could not write
-            self.outputs.failed(writer, cause, path)
-        if job.error is not None:
-            self._fail(job.error)
-            return
-        if job.trace is not None:
-            self.exported.append(job.trace)
-            if self.uploads is None:
-                log.info("perf-callbacks: trace written to %s", job.trace)
-            else:  # its upload is not confirmed yet: say both
-                log.info("perf-callbacks: trace written to %s (staged; uploading to %s)", job.trace,
-                         self.uploads.url_of(job.trace))
-        if job.summary is None:
-            return
-        self.summaries.append(job.summary)
-        line = None if self.config.verbose else window_line(job.console, job.meta, job.dest.parent)
-        if line is not None and self.uploads is not None:
-            line = self.uploads.shown(line)
-        publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]), self.outputs, line)
-
     def nothing_recorded(self) -> bool:
         """True when this rank was to profile, stood aside for no one, and recorded no window."""
         return self.enabled and not (self.exported or self.jobs or self.stood_aside)
-
-    def nothing_recorded_line(self, steps_run: int) -> str:
-        """The one line that says so, with where the first window would have started."""
-        if self.too_large:  # recorded, then dropped: the schedule is not what to change
-            one = len(self.too_large) == 1
-            return (f"perf-callbacks: no trace was written: {'the' if one else len(self.too_large)} profiling "
-                    f"window{'' if one else 's'} (steps {', '.join(self.too_large)}) {'was' if one else 'were'} "
-                    f"recorded, but {'its trace was' if one else 'each trace was'} above max_trace_mb="
-                    f"{self.config.max_trace_mb:g} and dropped. Raise max_trace_mb, or make the trace smaller: lower "
-                    "schedule.active, turn off with_stack/record_shapes/profile_memory.")
-        s = self.config.schedule
-        first = s.skip_first + s.wait + s.warmup
-        return (f"perf-callbacks: no profiling window was recorded: {steps_run} optimizer steps ran, and the first "
-                f"window starts at step {first} (schedule: skip_first={s.skip_first}, wait={s.wait}, "
-                f"warmup={s.warmup}). Lower schedule.skip_first to profile a shorter run.")
 
     @property
     def stood_aside(self) -> bool:
         """A window was left to another profiler (and the user was told)."""
         return self._skip is not None
-
-    @property
-    def busy(self) -> bool:
-        """A background job is pending, or an upload failed (the engine polls only then)."""
-        return bool(self.jobs) or (self.uploads is not None and self.uploads.news)
-
-        return None
-

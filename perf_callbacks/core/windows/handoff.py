@@ -1,0 +1,170 @@
+"""A window's end, handed over to its background job, and what comes back from the job.
+
+Part of :class:`~perf_callbacks.core.windows.recorder.WindowRecorder` (a base class of it). Once the session stops,
+the window's trace is exported under the steps it really holds (cut before a step that never completed; not written at
+all above ``max_trace_mb``, which the user is told once), and goes with the metadata its sidecar keeps (steps, planned,
+partial, interrupted, the loop's stall) to a :class:`~perf_callbacks.core.windows.background.WindowJob`. Finished jobs
+are polled from the training loop: their traces are logged, their summaries printed and logged, their folders uploaded
+to a remote ``output_dir``; at the run's end the recorder waits for them, a bounded time, and says what it did not wait
+for, or why no window was recorded at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+from perf_callbacks.config import PerfConfig
+from perf_callbacks.core.clock import StepClock
+from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.files.outputs import Outputs
+from perf_callbacks.core.files.remote import FINISH_WAIT_S, Uploads
+from perf_callbacks.core.files.traces import TraceLayout, TraceTooLargeError, export_raw, size_text
+from perf_callbacks.core.memory.watch import MemoryWatch
+from perf_callbacks.core.triggers.captures import CaptureSchedule
+from perf_callbacks.core.warn import WarnFn, quiet
+from perf_callbacks.core.windows.background import WindowJob
+from perf_callbacks.core.windows.profiler import ProfilerSession
+from perf_callbacks.core.windows.summary import publish_summary, window_header, window_line
+from perf_callbacks.core.windows.trace_cut import cut_at_step
+from perf_callbacks.exceptions import TraceSizeWarning
+
+log = logging.getLogger("perf_callbacks.core.windows.recorder")  # the recorder's, where "trace written" always was
+
+
+class WindowHandoff:
+    """The recorder's window ends: the export, the background jobs, and what they report."""
+
+    config: PerfConfig
+    ctx: RunContext
+    _warn: WarnFn
+    outputs: Outputs
+    schedule: CaptureSchedule
+    layout: TraceLayout
+    enabled: bool
+    is_reporter: bool
+    steps: list[int]
+    completed: int
+    _retracted: int | None
+    exported: list[Path]
+    summaries: list[str]
+    jobs: list[WindowJob]
+    _t_finish: float
+    too_large: list[str]
+    uploads: Uploads | None
+    compile_s: float
+    clock: StepClock
+    mem: MemoryWatch | None
+
+    def _fail(self, err: BaseException) -> None:
+        """Disable the recorder (``WindowRecorder._fail``)."""
+        raise NotImplementedError
+
+    def _export(self, session: ProfilerSession, error: BaseException | None) -> None:
+        """Export the stopped session's trace and hand it to a background job (or drop it, too large)."""
+        first, last = self.steps[0], self.steps[-1]
+        wdir, tidy = self.layout.window_dir(first, last), self.ctx.world_size == 1  # tidy: the run folder is ours alone
+        try:
+            raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb, tidy)
+            if self._retracted is not None:
+                quiet(lambda: cut_at_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
+        except TraceTooLargeError as err:
+            self._warn("max_trace_mb", TraceSizeWarning, (
+                f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {size_text(err.size_mb)}, above "
+                f"max_trace_mb={self.config.max_trace_mb:g}; it was not written. Lower schedule.active, turn off "
+                "with_stack/record_shapes/profile_memory, or raise max_trace_mb"), False)
+            self.too_large.append(f"{first}-{last}")
+            return
+        if self.mem is not None and self.mem.oom.recording:  # the allocator snapshot next to the traces
+            self.mem.oom.window_snapshot(wdir)
+        planned = self.schedule.window(first)
+        partial = error is not None or first > planned[0] or last < planned[1] or self.completed < len(self.steps)
+        meta = {"window": [first, last], "planned": list(planned), "steps": list(self.steps), "partial": partial,
+                "interrupted": type(error).__name__ if error is not None else None, "rank": self.ctx.rank}
+        if not self.clock.loader_timed:
+            meta["data_wait"] = "not measured"
+        if (capture := self.schedule.capture_at(first)) is not None:
+            meta["capture"] = capture.meta()
+        if self.mem is not None and self.mem.headline():
+            meta["phase_peak"] = self.mem.headline()
+        if self.compile_s:
+            meta["compile_s"] = round(self.compile_s, 3)
+        meta["stall_ms"] = round((time.perf_counter() - self._t_finish) * 1e3, 2)  # up to handing over to the job
+        header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
+        analyse = self.config.summary and self.enabled and self.outputs.enabled("sidecars")
+        job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, analyse, header, self.config.top_k)
+        job.write_summary, job.tidy = self.outputs.enabled("summaries"), tidy
+        job.write_page = self.outputs.enabled("pages")
+        job.rephrase = self.ctx.rephrase  # "dataloader_num_workers" under transformers
+        job.shown = self.uploads.shown if self.uploads is not None else str
+        job.start()
+        self.jobs.append(job)
+
+    # ---- background jobs ------------------------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Report the jobs that finished (cheap: a liveness check per pending job), and a failed upload."""
+        for job in [j for j in self.jobs if not j.is_alive()]:
+            self.jobs.remove(job)
+            self._report(job)
+            if self.uploads is not None:  # its files are finished: on to the remote output_dir
+                self.uploads.submit(job.dest.parent)
+        if self.uploads is not None:
+            self.uploads.report()
+
+    def wait(self, timeout_s: float) -> None:
+        """Join pending jobs for up to ``timeout_s`` in all, then report them; a job still running is left to finish."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            for job in list(self.jobs):
+                job.join(max(deadline - time.monotonic(), 0.0))
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, the job still writes its files
+            pass
+        self.poll()
+        for job in self.jobs:
+            print(f"perf-callbacks: the summary of {job.dest.parent} is still being written in the background",
+                  file=sys.stderr, flush=True)
+        if self.uploads is not None:  # the rest of the run folder (events, OOM evidence), with a bounded wait
+            self.uploads.finish(FINISH_WAIT_S)
+
+    def _report(self, job: WindowJob) -> None:
+        for writer, cause, path in job.failures:  # a sidecar or summary.txt it could not write
+            self.outputs.failed(writer, cause, path)
+        if job.error is not None:
+            self._fail(job.error)
+            return
+        if job.trace is not None:
+            self.exported.append(job.trace)
+            if self.uploads is None:
+                log.info("perf-callbacks: trace written to %s", job.trace)
+            else:  # its upload is not confirmed yet: say both
+                log.info("perf-callbacks: trace written to %s (staged; uploading to %s)", job.trace,
+                         self.uploads.url_of(job.trace))
+        if job.summary is None:
+            return
+        self.summaries.append(job.summary)
+        line = None if self.config.verbose else window_line(job.console, job.meta, job.dest.parent)
+        if line is not None and self.uploads is not None:
+            line = self.uploads.shown(line)
+        publish_summary(self.ctx, job.summary, job.scalars, int(job.meta["window"][1]), self.outputs, line)
+
+    def nothing_recorded_line(self, steps_run: int) -> str:
+        """The one line that says so, with where the first window would have started."""
+        if self.too_large:  # recorded, then dropped: the schedule is not what to change
+            one = len(self.too_large) == 1
+            return (f"perf-callbacks: no trace was written: {'the' if one else len(self.too_large)} profiling "
+                    f"window{'' if one else 's'} (steps {', '.join(self.too_large)}) {'was' if one else 'were'} "
+                    f"recorded, but {'its trace was' if one else 'each trace was'} above max_trace_mb="
+                    f"{self.config.max_trace_mb:g} and dropped. Raise max_trace_mb, or make the trace smaller: lower "
+                    "schedule.active, turn off with_stack/record_shapes/profile_memory.")
+        s = self.config.schedule
+        first = s.skip_first + s.wait + s.warmup
+        return (f"perf-callbacks: no profiling window was recorded: {steps_run} optimizer steps ran, and the first "
+                f"window starts at step {first} (schedule: skip_first={s.skip_first}, wait={s.wait}, "
+                f"warmup={s.warmup}). Lower schedule.skip_first to profile a shorter run.")
+
+    @property
+    def busy(self) -> bool:
+        """A background job is pending, or an upload failed (the engine polls only then)."""
+        return bool(self.jobs) or (self.uploads is not None and self.uploads.news)
