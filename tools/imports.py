@@ -41,7 +41,7 @@ LAYERS = (
     ("perf_callbacks.core.flops",),
     ("perf_callbacks.core.files",),
     ("perf_callbacks.core",),
-    ("perf_callbacks.config",),
+    ("perf_callbacks.config", "perf_callbacks._config_checks"),
     ("perf_callbacks.analysis.__init__", "perf_callbacks.analysis.sidecar"),
     ("perf_callbacks.analysis.html",),
     ("perf_callbacks.analysis.render",),
