@@ -30,8 +30,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "perf_callbacks"
 LAYERS = (
     ("perf_callbacks.cli", "perf_callbacks.cli_capture", "perf_callbacks.cli_report", "perf_callbacks.cli_diff",
-     "perf_callbacks.cli_common", "perf_callbacks.remote_read", "perf_callbacks.integrations",
-     "perf_callbacks.__init__"),
+     "perf_callbacks.cli_common", "perf_callbacks.remote_read", "perf_callbacks.remote_deadline",
+     "perf_callbacks.integrations", "perf_callbacks.__init__"),
     ("perf_callbacks.core.engine",),
     ("perf_callbacks.core.hang",),
     ("perf_callbacks.core.windows",),
