@@ -1,5 +1,7 @@
 """One configuration for every entry point: Python keywords, LightningCLI YAML and a standalone YAML file.
 
+The checks of each option's keys, types and values are in ``perf_callbacks._config_checks``.
+
 Example:
     >>> cfg = PerfConfig.from_dict({"schedule": {"active": 2}, "record_shapes": True})
     >>> cfg.schedule.active, cfg.schedule.skip_first
@@ -13,16 +15,28 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from perf_callbacks._config_checks import (
+    ACTIVITIES,
+    check_activities,
+    check_capture,
+    check_flops,
+    check_int,
+    check_keys,
+    check_memory_history,
+    check_positive,
+    check_ranks,
+    check_types,
+    field_names,
+)
 from perf_callbacks.exceptions import PerfConfigError
 
-ACTIVITIES = ("cpu", "cuda")
+__all__ = ["ACTIVITIES", "PerfConfig", "ScheduleConfig", "check_ranks"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +59,8 @@ class ScheduleConfig:
 
     def __post_init__(self) -> None:
         for name in ("wait", "warmup", "repeat", "skip_first"):
-            _check_int(f"schedule.{name}", getattr(self, name), minimum=0)
-        _check_int("schedule.active", self.active, minimum=1)
+            check_int(f"schedule.{name}", getattr(self, name), minimum=0)
+        check_int("schedule.active", self.active, minimum=1)
 
 
 @dataclass(frozen=True)
@@ -152,14 +166,14 @@ class PerfConfig:
 
     def __post_init__(self) -> None:
         _normalize(self)
-        _check_types(self)
+        check_types(self)
         if self.storage_options is not None and not isinstance(self.storage_options, Mapping):
             raise PerfConfigError(f"storage_options must be a mapping of fsspec options, got {self.storage_options!r}")
-        _check_activities(self.activities)
+        check_activities(self.activities)
         check_ranks(self.ranks)
-        _check_positive("max_trace_mb", self.max_trace_mb)
-        _check_memory_history(self)
-        _check_flops(self)
+        check_positive("max_trace_mb", self.max_trace_mb)
+        check_memory_history(self.memory_history, self.memory_history_start)
+        check_flops(self.flops_per_step, self.peak_tflops, self.peak_tbps)
         steps = self.nsys_steps
         if steps is not None and not (len(steps) == 2 and 0 <= steps[0] <= steps[1]):
             raise PerfConfigError(f"nsys_steps must be [first, last] with 0 <= first <= last, got {list(steps)}")
@@ -168,14 +182,14 @@ class PerfConfig:
                                   "capture range); set nsys_capture: true, or remove nsys_steps")
         if self.log_every_n_steps is not None and self.log_every_n_steps < 1:
             raise PerfConfigError(f"log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
-        _check_positive("degradation_threshold", self.degradation_threshold)
-        _check_positive("data_wait_threshold", self.data_wait_threshold, maximum=1.0)
+        check_positive("degradation_threshold", self.degradation_threshold)
+        check_positive("data_wait_threshold", self.data_wait_threshold, maximum=1.0)
         for name in ("data_wait_steps", "top_k"):
             if getattr(self, name) < 1:
                 raise PerfConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.hang_timeout is not None and not (math.isfinite(self.hang_timeout) and self.hang_timeout >= 0):
             raise PerfConfigError(f"hang_timeout must be a number of seconds >= 0 (0: off), got {self.hang_timeout!r}")
-        _check_capture(self)
+        check_capture(self.capture_max_per_hour, self.capture_poll_s, self.capture_signal)
         if not self.nvtx_domain:
             raise PerfConfigError(f"nvtx_domain must be a non-empty string, got {self.nvtx_domain!r}")
 
@@ -184,7 +198,7 @@ class PerfConfig:
         """Build a config from plain data (keyword arguments or parsed YAML), checking every key and type."""
         if not isinstance(options, Mapping):
             raise PerfConfigError(f"perf-callbacks config must be a mapping of options, got {type(options).__name__}")
-        _check_keys(options, _field_names(cls), where="")
+        check_keys(options, field_names(cls), where="")
         return cls(**options)
 
     @classmethod
@@ -219,180 +233,12 @@ def _normalize(cfg: PerfConfig) -> None:
     if schedule is None:
         object.__setattr__(cfg, "schedule", ScheduleConfig())
     elif isinstance(schedule, Mapping):
-        _check_keys(schedule, _field_names(ScheduleConfig), where="schedule.")
+        check_keys(schedule, field_names(ScheduleConfig), where="schedule.")
         object.__setattr__(cfg, "schedule", ScheduleConfig(**schedule))
     elif not isinstance(schedule, ScheduleConfig):
         raise PerfConfigError(
-            f"schedule must be a mapping with keys {_field_names(ScheduleConfig)}, got {type(schedule).__name__}"
+            f"schedule must be a mapping with keys {field_names(ScheduleConfig)}, got {type(schedule).__name__}"
         )
     for name in ("activities", "ranks", "nsys_steps"):
         if isinstance(getattr(cfg, name), list):
             object.__setattr__(cfg, name, tuple(getattr(cfg, name)))
-
-
-def _field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
-def _check_keys(options: Mapping[str, Any], valid: list[str], where: str) -> None:
-    for key in options:
-        if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            hint = f" (did you mean '{where}{close[0]}'?)" if close else ""
-            listing = ", ".join(where + v for v in valid)
-            raise PerfConfigError(f"unknown key '{where}{key}'{hint}; valid keys: {listing}")
-
-
-def _check_activities(activities: tuple[str, ...] | None) -> None:
-    if activities is None:
-        return
-    valid = " and/or ".join(repr(a) for a in ACTIVITIES)
-    if not activities:
-        raise PerfConfigError(
-            f"activities must be a non-empty list of {valid}, got []; omit activities (or set it to null) for CPU "
-            "plus CUDA when available"
-        )
-    for name in activities:
-        if name not in ACTIVITIES:
-            word = name.lower().rsplit(".", 1)[-1]  # "GPU", "ProfilerActivity.CUDA"
-            guess = _ACTIVITY_ALIASES.get(word) or next(iter(difflib.get_close_matches(word, ACTIVITIES, 1, 0.7)), "")
-            hint = f" (did you mean '{guess}'?)" if guess else ""
-            raise PerfConfigError(f"activities must be {valid}, got {list(activities)}: unknown {name!r}{hint}")
-    if len(set(activities)) < len(activities):
-        raise PerfConfigError(f"activities must list each of {valid} once, got {list(activities)}")
-
-
-_ACTIVITY_ALIASES = {"gpu": "cuda", "device": "cuda", "host": "cpu"}
-
-
-def _check_positive(name: str, value: float, maximum: float | None = None) -> None:
-    valid = f"in (0, {maximum:g}]" if maximum is not None else "> 0"
-    if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
-        hint = ""
-        if maximum is not None and maximum < value <= 100 * maximum:
-            hint = f" (a share, not a percentage: did you mean {value / 100:g}?)"
-        raise PerfConfigError(f"{name} must be a finite number {valid}, got {value!r}{hint}")
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise PerfConfigError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise PerfConfigError(f"{name} must be >= {minimum}, got {value}")
-
-
-def _check_memory_history(cfg: PerfConfig) -> None:
-    _check_int("memory_history", cfg.memory_history, minimum=0)
-    if cfg.memory_history_start is not None:
-        _check_int("memory_history_start", cfg.memory_history_start, minimum=0)
-
-
-def _check_capture(cfg: PerfConfig) -> None:
-    _check_int("capture_max_per_hour", cfg.capture_max_per_hour, minimum=0)
-    if not math.isfinite(cfg.capture_poll_s) or cfg.capture_poll_s < 0:
-        raise PerfConfigError(f"capture_poll_s must be a finite number >= 0, got {cfg.capture_poll_s!r}")
-    name = cfg.capture_signal
-    if name is not None:
-        import signal
-
-        if not isinstance(getattr(signal, name, None), signal.Signals) or name.startswith("SIG_"):
-            raise PerfConfigError(f"capture_signal must name a signal of this platform (e.g. 'SIGUSR2'), got {name!r}")
-
-
-def _check_flops(cfg: PerfConfig) -> None:
-    if cfg.flops_per_step is not None:
-        _check_positive("flops_per_step", cfg.flops_per_step)
-    if cfg.peak_tflops is not None:
-        _check_positive("peak_tflops", cfg.peak_tflops)
-        if cfg.peak_tflops >= 1e6:
-            raise PerfConfigError(f"peak_tflops is in TFLOP/s, got {cfg.peak_tflops!r} (did you mean "
-                                  f"{cfg.peak_tflops / 1e12:g}?)")
-    if cfg.peak_tbps is not None:
-        _check_positive("peak_tbps", cfg.peak_tbps)
-        if cfg.peak_tbps >= 1e6:
-            raise PerfConfigError(f"peak_tbps is in TB/s, got {cfg.peak_tbps!r} (did you mean "
-                                  f"{cfg.peak_tbps / 1e12:g}?)")
-
-
-_SCALAR_TYPES: dict[str, tuple[type, ...]] = {
-    "output_dir": (str, os.PathLike, type(None)),
-    "record_shapes": (bool,),
-    "profile_memory": (bool,),
-    "with_stack": (bool,),
-    "with_flops": (bool,),
-    "max_trace_mb": (int, float),
-    "nvtx": (bool,),
-    "nvtx_domain": (str,),
-    "nvtx_modules": (bool,),
-    "module_spans": (bool,),
-    "nsys_capture": (bool,),
-    "log_every_n_steps": (int, type(None)),
-    "memory": (bool,),
-    "nvml": (bool,),
-    "degradation_threshold": (int, float),
-    "data_wait_threshold": (int, float),
-    "data_wait_steps": (int,),
-    "check_dataloaders": (bool,),
-    "summary": (bool,),
-    "top_k": (int,),
-    "flops": (bool,),
-    "flops_per_step": (int, float, type(None)),
-    "peak_tflops": (int, float, type(None)),
-    "hang_timeout": (int, float, type(None)),
-    "peak_tbps": (int, float, type(None)),
-    "capture_on_anomaly": (bool,),
-    "capture_max_per_hour": (int,),
-    "capture_signal": (str, type(None)),
-    "capture_poll_s": (int, float),
-}
-_SEQUENCE_TYPES: dict[str, type] = {"activities": str, "ranks": int, "nsys_steps": int}
-
-
-def _check_types(cfg: PerfConfig) -> None:
-    for name, types in _SCALAR_TYPES.items():
-        value = getattr(cfg, name)
-        numeric = int in types or float in types
-        if (numeric and bool not in types and isinstance(value, bool)) or not isinstance(value, types):
-            want = " or ".join("None" if t is type(None) else t.__name__ for t in types)
-            raise PerfConfigError(f"{name} must be {want}, got {value!r} ({type(value).__name__})")
-    for name, item_type in _SEQUENCE_TYPES.items():
-        value = getattr(cfg, name)
-        if value is None:
-            continue
-        if not isinstance(value, tuple) or any(
-            isinstance(v, bool) or not isinstance(v, item_type) for v in value
-        ):
-            raise PerfConfigError(f"{name} must be a list of {item_type.__name__}, got {value!r}")
-
-
-def check_ranks(ranks: Sequence[int] | None, world_size: int | None = None) -> None:
-    """Raise :class:`PerfConfigError` unless ``ranks`` is None or distinct global ranks >= 0, below ``world_size``.
-
-    The one check of ``ranks``: :class:`~perf_callbacks.PerfConfig` calls it at construction (no world size yet), and
-    every adapter again when it learns the world size, before the first training step.
-
-    Example:
-        >>> check_ranks([0, 1], world_size=2)
-        >>> check_ranks(None, world_size=1)
-        >>> check_ranks([1], world_size=1)
-        Traceback (most recent call last):
-        ...
-        perf_callbacks.exceptions.PerfConfigError: ranks=[1] names ranks beyond the world size 1; valid ranks are 0-0
-    """
-    if ranks is None:
-        return
-    if not ranks:
-        raise PerfConfigError(
-            "ranks must be a non-empty list of global ranks >= 0, got []; omit ranks (or set it to null) to profile "
-            "all ranks"
-        )
-    if any(r < 0 for r in ranks):
-        raise PerfConfigError(f"ranks must be global ranks >= 0, got {list(ranks)}")
-    twice = sorted({r for r in ranks if list(ranks).count(r) > 1})
-    if twice:
-        raise PerfConfigError(f"ranks must list each global rank once, got {list(ranks)} (repeated: {twice})")
-    if world_size is not None and max(ranks) >= world_size:
-        raise PerfConfigError(
-            f"ranks={list(ranks)} names ranks beyond the world size {world_size}; "
-            f"valid ranks are 0-{world_size - 1}"
-        )

@@ -29,8 +29,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perf_callbacks"
 LAYERS = (
-    ("perf_callbacks.cli", "perf_callbacks.cli_capture", "perf_callbacks.remote_read", "perf_callbacks.integrations",
-     "perf_callbacks.__init__"),
+    ("perf_callbacks.cli", "perf_callbacks.cli_capture", "perf_callbacks.cli_report", "perf_callbacks.cli_diff",
+     "perf_callbacks.cli_common", "perf_callbacks.remote_read", "perf_callbacks.remote_deadline",
+     "perf_callbacks.integrations", "perf_callbacks.__init__"),
     ("perf_callbacks.core.engine",),
     ("perf_callbacks.core.hang",),
     ("perf_callbacks.core.windows",),
@@ -41,7 +42,7 @@ LAYERS = (
     ("perf_callbacks.core.flops",),
     ("perf_callbacks.core.files",),
     ("perf_callbacks.core",),
-    ("perf_callbacks.config",),
+    ("perf_callbacks.config", "perf_callbacks._config_checks"),
     ("perf_callbacks.analysis.__init__", "perf_callbacks.analysis.sidecar"),
     ("perf_callbacks.analysis.html",),
     ("perf_callbacks.analysis.render",),

@@ -1,0 +1,99 @@
+"""``perf-callbacks diff BASE NEW``: what changed between two runs, whether it is beyond the noise, and why.
+
+Each side is a local path or a URL; a URL's sidecars and the traces that the diff parses are fetched into a local
+mirror, and the printed paths name the URL again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable
+
+from perf_callbacks.cli_common import Parser, _positive, add_storage_options, failure, local, remote, timeout
+
+
+def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
+    """The ``diff`` subcommand."""
+    p = sub.add_parser(
+        "diff", help="compare two runs: what changed, whether it is beyond the noise, and why",
+        description="Compare the latest complete window of BASE with that of NEW. Exit codes: 0 done; 1 a significant "
+        "step-time regression larger than PCT with --fail-on-regression; 2 bad input (a missing, unreadable or "
+        "corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error.",
+    )
+    p.add_argument("base", help="before the change: a trace, a window folder, a run folder or an output_dir")
+    p.add_argument("new", help="after the change: the same kinds of path")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
+    p.add_argument("--fail-on-regression", metavar="PCT", type=float,
+                   help="exit 1 when step time is significantly slower by more than PCT percent")
+    p.add_argument("--window", action="append", metavar="W", default=[],
+                   help="window index (0 = latest) or folder name; once for both sides, twice for BASE then NEW")
+    p.add_argument("--jobs", type=_positive, default=8, metavar="N",
+                   help="download up to N files at once from a URL (default: %(default)s)")
+    add_storage_options(p)
+    p.set_defaults(func=run_diff)
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    """Compare the two sides and print the diff; 1 only for a regression beyond ``--fail-on-regression``."""
+    import json
+    from pathlib import Path
+
+    from perf_callbacks.analysis.diff.text import format_diff
+    from perf_callbacks.analysis.html.diff_page import render_diff_html
+    from perf_callbacks.analysis.windows.diff_sides import diff_paths
+
+    if len(args.window) > 2:
+        print("perf-callbacks diff: give --window at most twice (BASE, then NEW)", file=sys.stderr)
+        return 2
+    windows = (args.window * 2)[:2] if args.window else [None, None]
+    try:
+        with contextlib.ExitStack() as stack:
+            base, new, shown = _local_copies(stack, args)
+            result = diff_paths(base, new, windows[0], windows[1])
+            if args.html:
+                Path(args.html).write_text(shown(render_diff_html(result)), encoding="utf-8")
+                print(f"perf-callbacks diff: wrote {Path(args.html).resolve()}", file=sys.stderr)
+            text = shown(json.dumps(result.to_dict(), indent=2) if args.json else format_diff(result))
+            skipped = [shown(line) for line in result.base.get("skipped", []) + result.new.get("skipped", [])]
+    except BrokenPipeError:
+        raise
+    except Exception as err:  # noqa: BLE001 - one line, never a traceback, never exit 1 (a regression)
+        return failure("diff", err, "traces")
+    for line in dict.fromkeys(skipped):
+        print(f"perf-callbacks diff: skipped {line}", file=sys.stderr)
+    print(text, end="\n" if args.json else "")
+    pct = result.step_time_ms["change_pct"]
+    pct = float("inf") if pct is None else pct
+    if args.fail_on_regression is not None and result.regression and pct > args.fail_on_regression:
+        print(f"perf-callbacks diff: step time regressed by {pct:.1f}% (significant), more than "
+              f"--fail-on-regression {args.fail_on_regression:g}%", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _local_copies(stack: contextlib.ExitStack, args: argparse.Namespace) -> tuple[str, str, Callable[[str], str]]:
+    """BASE and NEW as local paths (a URL's sidecars and needed traces fetched), and what names them in the output."""
+    names: dict[str, str] = {}
+    paths = []
+    windows = (args.window * 2)[:2] if args.window else [None, None]
+    for path, window in zip((args.base, args.new), windows, strict=True):
+        if remote(path):
+            from perf_callbacks.analysis.windows.diff_sides import windows_read
+            from perf_callbacks.remote_read import mirrored
+
+            mirror = stack.enter_context(mirrored(path, args.storage_options, args.jobs, timeout_s=timeout(args)))
+            mirror.fill(f for w in windows_read(mirror.path, window) for f in w.files)  # the traces diff parses
+            names[str(mirror.path)], path = path.rstrip("/"), str(mirror.path)
+        else:
+            path = local(path)
+        paths.append(path)
+
+    def shown(text: str) -> str:
+        for local_path, url in names.items():
+            text = text.replace(local_path, url)
+        return text
+
+    return paths[0], paths[1], shown
