@@ -20,7 +20,7 @@ import pytest
 
 from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
-from perf_callbacks.remote_read import HEAD_BYTES, _keep_mtime
+from perf_callbacks.cli.remote_read import HEAD_BYTES, _keep_mtime
 from tests.analysis.conftest import fixture_trace
 from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
 

@@ -3,7 +3,7 @@
 Every ``import perf_callbacks...`` counts, wherever it is (module level, inside a function, under ``TYPE_CHECKING``):
 a cycle that only type checkers see is still two modules that cannot be read apart. The layers, from the top:
 
-    cli (and its remote reads), integrations
+    cli (its subcommands and remote reads), integrations
     core: engine -> hang -> windows -> triggers -> timing -> memory -> ranges -> flops -> files -> core's base
     config
     analysis: the package and its sidecar entry point -> html -> render -> windows -> diff -> rank -> compute
@@ -29,9 +29,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "perf_callbacks"
 LAYERS = (
-    ("perf_callbacks.cli", "perf_callbacks.cli_capture", "perf_callbacks.cli_report", "perf_callbacks.cli_diff",
-     "perf_callbacks.cli_common", "perf_callbacks.remote_read", "perf_callbacks.remote_deadline",
-     "perf_callbacks.integrations", "perf_callbacks.__init__"),
+    ("perf_callbacks.cli", "perf_callbacks.integrations", "perf_callbacks.__init__"),
     ("perf_callbacks.core.engine",),
     ("perf_callbacks.core.hang",),
     ("perf_callbacks.core.windows",),

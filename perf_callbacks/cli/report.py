@@ -1,6 +1,6 @@
 """``perf-callbacks report PATH``: the verdict, utilization and advice from Kineto traces, local or at a URL.
 
-A URL is mirrored locally first (``remote_read.py``: sidecars first, traces only where the report parses them), and
+A URL is mirrored locally first (``cli/remote_read.py``: sidecars first, traces only where the report parses them), and
 the printed paths name the URL again.
 """
 
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from perf_callbacks.cli_common import (
+from perf_callbacks.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_PARTIAL,
@@ -76,7 +76,7 @@ def run_report(args: argparse.Namespace) -> int:
         if not remote(args.path):
             args.path = local(args.path)
             return _report(args)
-        from perf_callbacks.remote_read import fetched
+        from perf_callbacks.cli.remote_read import fetched
 
         url, sidecars = args.path, not args.no_sidecars and args.top <= 10
         with fetched(url, args.storage_options, args.jobs, sidecars, timeout(args)) as local_path:

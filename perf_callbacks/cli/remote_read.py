@@ -11,7 +11,7 @@ The reading has one overall bound, ``timeout_s`` (an endpoint that accepts conne
 otherwise hold the command for botocore's read timeout times every retry: minutes). Past it every request still
 pending is cancelled and :class:`RemoteTimeout` says so. The storage's own errors (an unreachable endpoint, missing
 or refused credentials) become one :class:`RemoteError` line that names the URL and the cause; a missing object stays
-a ``FileNotFoundError``. That bound and those errors are ``remote_deadline.py``'s.
+a ``FileNotFoundError``. That bound and those errors are ``cli/remote_deadline.py``'s.
 
 Example:
     >>> import fsspec
@@ -36,16 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from perf_callbacks.core.files.remote import is_remote
-from perf_callbacks.remote_deadline import TIMEOUT_ENV as TIMEOUT_ENV  # the defaults' names, as they were here
-from perf_callbacks.remote_deadline import TIMEOUT_S as TIMEOUT_S
-from perf_callbacks.remote_deadline import (
+from perf_callbacks.cli.remote_deadline import TIMEOUT_ENV as TIMEOUT_ENV  # the defaults' names, as they were here
+from perf_callbacks.cli.remote_deadline import TIMEOUT_S as TIMEOUT_S
+from perf_callbacks.cli.remote_deadline import (
     Bounded,
     RemoteError,
     RemoteTimeout,
     bad_options,
     timeout_from_env,
 )
+from perf_callbacks.core.files.remote import is_remote
 
 __all__ = ["Mirror", "RemoteError", "RemoteTimeout", "fetched", "is_remote", "mirrored", "timeout_from_env"]
 HEAD_BYTES = 64 << 10

@@ -1,7 +1,7 @@
 """Command line: ``perf-callbacks report PATH``, ``diff BASE NEW``, ``nsys -- python ...``, ``capture RUN_DIR``.
 
 The parser, its Unix manners (a closed pipe, an unencodable path) and ``nsys`` are here; ``report``, ``diff`` and
-``capture`` are in ``cli_report.py``, ``cli_diff.py`` and ``cli_capture.py``, and what they share in ``cli_common.py``.
+``capture`` are in ``cli/report.py``, ``cli/diff.py`` and ``cli/capture.py``, and what they share in ``cli/common.py``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from perf_callbacks.cli_capture import add_capture
-from perf_callbacks.cli_common import (
+from perf_callbacks.cli.capture import add_capture
+from perf_callbacks.cli.common import (
     EXIT_FAILED,
     EXIT_INTERNAL,
     EXIT_OK,
@@ -20,8 +20,8 @@ from perf_callbacks.cli_common import (
     EXIT_REMOTE,
     Parser,
 )
-from perf_callbacks.cli_diff import add_diff
-from perf_callbacks.cli_report import REPORT_EPILOG, add_report
+from perf_callbacks.cli.diff import add_diff
+from perf_callbacks.cli.report import REPORT_EPILOG, add_report
 
 DESCRIPTION = """\
 Why is my GPU training slow, and what should I change.
@@ -109,6 +109,3 @@ def _run_nsys(args: argparse.Namespace) -> int:
         return 127
     return subprocess.call(command)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ import contextlib
 import sys
 from collections.abc import Callable
 
-from perf_callbacks.cli_common import Parser, _positive, add_storage_options, failure, local, remote, timeout
+from perf_callbacks.cli.common import Parser, _positive, add_storage_options, failure, local, remote, timeout
 
 
 def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -82,7 +82,7 @@ def _local_copies(stack: contextlib.ExitStack, args: argparse.Namespace) -> tupl
     for path, window in zip((args.base, args.new), windows, strict=True):
         if remote(path):
             from perf_callbacks.analysis.windows.diff_sides import windows_read
-            from perf_callbacks.remote_read import mirrored
+            from perf_callbacks.cli.remote_read import mirrored
 
             mirror = stack.enter_context(mirrored(path, args.storage_options, args.jobs, timeout_s=timeout(args)))
             mirror.fill(f for w in windows_read(mirror.path, window) for f in w.files)  # the traces diff parses

@@ -1,6 +1,6 @@
 """One deadline for every request of a remote read, and the storage's errors told in one line.
 
-The reading of a URL by ``perf-callbacks report`` and ``diff`` (``remote_read.py``) has one overall bound,
+The reading of a URL by ``perf-callbacks report`` and ``diff`` (``cli/remote_read.py``) has one overall bound,
 ``timeout_s``: an endpoint that accepts connections and never answers would otherwise hold the command for botocore's
 read timeout times every retry (minutes). :class:`Bounded` wraps the URL's file system so that each call gets the time
 left, past which :class:`RemoteTimeout` says so; an unreachable endpoint or missing or refused credentials become one

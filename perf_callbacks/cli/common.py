@@ -24,7 +24,7 @@ class Parser(argparse.ArgumentParser):
 def failure(command: str, err: BaseException, what: str) -> int:
     """Say in one line why ``command`` failed; the exit code says whose the failure is (see ``REPORT_EPILOG``)."""
     from perf_callbacks._errors import describe_error
-    from perf_callbacks.remote_read import RemoteError
+    from perf_callbacks.cli.remote_read import RemoteError
 
     if isinstance(err, RemoteError):
         print(f"perf-callbacks {command}: {err}", file=sys.stderr)
@@ -62,7 +62,7 @@ def local(path: str) -> str:
 
 def timeout(args: argparse.Namespace) -> float:
     """``--timeout``, else ``$PERF_CALLBACKS_TIMEOUT``, else the default (a bad variable: ``ValueError``)."""
-    from perf_callbacks.remote_read import timeout_from_env
+    from perf_callbacks.cli.remote_read import timeout_from_env
 
     return float(args.timeout) if args.timeout is not None else timeout_from_env()
 
