@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis.trace.events import load_rank
+from perf_callbacks.analysis.trace.schema import copy_kind
 from perf_callbacks.analysis.trace.timeline import (
     WINDOW_DEFINITION,
     WINDOW_HOST_ONLY,
     WINDOW_NO_STEPS,
     Timeline,
     build_timeline,
-    copy_kind,
     copy_spans,
     window,
     window_bounds,

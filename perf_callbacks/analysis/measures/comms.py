@@ -21,9 +21,22 @@ from collections import Counter, defaultdict
 from statistics import median
 from typing import Any
 
-from perf_callbacks.analysis.trace.events import RankTrace, collective_name, nccl_collective
-from perf_callbacks.analysis.trace.extra_events import HostComm, Nccl
+from perf_callbacks.analysis.trace.events import RankTrace
+from perf_callbacks.analysis.trace.extra_events import (
+    HOST_COMM_DIMS,
+    HOST_COMM_NAME,
+    HOST_COMM_THREAD,
+    HOST_COMM_TYPES,
+    NCCL_ARGS,
+    NCCL_CORRELATION,
+    NCCL_DEVICE,
+    NCCL_EXTERNAL_ID,
+    NCCL_NAME,
+    HostComm,
+    Nccl,
+)
 from perf_callbacks.analysis.trace.intervals import Span, clip, intersect, total, union
+from perf_callbacks.analysis.trace.schema import collective_name, nccl_collective
 from perf_callbacks.analysis.trace.timeline import Timeline
 from perf_callbacks.analysis.trace.window import InWindow, element_bytes, gbps, number, tensor_bytes
 
@@ -137,14 +150,15 @@ def _figures(name: str, group: str | None, n: int | None, count: int, nbytes: in
 
 def _device_calls(trace: RankTrace, device: int | None, keep: InWindow) -> tuple[list[Call], list[str]]:
     extra = trace.extra
-    mine = [k for k in extra.nccl if k[2] == device and keep(k[0])]
+    mine = [k for k in extra.nccl if k[NCCL_DEVICE] == device and keep(k[0])]
     calls: list[Call] = []
     notes: set[str] = set()
     annotated = _annotations(trace, mine)
     group, n = _only_group(trace.meta.get("distributedInfo"))
     for k in mine:
-        ext = _external_id(trace, k) if k[4] is None else None
-        args = k[4] if k[4] is not None else extra.param_comms.get(ext) if isinstance(ext, (int, str)) else None
+        own = k[NCCL_ARGS]
+        ext = _external_id(trace, k) if own is None else None
+        args = own if own is not None else extra.param_comms.get(ext) if isinstance(ext, (int, str)) else None
         span = annotated.get(id(k)) if args is None else None
         call = _nccl_call(k, args) if span is None else _annotated_call(k, span, group, n)
         if call[5] is None:
@@ -160,15 +174,16 @@ def _annotations(trace: RankTrace, kernels: list[Nccl]) -> dict[int, HostComm | 
     """
     spans: dict[Any, list[HostComm]] = defaultdict(list)
     for h in trace.extra.host_comms:
-        if h[2].startswith("nccl:"):
-            spans[h[5]].append(h)
+        if h[HOST_COMM_NAME].startswith("nccl:"):
+            spans[h[HOST_COMM_THREAD]].append(h)
     if not spans:
         return {}
     found: dict[int, HostComm] = {}
     for k in kernels:
-        launched = trace.launches.get(k[6]) if isinstance(k[6], int) else None
+        corr = k[NCCL_CORRELATION]
+        launched = trace.launches.get(corr) if isinstance(corr, int) else None
         if launched is not None:
-            span = _holding(spans.get(trace.launch_tids.get(k[6]), []), launched[0])
+            span = _holding(spans.get(trace.launch_tids.get(corr), []), launched[0])
             if span is not None:
                 found[id(k)] = span
     uses = Counter(id(s) for s in found.values())
@@ -183,15 +198,15 @@ def _holding(spans: list[HostComm], ts: float) -> HostComm | None:
 
 def _annotated_call(k: Nccl, span: HostComm, group: str | None, n: int | None) -> Call:
     """A kernel named and sized by its ``nccl:`` annotation (AllGather: its input times the group size)."""
-    name = collective_name(span[2].split(":", 1)[-1].strip("_"))
-    nbytes = _span_bytes(name, span[3], span[4], ANNOTATION_SIZED + ("AllGather",))
+    name = collective_name(span[HOST_COMM_NAME].split(":", 1)[-1].strip("_"))
+    nbytes = _span_bytes(name, span[HOST_COMM_DIMS], span[HOST_COMM_TYPES], ANNOTATION_SIZED + ("AllGather",))
     if name == "AllGather":
         nbytes = None if nbytes is None or n is None else nbytes * n
     return name, group, n, k[0], k[1], nbytes
 
 
 def _external_id(trace: RankTrace, k: Nccl) -> Any:
-    ext, corr = k[5], k[6]
+    ext, corr = k[NCCL_EXTERNAL_ID], k[NCCL_CORRELATION]
     if ext not in (-1, None) or not isinstance(corr, int):
         return ext
     return trace.launches.get(corr, (0.0, -1))[1]
@@ -199,7 +214,7 @@ def _external_id(trace: RankTrace, k: Nccl) -> Any:
 
 def _nccl_call(k: Nccl, args: dict[str, Any] | None) -> Call:
     if args is None:
-        return nccl_collective(k[3]) or "other", None, None, k[0], k[1], None
+        return nccl_collective(k[NCCL_NAME]) or "other", None, None, k[0], k[1], None
     name = collective_name(str(args.get("Collective name")))
     nelems = number(args.get("Out msg nelems" if name in OUTPUT_SIZED else "In msg nelems"))
     size = element_bytes(args.get("dtype"))

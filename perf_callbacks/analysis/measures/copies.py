@@ -16,7 +16,8 @@ from typing import Any
 
 from perf_callbacks.analysis.results.result import RankResult
 from perf_callbacks.analysis.trace.events import RankTrace
-from perf_callbacks.analysis.trace.timeline import Timeline, copy_kind
+from perf_callbacks.analysis.trace.schema import copy_kind
+from perf_callbacks.analysis.trace.timeline import Timeline
 from perf_callbacks.analysis.trace.window import InWindow, gbps, number
 
 SMALL_BYTES = 64_000

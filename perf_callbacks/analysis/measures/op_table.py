@@ -13,6 +13,7 @@ from typing import Any
 
 from perf_callbacks.analysis.measures.ops import _device_self_times
 from perf_callbacks.analysis.trace.events import RankTrace
+from perf_callbacks.analysis.trace.schema import OP_NAME, OP_THREAD
 
 SORT_KEYS = {"device_time": "device_time_us", "self_cpu": "self_cpu_us", "calls": "calls",
              "memory": "self_memory_bytes"}
@@ -30,11 +31,11 @@ def walk(trace: RankTrace, memory: list[MemoryAt]) -> tuple[dict[str, float], di
     by_thread: dict[Any, list[Op]] = defaultdict(list)
     try:
         for op in trace.cpu_ops:
-            by_thread[op[2]].append(op)
+            by_thread[op[OP_THREAD]].append(op)
     except TypeError:  # a damaged tid (a list, a dict): threads told apart by its text
         by_thread.clear()
         for op in trace.cpu_ops:
-            by_thread[_hashable(op[2])].append(op)
+            by_thread[_hashable(op[OP_THREAD])].append(op)
     mem_by_thread: dict[Any, list[tuple[float, int]]] = defaultdict(list)
     for i, (ts, tid) in enumerate(memory):
         mem_by_thread[_hashable(tid)].append((ts, i))
@@ -45,7 +46,7 @@ def walk(trace: RankTrace, memory: list[MemoryAt]) -> tuple[dict[str, float], di
         if not _walk(ops, mems, times, owners, check=True):  # a parent sorted after its child: sort strictly
             ops.sort(key=lambda o: (o[0], -o[1]))
             _walk(ops, mems, times, owners, check=False)
-    return dict(times), dict(Counter(map(itemgetter(3), trace.cpu_ops))), owners
+    return dict(times), dict(Counter(map(itemgetter(OP_NAME), trace.cpu_ops))), owners
 
 
 def op_table(trace: RankTrace, self_cpu: dict[str, float], calls: dict[str, int], memory: dict[str, int],

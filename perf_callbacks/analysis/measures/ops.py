@@ -18,7 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 from perf_callbacks.analysis.trace.events import RankTrace
-from perf_callbacks.analysis.trace.timeline import COPY_KINDS, copy_kind
+from perf_callbacks.analysis.trace.schema import COPY_KINDS, OP_THREAD, copy_kind
 
 
 def top_ops(trace: RankTrace, k: int = 10) -> list[dict[str, Any]]:
@@ -104,7 +104,7 @@ def launching_op(trace: RankTrace, corr: Any, ext: Any, threads: Threads | None 
 def _enclosing(trace: RankTrace, tid: Any, t: float, threads: Threads) -> str | None:
     """The innermost cpu op on thread ``tid`` whose span holds ``t`` (ops nest, so the latest-starting one)."""
     if tid not in threads:
-        ops = sorted((o for o in trace.cpu_ops if o[2] == tid), key=lambda o: (o[0], -o[1]))
+        ops = sorted((o for o in trace.cpu_ops if o[OP_THREAD] == tid), key=lambda o: (o[0], -o[1]))
         threads[tid] = ([o[0] for o in ops], ops)
     starts, ops = threads[tid]
     i = bisect_right(starts, t + _SLACK_US)
@@ -120,7 +120,7 @@ def _cpu_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]
     counts: dict[str, int] = defaultdict(int)
     by_thread: dict[Any, list[tuple[float, float, Any, str]]] = defaultdict(list)
     for op in trace.cpu_ops:
-        by_thread[op[2]].append(op)
+        by_thread[op[OP_THREAD]].append(op)
     for ops in by_thread.values():
         ops.sort(key=lambda o: (o[0], -o[1]))
         stack: list[list[Any]] = []

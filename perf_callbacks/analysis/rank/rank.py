@@ -13,9 +13,20 @@ from perf_callbacks.analysis.rank.measures import rank_measures
 from perf_callbacks.analysis.rank.strip import encode, run_names
 from perf_callbacks.analysis.results.result import RankResult, StepResult
 from perf_callbacks.analysis.trace.aside import within
-from perf_callbacks.analysis.trace.events import RankTrace, nccl_collective
+from perf_callbacks.analysis.trace.events import RankTrace
 from perf_callbacks.analysis.trace.intervals import Span, clip, intersect, subtract, total, union
 from perf_callbacks.analysis.trace.machine import cuda_on_host, load_of, machine_of
+from perf_callbacks.analysis.trace.schema import (
+    GPU_CORRELATION,
+    GPU_DEVICE,
+    GPU_KIND,
+    GPU_NAME,
+    STEP_END,
+    STEP_NUMBER,
+    STEP_START,
+    GpuRow,
+    nccl_collective,
+)
 from perf_callbacks.analysis.trace.timeline import Timeline, build_timeline, devices
 
 GPU_LOSSES = ("input", "sync", "host", "copy", "communication", "other")
@@ -78,8 +89,8 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "prologue_ms": tl.prologue_us / 1e3,
         "epilogue_ms": tl.epilogue_us / 1e3,
         "strip": encode(tl),
-        "strip_names": run_names(encode(tl), tl.lo, tl.hi, ((g[0], g[1], g[3]) for g in trace.gpu
-                                                             if g[4] == tl.device and g[2] in _WORK)),
+        "strip_names": run_names(encode(tl), tl.lo, tl.hi, ((g[0], g[1], g[GPU_NAME]) for g in trace.gpu
+                                                             if g[GPU_DEVICE] == tl.device and g[GPU_KIND] in _WORK)),
         "backlog_fraction": totals["backlog"] / span,
         "graph_idle_fraction": tl.graph_idle_us / span,
         "copy_exposed_ms": {k: v / 1e3 for k, v in tl.copy_exposed_us.items()},
@@ -146,7 +157,7 @@ def _steps(trace: RankTrace, tl: Timeline) -> list[StepResult]:
 
     Its time is its ProfilerStep's length less the validation and checkpoint time inside it.
     """
-    starts = [s[1] for s in trace.steps] + [tl.hi]
+    starts = [s[STEP_START] for s in trace.steps] + [tl.hi]
     out = []
     for (n, ts, end, _tid), nxt in zip(trace.steps, starts[1:], strict=False):
         causes = {k: round(v / 1e3, 4) for k, v in tl.totals(ts, nxt).items() if k != "backlog" or v > 0}
@@ -156,20 +167,21 @@ def _steps(trace: RankTrace, tl: Timeline) -> list[StepResult]:
 
 def _kernel_busy(trace: RankTrace, tl: Timeline) -> float:
     return total(subtract(union((max(g[0], tl.lo), min(g[1], tl.hi)) for g in trace.gpu
-                                if g[2] == "kernel" and g[4] == tl.device and g[1] > tl.lo and g[0] < tl.hi), tl.aside))
+                                if g[GPU_KIND] == "kernel" and g[GPU_DEVICE] == tl.device
+                                and g[1] > tl.lo and g[0] < tl.hi), tl.aside))
 
 
-def _is_nccl(g: tuple[float, float, str, str, int, int, int]) -> bool:
-    return g[2] == "kernel" and "nccl" in g[3].lower()
+def _is_nccl(g: GpuRow) -> bool:
+    return g[GPU_KIND] == "kernel" and "nccl" in g[GPU_NAME].lower()
 
 
 def _comm_ms(trace: RankTrace, tl: Timeline) -> dict[str, float]:
     """Return collective time in total, and the part that overlapped compute kernels (on the timeline's device)."""
-    on_dev = [g for g in trace.gpu if g[4] == tl.device]
+    on_dev = [g for g in trace.gpu if g[GPU_DEVICE] == tl.device]
     nccl = union((g[0], g[1]) for g in on_dev if _is_nccl(g))
     host = union((a, b) for a, b, _ in trace.comm_spans)
     spans = subtract(clip(union(nccl + host), tl.lo, tl.hi), tl.aside)
-    kernels = union((g[0], g[1]) for g in on_dev if g[2] == "kernel" and not _is_nccl(g))
+    kernels = union((g[0], g[1]) for g in on_dev if g[GPU_KIND] == "kernel" and not _is_nccl(g))
     return {"total": total(spans) / 1e3, "overlapped": total(intersect(spans, kernels)) / 1e3}
 
 
@@ -177,7 +189,7 @@ def _collectives_by_op(trace: RankTrace, tl: Timeline) -> dict[str, float]:
     """Milliseconds per collective (AllReduce, AllGather, ...) from NCCL kernel names, else host collective spans."""
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for g in trace.gpu:
-        name = nccl_collective(g[3]) if _is_nccl(g) and g[4] == tl.device else None
+        name = nccl_collective(g[GPU_NAME]) if _is_nccl(g) and g[GPU_DEVICE] == tl.device else None
         if name:
             spans[name].append((g[0], g[1]))
     if not spans:
@@ -195,17 +207,18 @@ def _collectives(trace: RankTrace, tl: Timeline) -> list[tuple[float, int]]:
     cross-rank gather, or a validation loop's, is not the training's. ``step`` is the ``ProfilerStep`` number it
     started in, -1 before the first step.
     """
-    starts = [s[1] for s in trace.steps]
+    starts = [s[STEP_START] for s in trace.steps]
 
     def step_at(t: float) -> int:
         i = bisect_right(starts, t) - 1
-        return trace.steps[i][0] if i >= 0 else -1
+        return trace.steps[i][STEP_NUMBER] if i >= 0 else -1
 
     out = [((b - a) / 1e3, step_at(a)) for a, b, _ in trace.comm_spans if not within(tl.aside, a)]
     for g in trace.gpu:
-        if not _is_nccl(g) or g[4] != tl.device:
+        if not _is_nccl(g) or g[GPU_DEVICE] != tl.device:
             continue
-        launch = trace.launches.get(g[5]) if isinstance(g[5], int) else None  # a damaged trace's id may be anything
+        corr = g[GPU_CORRELATION]
+        launch = trace.launches.get(corr) if isinstance(corr, int) else None  # a damaged trace's id may be anything
         launched = launch[0] if launch else g[0]
         if not within(tl.aside, launched) and not within(tl.aside, g[0]):
             out.append(((g[1] - g[0]) / 1e3, step_at(launched)))
@@ -221,6 +234,7 @@ def _device_memory(trace: RankTrace, device: int | None) -> int | None:
 
 
 def _launches_per_step(trace: RankTrace, n_steps: int, device: int | None, aside: list[Span]) -> float | None:
-    lo, hi = (trace.steps[0][1], trace.steps[-1][2]) if trace.steps else (float("-inf"), float("inf"))
-    ops = [g for g in trace.gpu if g[2] == "kernel" and g[4] == device and lo <= g[0] <= hi and not within(aside, g[0])]
+    lo, hi = (trace.steps[0][STEP_START], trace.steps[-1][STEP_END]) if trace.steps else (float("-inf"), float("inf"))
+    ops = [g for g in trace.gpu
+           if g[GPU_KIND] == "kernel" and g[GPU_DEVICE] == device and lo <= g[0] <= hi and not within(aside, g[0])]
     return len(ops) / n_steps if n_steps else None

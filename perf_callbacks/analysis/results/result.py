@@ -1,16 +1,14 @@
-"""The results: one ``RankResult`` per rank and an ``AnalysisResult`` for the window, with JSON and scalar views."""
+"""The results: one ``RankResult`` per rank and an ``AnalysisResult`` for the window, and their JSON."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from perf_callbacks.analysis.results.headline import headline_scalars
 from perf_callbacks.analysis.results.recommendation import Recommendation, recommendation_dicts
+from perf_callbacks.analysis.results.scalars import window_scalars
 from perf_callbacks.analysis.trace.timeline import Timeline
 
-_WORLD = re.compile(r"\bworld_size=(\d+)")  # in RankResult.run_id, from the trace's distributedInfo
 VERDICTS = (
     "compute_bound",
     "input_bound",
@@ -285,42 +283,11 @@ class AnalysisResult:
         return out
 
     def scalars(self) -> dict[str, float]:
-        """Flat ``perf/window/...`` numbers for TensorBoard, once per window; missing values are left out.
-
-        Communication figures (``communication_fraction``, ``comm_busbw_gbps``) only for a distributed window: more
-        than one rank, a collective, or a trace recorded with a world size above 1.
+        """The ``perf/window/...`` TensorBoard numbers of the window (:mod:`~perf_callbacks.analysis.results.scalars`).
 
         Example:
             >>> r = AnalysisResult("x", "compute_bound", None, 0.25, 12.0, [], None, [], [])
             >>> r.scalars()
             {'perf/window/data_wait_fraction': 0.25, 'perf/window/step_time_ms': 12.0}
         """
-        values: dict[str, float | None] = {
-            "gpu_utilization": self.gpu_utilization,
-            "data_wait_fraction": self.data_wait_fraction,
-            "step_time_ms": self.step_time_ms,
-            "peak_memory_gb": None if self.peak_memory_bytes is None else self.peak_memory_bytes / 1e9,
-            "imbalance_ratio": self.imbalance_ratio,
-            "mfu": self.mfu,
-            "achieved_tflops": self.achieved_tflops,
-        }
-        for cause in ("sync", "host", "copy", "communication", "other", "cpu_contention"):
-            shares = [r.losses[cause] for r in self.ranks if cause in r.losses]
-            key = {"sync": "host_sync", "host": "launch_overhead", "other": "unexplained_idle"}.get(cause, cause)
-            values[f"{key}_fraction"] = sum(shares) / len(shares) if shares else None
-        values.update(headline_scalars(self.communication, self.copies, self.launch))
-        if not _distributed(self.ranks):
-            values["communication_fraction"] = values["comm_busbw_gbps"] = None
-        return {f"perf/window/{k}": float(v) for k, v in values.items() if v is not None}
-
-
-def _distributed(ranks: list[RankResult]) -> bool:
-    """Whether a window is of a distributed run: several ranks, a collective, or ``distributedInfo.world_size > 1``.
-
-    Example:
-        >>> _distributed([])
-        False
-    """
-    if len(ranks) > 1 or any(r.collectives_ms or r.communication for r in ranks):
-        return True
-    return any((m := _WORLD.search(r.run_id)) is not None and int(m.group(1)) > 1 for r in ranks)
+        return window_scalars(self)

@@ -19,50 +19,22 @@ from perf_callbacks.analysis.trace.aside import (
 from perf_callbacks.analysis.trace.extra_events import ExtraEvents
 from perf_callbacks.analysis.trace.loader import rank_from_name, read_trace
 from perf_callbacks.analysis.trace.op_names import KNOWN as SHAPED_OPS
+from perf_callbacks.analysis.trace.schema import (
+    CATEGORY,
+    GPU_CATS,
+    GRAPH_LAUNCHES,
+    HOLDING_CALLS,
+    MODULE_PREFIX,
+    OWN_SPAN_PREFIX,
+    STEP_NUMBER,
+    SYNC_CALLS,
+    GpuRow,
+    collective_name,
+    mtia_kind,
+)
 
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "Kernel": "kernel", "Memcpy": "memcpy",
-            "Memset": "memset", "mtia_ccp_events": "kernel"}
-"""Device activity categories: Kineto's, PyTorch 1.8-1.13's (``Kernel``, ``Memcpy``, ``Memset``) and MTIA's."""
-DEVICE_EVENT = "event"
-"""The kind of a device-side event record or wait (MTIA's ``event_record``/``event_wait``): neither a kernel nor a
-copy; the device's queue waits on another stream's event. Busy time as HTA counts it, but not work."""
-CATEGORY = {
-    "cpu_op": "cpu_op", "Operator": "cpu_op",
-    "cuda_runtime": "runtime", "cuda_driver": "runtime", "Runtime": "runtime", "mtia_runtime": "runtime",
-    "user_annotation": "annotation", "User annotation": "annotation",
-    "python_function": "python", "Python function": "python",
-    "cpu_instant_event": "instant",
-    **dict.fromkeys(GPU_CATS, "gpu"),
-}
-"""Every category the analysis reads, old names mapped onto the current ones."""
-GRAPH_LAUNCHES = frozenset({"cudaGraphLaunch", "cudaGraphLaunch_v10000", "hipGraphLaunch", "cuGraphLaunch"})
-SYNC_CALLS = frozenset(
-    {
-        "cudaStreamSynchronize",
-        "cudaDeviceSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuEventSynchronize",
-        "cuMemcpyDtoH_v2",
-        "aten::item",
-        "aten::_local_scalar_dense",
-    }
-)
-HOLDING_CALLS = frozenset(
-    {"hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream"}
-)
-"""HIP's blocking calls: kept with the syncs, but only a gap they hold from end to end is put down to them (the
-device idled while the host sat in one); the "idled as it returned" rule is CUDA's (``SYNC_CALLS``)."""
-OWN_SPAN_PREFIX = "perf_callbacks."
-MODULE_PREFIX = "perf_callbacks.module/"
-"""A module's span (``module_spans``): the prefix, then the module's path (``core/module_spans.py``)."""
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _COMM_PREFIXES = ("gloo:", "nccl:")
-_COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast", "Reduce", "Gather", "Scatter",
-                "SendRecv", "Send", "Recv", "Barrier")
-_NCCL = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 
 Span = tuple[float, float]
 
@@ -81,7 +53,7 @@ class RankTrace:
     rank: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     steps: list[tuple[int, float, float, Any]] = field(default_factory=list)
-    gpu: list[tuple[float, float, str, str, int, int, int]] = field(default_factory=list)
+    gpu: list[GpuRow] = field(default_factory=list)
     launches: dict[int, tuple[float, int]] = field(default_factory=dict)
     syncs: list[tuple[float, float, str]] = field(default_factory=list)
     cpu_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
@@ -240,38 +212,6 @@ class _Collector:
             t.peak_reserved = max(t.peak_reserved or 0, reserved)
 
 
-def mtia_kind(name: str) -> str:
-    """The kind of an ``mtia_ccp_events`` event: ``dma_*`` copies are ``memcpy``, ``event_*`` are ``DEVICE_EVENT``.
-
-    Example:
-        >>> mtia_kind("dma_request"), mtia_kind("event_wait"), mtia_kind("fc-dtype_Float")
-        ('memcpy', 'event', 'kernel')
-    """
-    if name.startswith("dma"):
-        return "memcpy"
-    return DEVICE_EVENT if name.startswith("event_") else "kernel"
-
-
-def collective_name(raw: str) -> str:
-    """Return the usual spelling of a collective (``allreduce``, ``AllReduce``, ``all_reduce`` -> ``AllReduce``).
-
-    Example:
-        >>> collective_name("reduce_scatter_tensor_coalesced")
-        'ReduceScatter'
-    """
-    key = raw.lower().replace("_", "")
-    for known in _COLLECTIVES:
-        if key.startswith(known.lower()):
-            return known
-    return raw
-
-
-def nccl_collective(kernel: str) -> str | None:
-    """Return the collective of an NCCL kernel name such as ``ncclDevKernel_AllGather_RING_LL``, else None."""
-    match = _NCCL.search(kernel)
-    return collective_name(match.group(1)) if match else None
-
-
 def load_rank(path: Path) -> RankTrace:
     """Read one trace file into a RankTrace.
 
@@ -293,7 +233,8 @@ def load_rank(path: Path) -> RankTrace:
         trace.rank, trace.rank_source = rank, "distributedInfo"
     elif named is not None:
         trace.rank, trace.rank_source = named, "file name"
-    trace.steps = sorted({s[0]: s for s in sorted(trace.steps, reverse=True)}.values())  # one span per step number
+    # one span per step number
+    trace.steps = sorted({s[STEP_NUMBER]: s for s in sorted(trace.steps, reverse=True)}.values())
     trace.gpu.sort()
     trace.syncs.sort(key=lambda s: s[1])
     trace.comm_spans.sort()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 COMM_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Name",
              "Process Group Description")
@@ -21,8 +21,20 @@ Copy = tuple[float, float, int, str, Any]
 """``(start, end, device, name, bytes)``; bytes as the trace has it (None when absent)."""
 Nccl = tuple[float, float, int, str, "dict[str, Any] | None", Any, Any]
 """``(start, end, device, kernel name, collective arguments or None, External id, correlation)``."""
+# The positions in an Nccl row after its (start, end) (the ids in the other order than in a device row), as literals
+# (Final) so that type checkers know each field's type.
+NCCL_DEVICE: Final = 2
+NCCL_NAME: Final = 3
+NCCL_ARGS: Final = 4
+NCCL_EXTERNAL_ID: Final = 5
+NCCL_CORRELATION: Final = 6
 HostComm = tuple[float, float, str, Any, Any, Any]
 """``(start, end, span name, Input Dims, Input type, thread)`` of a ``gloo:``/``nccl:`` host span."""
+# The positions in a HostComm row after its (start, end).
+HOST_COMM_NAME: Final = 2
+HOST_COMM_DIMS: Final = 3
+HOST_COMM_TYPES: Final = 4
+HOST_COMM_THREAD: Final = 5
 Memory = tuple[float, Any, Any, Any, Any, Any]
 """``(ts, tid, Bytes, Total Allocated, Device Type, Addr)`` of a ``[memory]`` event."""
 ModuleSpan = tuple[float, float, Any, str]
@@ -62,11 +74,11 @@ class ExtraEvents:
 
     def gpu(self, row: tuple[float, float, str, str, int, Any, Any], args: dict[str, Any]) -> None:
         """A device event, as ``events`` keeps it: ``(start, end, kind, name, device, correlation, External id)``."""
-        kind = row[2]
+        ts, end, kind, name, device, corr, ext = row
         if kind == "memcpy":
-            self.copies.append((row[0], row[1], row[4], row[3], args.get("bytes")))
-        elif kind == "kernel" and "nccl" in row[3].lower():
-            self.nccl.append((row[0], row[1], row[4], row[3], comm_args(args), row[6], row[5]))
+            self.copies.append((ts, end, device, name, args.get("bytes")))
+        elif kind == "kernel" and "nccl" in name.lower():
+            self.nccl.append((ts, end, device, name, comm_args(args), ext, corr))
 
     def cpu_op(self, args: dict[str, Any]) -> None:
         """A ``record_param_comms`` op."""

@@ -20,13 +20,26 @@ leaves it out.
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
-from perf_callbacks.analysis.trace.events import DEVICE_EVENT, SYNC_CALLS, RankTrace
+from perf_callbacks.analysis.trace.events import RankTrace
 from perf_callbacks.analysis.trace.intervals import Span, clip, gaps, intersect, subtract, total, union
+from perf_callbacks.analysis.trace.schema import (
+    COPY_KINDS,
+    DEVICE_EVENT,
+    GPU_DEVICE,
+    GPU_KIND,
+    GPU_NAME,
+    OP_THREAD,
+    STEP_END,
+    STEP_START,
+    STEP_THREAD,
+    SYNC_CALLS,
+    GpuRow,
+    copy_kind,
+)
 
 CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", "backlog")
 SYNC_WINDOW_US = 300.0
@@ -37,10 +50,6 @@ WINDOW_NO_STEPS = "first to last device op (the trace has no ProfilerStep)"
 WINDOW_HOST_ONLY = "first to last traced op (the trace has no ProfilerStep)"
 
 Segment = tuple[float, float, str]
-GpuOp = tuple[float, float, str, str, int, int, int]
-_MEMCPY = re.compile(r"Memcpy (\w+)")
-COPY_KINDS = ("memcpy", "memset")
-"""The kinds of device activity that are copies (the rest: kernels and ``DEVICE_EVENT`` records and waits)."""
 
 
 @dataclass
@@ -107,7 +116,7 @@ def window(trace: RankTrace) -> tuple[float, float, str, float, float] | None:
     gpu_lo = min((g[0] for g in trace.gpu), default=None)
     gpu_hi = max((g[1] for g in trace.gpu), default=None)
     if trace.steps:
-        lo, hi = trace.steps[0][1], max(s[2] for s in trace.steps)
+        lo, hi = trace.steps[0][STEP_START], max(s[STEP_END] for s in trace.steps)
         return lo, hi if gpu_hi is None else max(hi, gpu_hi), WINDOW_DEFINITION, 0.0, 0.0
     ops = [(o[0], o[1]) for o in trace.cpu_ops]
     if gpu_lo is not None and gpu_hi is not None and gpu_hi > gpu_lo:
@@ -123,7 +132,7 @@ def window(trace: RankTrace) -> tuple[float, float, str, float, float] | None:
 
 def devices(trace: RankTrace) -> list[int]:
     """Return the devices with activity, the one with the most ops first (a rank normally drives one)."""
-    return [d for d, _ in Counter(g[4] for g in trace.gpu).most_common()]
+    return [d for d, _ in Counter(g[GPU_DEVICE] for g in trace.gpu).most_common()]
 
 
 def primary_device(trace: RankTrace) -> int | None:
@@ -149,8 +158,8 @@ def build_timeline(trace: RankTrace, device: int | None = None) -> Timeline | No
             subtract(intersect(keep, comm), data), "communication"
         )
         rest = subtract(subtract(keep, data), comm)
-        main = trace.steps[0][3] if trace.steps else None
-        traced = union((o[0], o[1]) for o in trace.cpu_ops if main is None or o[2] == main)
+        main = trace.steps[0][STEP_THREAD] if trace.steps else None
+        traced = union((o[0], o[1]) for o in trace.cpu_ops if main is None or o[OP_THREAD] == main)
         tl.segments += _label(intersect(rest, traced), "compute") + _label(subtract(rest, traced), "other")
     else:
         busy, segments = _busy_segments(trace, device, tl)
@@ -181,11 +190,13 @@ def _label(spans: list[Span], cause: str) -> list[Segment]:
 
 def _busy_segments(trace: RankTrace, device: int, tl: Timeline) -> tuple[list[Span], list[Segment]]:
     lo, hi = tl.lo, tl.hi
-    ops = [g for g in trace.gpu if g[4] == device and g[1] > lo and g[0] < hi]
-    kernels = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == "kernel" and "nccl" not in g[3].lower())
-    comm = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == "kernel" and "nccl" in g[3].lower())
-    copies = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] in COPY_KINDS)
-    waits = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[2] == DEVICE_EVENT)
+    ops = [g for g in trace.gpu if g[GPU_DEVICE] == device and g[1] > lo and g[0] < hi]
+    kernels = union((max(g[0], lo), min(g[1], hi)) for g in ops
+                    if g[GPU_KIND] == "kernel" and "nccl" not in g[GPU_NAME].lower())
+    comm = union((max(g[0], lo), min(g[1], hi)) for g in ops
+                 if g[GPU_KIND] == "kernel" and "nccl" in g[GPU_NAME].lower())
+    copies = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[GPU_KIND] in COPY_KINDS)
+    waits = union((max(g[0], lo), min(g[1], hi)) for g in ops if g[GPU_KIND] == DEVICE_EVENT)
     comm_exposed = subtract(comm, kernels)
     copy_exposed = subtract(subtract(copies, kernels), comm)
     wait_exposed = subtract(subtract(waits, kernels), union(comm + copies))
@@ -198,36 +209,17 @@ def _busy_segments(trace: RankTrace, device: int, tl: Timeline) -> tuple[list[Sp
     return union(kernels + comm + copies + waits), segments
 
 
-def copy_kind(kind: str, name: str) -> str:
-    """``HtoD/pageable``, ``DtoD/device``, ``memset``...: direction and host memory of a copy or memset.
-
-    A copy to or from the host whose name does not say pageable or pinned (HIP's ``Memcpy HtoD (Host -> Device)``)
-    is ``host``: never ``device``.
-
-    Example:
-        >>> copy_kind("memcpy", "Memcpy HtoD (Pageable -> Device)"), copy_kind("memcpy", "Memcpy DtoH (Device -> Host)")
-        ('HtoD/pageable', 'DtoH/host')
-    """
-    if kind == "memset":
-        return "memset"
-    match = _MEMCPY.match(name)
-    direction = match.group(1) if match else "DMA" if name.startswith("dma") else "other"
-    memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else \
-        "host" if "H" in direction else "device"
-    return f"{direction}/{memory}"
-
-
-def copy_spans(ops: list[GpuOp]) -> dict[str, list[Span]]:
+def copy_spans(ops: list[GpuRow]) -> dict[str, list[Span]]:
     """The merged intervals of each copy kind among ``ops``."""
     by_kind: dict[str, list[Span]] = {}
     for g in ops:
-        if g[2] in COPY_KINDS:
-            by_kind.setdefault(copy_kind(g[2], g[3]), []).append((g[0], g[1]))
+        if g[GPU_KIND] in COPY_KINDS:
+            by_kind.setdefault(copy_kind(g[GPU_KIND], g[GPU_NAME]), []).append((g[0], g[1]))
     return {k: union(v) for k, v in by_kind.items()}
 
 
 def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], tl: Timeline) -> list[Segment]:
-    ops = [g for g in trace.gpu if g[4] == device]
+    ops = [g for g in trace.gpu if g[GPU_DEVICE] == device]
     starts = [g[0] for g in ops]
     sync_ends = [s[1] for s in trace.syncs]
     out = []
@@ -260,7 +252,7 @@ def _holding_call(syncs: list[tuple[float, float, str]], p0: float, p1: float) -
     return min(held)[2] if held else None
 
 
-def _gap_cause(trace: RankTrace, ops: list[GpuOp], i: int, p0: float, tl: Timeline) -> str:
+def _gap_cause(trace: RankTrace, ops: list[GpuRow], i: int, p0: float, tl: Timeline) -> str:
     """Why the device idled from ``p0`` until ``ops[i]`` started: host, backlog, graph (inside a replay) or other."""
     host = "host" if trace.runtime_calls else "other"  # no runtime call traced: no evidence that the host was late
     if i >= len(ops):

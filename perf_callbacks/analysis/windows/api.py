@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -50,8 +51,7 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
     if not entries:
         raise ValueError(_unreadable(path, len(files), errors))
     if peak_tbps is not None:
-        for entry in entries:
-            vars(entry).update(window_roofline(entry.ranks, peak_tbps))
+        entries = [replace(entry, **window_roofline(entry.ranks, peak_tbps)) for entry in entries]
     head = _headline(entries)
     ordered = [head] + [e for e in entries if e is not head]
     head.windows = [_summary(r) for r in ordered]
@@ -138,7 +138,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         **window_measures(ranks, top_k),
     )
     mfu, notes = window_mfu([r.flops for r in ranks], result.step_time_ms, losses)
-    vars(result).update(mfu)
+    result = replace(result, **mfu)
     result.notes += notes
     result.recommendations = window_gains(result, lead_cause(verdict))
     return result

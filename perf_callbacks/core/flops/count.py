@@ -207,6 +207,16 @@ class _Observer(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return out
 
 
+def op_name(op: Any) -> str:
+    """The trace's name of a counted op: ``aten.mm`` (an overload packet) -> ``aten::mm``.
+
+    Example:
+        >>> op_name(torch.ops.aten.mm)
+        'aten::mm'
+    """
+    return str(op).replace(".", "::", 1)
+
+
 @functools.cache
 def _formulas() -> dict[Any, Any]:
     return {**flop_registry, **extra_formulas()}

@@ -24,7 +24,6 @@ of the counted FLOPs, else the adapter's mixed-precision dtype, else the model's
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +32,8 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.flops.compile_watch import is_compiled
-from perf_callbacks.core.flops.count import StepCounter
+from perf_callbacks.core.flops.count import StepCounter, op_name
+from perf_callbacks.core.flops.model_facts import flops_per_batch, param_dtype
 from perf_callbacks.core.flops.modules import ModuleOwners
 from perf_callbacks.core.flops.peak import dtype_name, peak_flops
 from perf_callbacks.core.warn import WarnFn
@@ -128,7 +128,7 @@ class StepFlops:
             return self.dtype
         if self.ctx.compute_dtype is not None:
             return self.ctx.compute_dtype
-        return _param_dtype(self.model) or torch.float32
+        return param_dtype(self.model) or torch.float32
 
     def meta(self) -> dict[str, Any]:
         """What travels in the trace's metadata (``META_KEY``): the FLOPs, their source, the peak and its source."""
@@ -165,7 +165,7 @@ class StepFlops:
             self._drop(f"step {self.counted_step} ended without an optimizer step")  # a new step began
         if not self._looked:
             self._looked = True
-            self._per_batch = _flops_per_batch(self.model)
+            self._per_batch = flops_per_batch(self.model)
             if self._per_batch is None and (self.compiled or is_compiled(self.model)):
                 return self._skip_compiled()
         if self._per_batch is not None:
@@ -290,30 +290,3 @@ class StepFlops:
                    "flops_per_step for TFLOP/s and MFU)", False)
         return False
 
-
-def op_name(op: Any) -> str:
-    """The trace's name of a counted op: ``aten.mm`` (an overload packet) -> ``aten::mm``.
-
-    Example:
-        >>> op_name(torch.ops.aten.mm)
-        'aten::mm'
-    """
-    return str(op).replace(".", "::", 1)
-
-
-def _flops_per_batch(model: torch.nn.Module | None) -> float | None:
-    """The model's ``flops_per_batch`` attribute (ThroughputMonitor's convention), when it is a positive number."""
-    value = getattr(model, "flops_per_batch", None) if model is not None else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        return None
-    return float(value)
-
-
-def _param_dtype(model: torch.nn.Module | None) -> torch.dtype | None:
-    if model is None:
-        return None
-    sizes: Counter[torch.dtype] = Counter()
-    for p in model.parameters():
-        if p.is_floating_point():
-            sizes[p.dtype] += p.numel()
-    return sizes.most_common(1)[0][0] if sizes else None
