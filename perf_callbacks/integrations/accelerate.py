@@ -5,10 +5,10 @@ Accelerate has no callbacks, so the hook drives the engine from a few places:
 - ``hook.iter(loader)`` marks micro-batches and times the loader's ``next()`` alone as data wait. A prepared
   ``DataLoaderShard`` iterates one batch ahead and moves each batch to the device inside its iterator, so the wait for
   batch ``i`` covers the host-to-device copy of batch ``i`` and fetching/collating batch ``i + 1``.
-- Optimizer steps are counted by step hooks on the torch optimizers (``_accelerate_steps.py``), with or without
+- Optimizer steps are counted by step hooks on the torch optimizers (``_accelerate/steps.py``), with or without
   ``hook.iter``; ``accelerator.backward`` and ``accelerator.save_state`` are wrapped (instance attributes, removed by
   :meth:`AcceleratePerfHook.close`) for the ``backward`` and ``checkpoint`` ranges.
-- The step count travels with ``save_state``/``load_state`` in either order (``_accelerate_state.py``), without
+- The step count travels with ``save_state``/``load_state`` in either order (``_accelerate/state.py``), without
   ``register_for_checkpointing``, so checkpoints load with or without the hook.
 - Preemption: while registered, and only if SIGTERM still has its default action, SIGTERM raises ``SystemExit(143)``
   so that the ``with`` block flushes the window before the process exits. A hook never closed is closed at exit as
@@ -39,9 +39,9 @@ from perf_callbacks.core.memory.sampler import OutOfMemoryError
 from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
-from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
-from perf_callbacks.integrations._accelerate_state import STATE_FILE, read_state, write_state
-from perf_callbacks.integrations._accelerate_steps import StepCounting
+from perf_callbacks.integrations._accelerate.metrics import CrossRankLogger
+from perf_callbacks.integrations._accelerate.state import STATE_FILE, read_state, write_state
+from perf_callbacks.integrations._accelerate.steps import StepCounting
 from perf_callbacks.integrations._adapters import batch_size, distributed_initialized, in_phase
 
 __all__ = ["STATE_FILE", "AcceleratePerfHook"]
@@ -262,7 +262,7 @@ class AcceleratePerfHook(StepCounting):
 
         return wrapped
 
-    # ---- checkpoints (see _accelerate_state.py) -------------------------------------------------------------------
+    # ---- checkpoints (see _accelerate/state.py) -------------------------------------------------------------------
     def _on_save(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
         acc = self.accelerator
         if acc is not None and (acc.is_local_main_process if acc.project_configuration.save_on_each_node

@@ -29,8 +29,8 @@ from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from perf_callbacks.integrations._adapters import batch_size, distributed_initialized
 from perf_callbacks.integrations._cli_errors import config_or_exit
-from perf_callbacks.integrations._lightning_loaders import check_train_loaders
-from perf_callbacks.integrations._lightning_wrappers import (
+from perf_callbacks.integrations._lightning.loaders import check_train_loaders
+from perf_callbacks.integrations._lightning.wrappers import (
     unwrap_fetch,
     unwrap_save_checkpoint,
     wrap_fetch,

@@ -9,8 +9,8 @@ with gradient accumulation too, and a resumed run (``global_step`` restored) con
 
 What events cannot show (the data wait inside the DataLoader, backward, evaluation and checkpoint starts, exceptions)
 comes from wrapping a few Trainer methods for the duration of the run; see
-:mod:`perf_callbacks.integrations._transformers_hooks`. Metrics go through the ``report_to`` integrations; see
-:mod:`perf_callbacks.integrations._transformers_metrics`.
+:mod:`perf_callbacks.integrations._transformers.hooks`. Metrics go through the ``report_to`` integrations; see
+:mod:`perf_callbacks.integrations._transformers.metrics`.
 
 Example:
     >>> from perf_callbacks import TransformersPerfCallback
@@ -39,9 +39,9 @@ from perf_callbacks.core.flops.peak import mixed_precision_dtype
 from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.warn import quiet, warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
-from perf_callbacks.integrations import _transformers_hooks as hooks
 from perf_callbacks.integrations._adapters import distributed_initialized
-from perf_callbacks.integrations._transformers_metrics import MetricsRouter
+from perf_callbacks.integrations._transformers import hooks
+from perf_callbacks.integrations._transformers.metrics import MetricsRouter
 
 log = logging.getLogger(__name__)
 
