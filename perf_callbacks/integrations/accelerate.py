@@ -38,11 +38,11 @@ from perf_callbacks.core.flops.peak import mixed_precision_dtype
 from perf_callbacks.core.memory.sampler import OutOfMemoryError
 from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.warn import warn_user
-from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from perf_callbacks.integrations._accelerate.metrics import CrossRankLogger
 from perf_callbacks.integrations._accelerate.state import STATE_FILE, read_state, write_state
 from perf_callbacks.integrations._accelerate.steps import StepCounting
-from perf_callbacks.integrations._adapters import batch_size, distributed_initialized, in_phase
+from perf_callbacks.integrations._adapters import FromConfig, batch_size, distributed_initialized, in_phase
 
 __all__ = ["STATE_FILE", "AcceleratePerfHook"]
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ T = TypeVar("T")
 OWNER_ATTR = "_perf_callbacks_hook"  # the hook registered on an Accelerator
 
 
-class AcceleratePerfHook(StepCounting):
+class AcceleratePerfHook(StepCounting, FromConfig):
     """Profiler windows by optimizer step, NVTX ranges, memory/timing logs and DataLoader checks for Accelerate.
 
     Takes the same keys as :class:`~perf_callbacks.GPUPerfCallback` (see :class:`~perf_callbacks.PerfConfig`), or a
@@ -72,9 +72,7 @@ class AcceleratePerfHook(StepCounting):
     """
 
     def __init__(self, config: PerfConfig | None = None, **options: Any) -> None:
-        if config is not None and options:
-            raise PerfConfigError(f"pass either config= or options, not both (got config= and {sorted(options)})")
-        self.config = config if config is not None else PerfConfig.from_dict(options)
+        super().__init__(config, **options)  # FromConfig: self.config
         self.engine: PerfEngine | None = None
         self.accelerator: Accelerator | None = None
         self.optimizer_steps = 0
@@ -91,16 +89,6 @@ class AcceleratePerfHook(StepCounting):
         self._restore: list[Any] = []
         self._loop: Any = None  # the generator returned by iter(): its frame holds the current batch
         self._cancel_exit: Callable[[], None] = lambda: None  # the close at interpreter exit, once registered
-
-    @classmethod
-    def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
-        """Build from an existing :class:`PerfConfig`."""
-        return cls(config=config)
-
-    @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str]) -> AcceleratePerfHook:
-        """Build from a standalone YAML file with the config keys at the top level."""
-        return cls(config=PerfConfig.from_yaml(path))
 
     # ---- setup and teardown --------------------------------------------------------------------------------------
     def register(self, accelerator: Accelerator) -> AcceleratePerfHook:
