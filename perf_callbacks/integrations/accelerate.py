@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,11 +34,11 @@ from perf_callbacks.core.files.remote import before_shutdown, resolve_output
 from perf_callbacks.core.files.traces import new_run_name
 from perf_callbacks.core.flops.compile_watch import is_compiled
 from perf_callbacks.core.flops.peak import mixed_precision_dtype
-from perf_callbacks.core.memory.sampler import OutOfMemoryError
-from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from perf_callbacks.integrations._accelerate.loaders import check_loaders, loader_name
 from perf_callbacks.integrations._accelerate.metrics import CrossRankLogger
+from perf_callbacks.integrations._accelerate.phase import Phase
 from perf_callbacks.integrations._accelerate.state import STATE_FILE, read_state, write_state
 from perf_callbacks.integrations._accelerate.steps import StepCounting
 from perf_callbacks.integrations._adapters import FromConfig, batch_size, distributed_initialized, in_phase
@@ -138,7 +137,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
                 setattr(acc, name, wrapped := wrap(getattr(acc, name)))
                 self._restore.append(lambda n=name, w=wrapped: vars(acc).pop(n) if vars(acc).get(n) is w else None)
         if self.config.check_dataloaders:
-            self._check([(_loader_name(acc, dl), dl) for dl in acc._dataloaders])
+            self._check([(loader_name(acc, dl), dl) for dl in acc._dataloaders])
         return self
 
     def close(self, exc: BaseException | None = None) -> None:
@@ -185,7 +184,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
             return iter(dataloader)
         engine, acc = self._require()
         self._hook_optimizers()
-        name = _loader_name(acc, dataloader)
+        name = loader_name(acc, dataloader)
         engine.ctx.data_loader = (name, getattr(dataloader, "num_workers", None))
         if self.config.check_dataloaders:
             self._check([(name, dataloader)])
@@ -212,9 +211,9 @@ class AcceleratePerfHook(StepCounting, FromConfig):
         finally:  # `break` out of the loop: the micro-batch is over, but no collective here
             self._end_batch(flush=False)
 
-    def phase(self, name: str) -> _Phase:
+    def phase(self, name: str) -> Phase:
         """Open a named phase range (NVTX, and ``record_function`` inside windows) around a block of the loop body."""
-        return _Phase(self, name)
+        return Phase(self, name)
 
     @contextlib.contextmanager
     def validation(self) -> Iterator[None]:
@@ -245,7 +244,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
             if self.accelerator is not None and len(self.accelerator._optimizers) > len(self._hooked):
                 self._hook_optimizers()  # prepared after register(): hook them now, or a plain loop counts nothing
-            with _Phase(self, "backward"):
+            with Phase(self, "backward"):
                 return backward(loss, **kwargs)
 
         return wrapped
@@ -269,14 +268,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
         return frame.f_locals.get("batch") if frame is not None and self._in_batch else None
 
     def _check(self, loaders: list[tuple[str, Any]]) -> None:
-        engine, acc = self._require()
-        findings = []
-        for name, loader in loaders:
-            if id(loader) not in self._checked:
-                self._checked.add(id(loader))
-                local = int(os.environ.get("LOCAL_WORLD_SIZE", acc.num_processes))
-                findings += inspect_accelerate_loader(loader, name, acc.num_processes, engine.cuda, local)
-        engine.report_findings(findings)
+        check_loaders(*self._require(), loaders, self._checked)
 
     def _output_dir(self, acc: Accelerator) -> str | Path:
         if self.config.output_dir is not None:
@@ -287,32 +279,3 @@ class AcceleratePerfHook(StepCounting, FromConfig):
         if self.engine is None or self.accelerator is None:
             raise RuntimeError("call hook.register(accelerator) after accelerator.prepare(...) first")
         return self.engine, self.accelerator
-
-
-def _loader_name(acc: Accelerator, loader: Any) -> str:
-    index = next((i for i, dl in enumerate(acc._dataloaders) if dl is loader), None)
-    return f"prepared DataLoader #{index}" if index is not None else "the DataLoader passed to hook.iter()"
-
-
-class _Phase:
-    """``hook.phase(name)``: a context manager without a generator (the backward wrapper enters one every step)."""
-
-    __slots__ = ("engine", "hook", "name")
-
-    def __init__(self, hook: AcceleratePerfHook, name: str) -> None:
-        self.hook, self.name = hook, name
-        self.engine: PerfEngine | None = None
-
-    def __enter__(self) -> None:
-        self.engine = engine = self.hook._open_engine()
-        if engine is not None:
-            engine.phase(self.name)
-
-    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
-        engine = self.engine
-        if engine is None:
-            return
-        if isinstance(err, OutOfMemoryError):  # the out-of-memory summary names the phase, closed below
-            engine.note_failure(err)
-        if not self.hook._closed:
-            engine.end_phase()

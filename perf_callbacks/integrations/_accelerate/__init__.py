@@ -1,1 +1,1 @@
-"""The Accelerate adapter's private parts: step counting, the step count in checkpoints, cross-rank metrics."""
+"""The Accelerate adapter's private parts: step counting, phases, loader checks, the count in checkpoints, metrics."""
