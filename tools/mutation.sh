@@ -33,7 +33,7 @@ MODULES=(perf_callbacks/core/triggers/schedule.py perf_callbacks/core/files/trac
          perf_callbacks/core/timing/stats.py perf_callbacks/core/clock.py perf_callbacks/core/engine/engine.py perf_callbacks/core/engine/aside.py
          perf_callbacks/core/windows/recorder.py perf_callbacks/analysis/judge/verdict.py perf_callbacks/analysis/judge/noise.py
          perf_callbacks/analysis/judge/cluster.py perf_callbacks/analysis/trace/timeline.py perf_callbacks/analysis/trace/schema.py
-         perf_callbacks/integrations/_accelerate_steps.py "${MEASURES[@]}")
+         perf_callbacks/integrations/_accelerate/steps.py "${MEASURES[@]}")
 [ $# -gt 0 ] && MODULES=("$@")
 # The fast tests that exercise these modules (found with grep; they drive the engine by hand, no framework), plus
 # doctests; tests marked slow, multiprocess or gpu are left out. Not all of tests/core: some of its files hang in

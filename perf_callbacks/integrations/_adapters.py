@@ -1,7 +1,8 @@
 """What every adapter does the same way.
 
-The checkpoint and validation ranges around a framework's own methods, the batch size of a batch, and whether
-``torch.distributed`` is up.
+The checkpoint and validation ranges around a framework's own methods, the batch size of a batch, whether
+``torch.distributed`` is up, and the constructors of the adapters built from ``config=`` or options
+(:class:`FromConfig`).
 
 Example:
     >>> import torch
@@ -12,14 +13,19 @@ Example:
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.memory.sampler import OutOfMemoryError
+from perf_callbacks.exceptions import PerfConfigError
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from perf_callbacks.core.engine.engine import PerfEngine
 
 MARK = "__perf_callbacks__"  # set on every wrapper we install, so it is recognised and removed, never stacked
@@ -76,3 +82,27 @@ def batch_size(batch: Any) -> int | None:
 def distributed_initialized() -> bool:
     """``torch.distributed`` is available and its default process group is up."""
     return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+class FromConfig:
+    """An adapter made from a ready ``config=PerfConfig(...)`` or from its keys (Accelerate's, transformers').
+
+    Args:
+        config: the configuration; None to build one from ``options``.
+        **options: :class:`PerfConfig` keys; not with ``config``.
+    """
+
+    def __init__(self, config: PerfConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise PerfConfigError(f"pass either config= or options, not both (got config= and {sorted(options)})")
+        self.config = config if config is not None else PerfConfig.from_dict(options)
+
+    @classmethod
+    def from_config(cls, config: PerfConfig) -> Self:
+        """Build from an existing :class:`PerfConfig`."""
+        return cls(config=config)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> Self:
+        """Build from a standalone YAML file with the config keys at the top level."""
+        return cls(config=PerfConfig.from_yaml(path))

@@ -5,10 +5,10 @@ Accelerate has no callbacks, so the hook drives the engine from a few places:
 - ``hook.iter(loader)`` marks micro-batches and times the loader's ``next()`` alone as data wait. A prepared
   ``DataLoaderShard`` iterates one batch ahead and moves each batch to the device inside its iterator, so the wait for
   batch ``i`` covers the host-to-device copy of batch ``i`` and fetching/collating batch ``i + 1``.
-- Optimizer steps are counted by step hooks on the torch optimizers (``_accelerate_steps.py``), with or without
+- Optimizer steps are counted by step hooks on the torch optimizers (``_accelerate/steps.py``), with or without
   ``hook.iter``; ``accelerator.backward`` and ``accelerator.save_state`` are wrapped (instance attributes, removed by
   :meth:`AcceleratePerfHook.close`) for the ``backward`` and ``checkpoint`` ranges.
-- The step count travels with ``save_state``/``load_state`` in either order (``_accelerate_state.py``), without
+- The step count travels with ``save_state``/``load_state`` in either order (``_accelerate/state.py``), without
   ``register_for_checkpointing``, so checkpoints load with or without the hook.
 - Preemption: while registered, and only if SIGTERM still has its default action, SIGTERM raises ``SystemExit(143)``
   so that the ``with`` block flushes the window before the process exits. A hook never closed is closed at exit as
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,14 +34,14 @@ from perf_callbacks.core.files.remote import before_shutdown, resolve_output
 from perf_callbacks.core.files.traces import new_run_name
 from perf_callbacks.core.flops.compile_watch import is_compiled
 from perf_callbacks.core.flops.peak import mixed_precision_dtype
-from perf_callbacks.core.memory.sampler import OutOfMemoryError
-from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.warn import warn_user
-from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
-from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
-from perf_callbacks.integrations._accelerate_state import STATE_FILE, read_state, write_state
-from perf_callbacks.integrations._accelerate_steps import StepCounting
-from perf_callbacks.integrations._adapters import batch_size, distributed_initialized, in_phase
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from perf_callbacks.integrations._accelerate.loaders import check_loaders, loader_name
+from perf_callbacks.integrations._accelerate.metrics import CrossRankLogger
+from perf_callbacks.integrations._accelerate.phase import Phase
+from perf_callbacks.integrations._accelerate.state import STATE_FILE, read_state, write_state
+from perf_callbacks.integrations._accelerate.steps import StepCounting
+from perf_callbacks.integrations._adapters import FromConfig, batch_size, distributed_initialized, in_phase
 
 __all__ = ["STATE_FILE", "AcceleratePerfHook"]
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ T = TypeVar("T")
 OWNER_ATTR = "_perf_callbacks_hook"  # the hook registered on an Accelerator
 
 
-class AcceleratePerfHook(StepCounting):
+class AcceleratePerfHook(StepCounting, FromConfig):
     """Profiler windows by optimizer step, NVTX ranges, memory/timing logs and DataLoader checks for Accelerate.
 
     Takes the same keys as :class:`~perf_callbacks.GPUPerfCallback` (see :class:`~perf_callbacks.PerfConfig`), or a
@@ -72,9 +71,7 @@ class AcceleratePerfHook(StepCounting):
     """
 
     def __init__(self, config: PerfConfig | None = None, **options: Any) -> None:
-        if config is not None and options:
-            raise PerfConfigError(f"pass either config= or options, not both (got config= and {sorted(options)})")
-        self.config = config if config is not None else PerfConfig.from_dict(options)
+        super().__init__(config, **options)  # FromConfig: self.config
         self.engine: PerfEngine | None = None
         self.accelerator: Accelerator | None = None
         self.optimizer_steps = 0
@@ -91,16 +88,6 @@ class AcceleratePerfHook(StepCounting):
         self._restore: list[Any] = []
         self._loop: Any = None  # the generator returned by iter(): its frame holds the current batch
         self._cancel_exit: Callable[[], None] = lambda: None  # the close at interpreter exit, once registered
-
-    @classmethod
-    def from_config(cls, config: PerfConfig) -> AcceleratePerfHook:
-        """Build from an existing :class:`PerfConfig`."""
-        return cls(config=config)
-
-    @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str]) -> AcceleratePerfHook:
-        """Build from a standalone YAML file with the config keys at the top level."""
-        return cls(config=PerfConfig.from_yaml(path))
 
     # ---- setup and teardown --------------------------------------------------------------------------------------
     def register(self, accelerator: Accelerator) -> AcceleratePerfHook:
@@ -150,7 +137,7 @@ class AcceleratePerfHook(StepCounting):
                 setattr(acc, name, wrapped := wrap(getattr(acc, name)))
                 self._restore.append(lambda n=name, w=wrapped: vars(acc).pop(n) if vars(acc).get(n) is w else None)
         if self.config.check_dataloaders:
-            self._check([(_loader_name(acc, dl), dl) for dl in acc._dataloaders])
+            self._check([(loader_name(acc, dl), dl) for dl in acc._dataloaders])
         return self
 
     def close(self, exc: BaseException | None = None) -> None:
@@ -197,7 +184,7 @@ class AcceleratePerfHook(StepCounting):
             return iter(dataloader)
         engine, acc = self._require()
         self._hook_optimizers()
-        name = _loader_name(acc, dataloader)
+        name = loader_name(acc, dataloader)
         engine.ctx.data_loader = (name, getattr(dataloader, "num_workers", None))
         if self.config.check_dataloaders:
             self._check([(name, dataloader)])
@@ -224,9 +211,9 @@ class AcceleratePerfHook(StepCounting):
         finally:  # `break` out of the loop: the micro-batch is over, but no collective here
             self._end_batch(flush=False)
 
-    def phase(self, name: str) -> _Phase:
+    def phase(self, name: str) -> Phase:
         """Open a named phase range (NVTX, and ``record_function`` inside windows) around a block of the loop body."""
-        return _Phase(self, name)
+        return Phase(self, name)
 
     @contextlib.contextmanager
     def validation(self) -> Iterator[None]:
@@ -257,12 +244,12 @@ class AcceleratePerfHook(StepCounting):
         def wrapped(loss: torch.Tensor, **kwargs: Any) -> Any:
             if self.accelerator is not None and len(self.accelerator._optimizers) > len(self._hooked):
                 self._hook_optimizers()  # prepared after register(): hook them now, or a plain loop counts nothing
-            with _Phase(self, "backward"):
+            with Phase(self, "backward"):
                 return backward(loss, **kwargs)
 
         return wrapped
 
-    # ---- checkpoints (see _accelerate_state.py) -------------------------------------------------------------------
+    # ---- checkpoints (see _accelerate/state.py) -------------------------------------------------------------------
     def _on_save(self, models: list[Any], weights: list[Any], output_dir: str) -> None:
         acc = self.accelerator
         if acc is not None and (acc.is_local_main_process if acc.project_configuration.save_on_each_node
@@ -281,14 +268,7 @@ class AcceleratePerfHook(StepCounting):
         return frame.f_locals.get("batch") if frame is not None and self._in_batch else None
 
     def _check(self, loaders: list[tuple[str, Any]]) -> None:
-        engine, acc = self._require()
-        findings = []
-        for name, loader in loaders:
-            if id(loader) not in self._checked:
-                self._checked.add(id(loader))
-                local = int(os.environ.get("LOCAL_WORLD_SIZE", acc.num_processes))
-                findings += inspect_accelerate_loader(loader, name, acc.num_processes, engine.cuda, local)
-        engine.report_findings(findings)
+        check_loaders(*self._require(), loaders, self._checked)
 
     def _output_dir(self, acc: Accelerator) -> str | Path:
         if self.config.output_dir is not None:
@@ -299,32 +279,3 @@ class AcceleratePerfHook(StepCounting):
         if self.engine is None or self.accelerator is None:
             raise RuntimeError("call hook.register(accelerator) after accelerator.prepare(...) first")
         return self.engine, self.accelerator
-
-
-def _loader_name(acc: Accelerator, loader: Any) -> str:
-    index = next((i for i, dl in enumerate(acc._dataloaders) if dl is loader), None)
-    return f"prepared DataLoader #{index}" if index is not None else "the DataLoader passed to hook.iter()"
-
-
-class _Phase:
-    """``hook.phase(name)``: a context manager without a generator (the backward wrapper enters one every step)."""
-
-    __slots__ = ("engine", "hook", "name")
-
-    def __init__(self, hook: AcceleratePerfHook, name: str) -> None:
-        self.hook, self.name = hook, name
-        self.engine: PerfEngine | None = None
-
-    def __enter__(self) -> None:
-        self.engine = engine = self.hook._open_engine()
-        if engine is not None:
-            engine.phase(self.name)
-
-    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
-        engine = self.engine
-        if engine is None:
-            return
-        if isinstance(err, OutOfMemoryError):  # the out-of-memory summary names the phase, closed below
-            engine.note_failure(err)
-        if not self.hook._closed:
-            engine.end_phase()

@@ -16,21 +16,21 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig, check_ranks
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
-from perf_callbacks.core.files.remote import join_output, resolve_output
+from perf_callbacks.core.files.remote import resolve_output
 from perf_callbacks.core.files.traces import new_run_name
 from perf_callbacks.core.flops.peak import mixed_precision_dtype
 from perf_callbacks.core.warn import warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from perf_callbacks.integrations._adapters import batch_size, distributed_initialized
 from perf_callbacks.integrations._cli_errors import config_or_exit
-from perf_callbacks.integrations._lightning_loaders import check_train_loaders
-from perf_callbacks.integrations._lightning_wrappers import (
+from perf_callbacks.integrations._lightning.loaders import check_train_loaders
+from perf_callbacks.integrations._lightning.loggers import default_output_dir, metrics_sink, text_sink
+from perf_callbacks.integrations._lightning.wrappers import (
     unwrap_fetch,
     unwrap_save_checkpoint,
     wrap_fetch,
@@ -169,8 +169,8 @@ class GPUPerfCallback(Callback):
             world_size=trainer.world_size,
             device=trainer.strategy.root_device,
             log_every_n_steps=self.config.log_every_n_steps or max(1, getattr(trainer, "log_every_n_steps", 50)),
-            log_metrics=self._log_metrics(trainer) if trainer.is_global_zero else None,
-            log_text=self._log_text(trainer) if trainer.is_global_zero else None,
+            log_metrics=metrics_sink(trainer) if trainer.is_global_zero else None,
+            log_text=text_sink(trainer) if trainer.is_global_zero else None,
             distributed_initialized=distributed_initialized(),
             compute_dtype=mixed_precision_dtype(getattr(trainer, "precision", None)),
         )
@@ -286,27 +286,7 @@ class GPUPerfCallback(Callback):
     # ---- helpers -----------------------------------------------------------------------------------------------
     def _output_dir(self, trainer: pl.Trainer) -> str | Path:
         check_ranks(self.config.ranks, trainer.world_size)
-        if self.config.output_dir is not None:
-            return self.config.output_dir
-        log_dir = trainer.log_dir if trainer.loggers else None
-        return join_output(log_dir or trainer.default_root_dir, "perf")  # a remote logger's URL stays a URL
-
-    @staticmethod
-    def _log_metrics(trainer: pl.Trainer) -> Any:
-        def log_metrics(metrics: dict[str, float], step: int) -> None:
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=step)
-
-        return log_metrics
-
-    @staticmethod
-    def _log_text(trainer: pl.Trainer) -> Any:
-        def log_text(tag: str, text: str, step: int) -> None:
-            for logger in trainer.loggers:
-                if isinstance(logger, TensorBoardLogger):
-                    logger.experiment.add_text(tag, text, global_step=step)
-
-        return log_text
+        return self.config.output_dir if self.config.output_dir is not None else default_output_dir(trainer)
 
 
 def _fitting(trainer: pl.Trainer) -> bool:

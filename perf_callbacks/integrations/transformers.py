@@ -9,8 +9,8 @@ with gradient accumulation too, and a resumed run (``global_step`` restored) con
 
 What events cannot show (the data wait inside the DataLoader, backward, evaluation and checkpoint starts, exceptions)
 comes from wrapping a few Trainer methods for the duration of the run; see
-:mod:`perf_callbacks.integrations._transformers_hooks`. Metrics go through the ``report_to`` integrations; see
-:mod:`perf_callbacks.integrations._transformers_metrics`.
+:mod:`perf_callbacks.integrations._transformers.hooks`. Metrics go through the ``report_to`` integrations; see
+:mod:`perf_callbacks.integrations._transformers.metrics`.
 
 Example:
     >>> from perf_callbacks import TransformersPerfCallback
@@ -38,15 +38,15 @@ from perf_callbacks.core.files.traces import new_run_name
 from perf_callbacks.core.flops.peak import mixed_precision_dtype
 from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
 from perf_callbacks.core.warn import quiet, warn_user
-from perf_callbacks.exceptions import InstrumentUnavailableWarning, PerfConfigError
-from perf_callbacks.integrations import _transformers_hooks as hooks
-from perf_callbacks.integrations._adapters import distributed_initialized
-from perf_callbacks.integrations._transformers_metrics import MetricsRouter
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from perf_callbacks.integrations._adapters import FromConfig, distributed_initialized
+from perf_callbacks.integrations._transformers import hooks
+from perf_callbacks.integrations._transformers.metrics import MetricsRouter
 
 log = logging.getLogger(__name__)
 
 
-class TransformersPerfCallback(TrainerCallback):
+class TransformersPerfCallback(TrainerCallback, FromConfig):
     """Profiler windows by optimizer step, NVTX ranges, memory/timing logs and DataLoader checks for ``Trainer``.
 
     Takes the same keys as :class:`~perf_callbacks.GPUPerfCallback` (see :class:`~perf_callbacks.PerfConfig`), or a
@@ -63,25 +63,13 @@ class TransformersPerfCallback(TrainerCallback):
     """
 
     def __init__(self, config: PerfConfig | None = None, **options: Any) -> None:
-        if config is not None and options:
-            raise PerfConfigError(f"pass either config= or options, not both (got config= and {sorted(options)})")
-        self.config = config if config is not None else PerfConfig.from_dict(options)
+        FromConfig.__init__(self, config, **options)  # self.config; named: TrainerCallback comes first in the MRO
         self.engine: PerfEngine | None = None
         self.trainer: Trainer | None = None
         self.metrics: MetricsRouter | None = None
         self._live = self._sigterm = False
         self._samples = 0
         self._cancel_exit: Callable[[], None] = lambda: None
-
-    @classmethod
-    def from_config(cls, config: PerfConfig) -> TransformersPerfCallback:
-        """Build from an existing :class:`PerfConfig`."""
-        return cls(config=config)
-
-    @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str]) -> TransformersPerfCallback:
-        """Build from a standalone YAML file with the config keys at the top level."""
-        return cls(config=PerfConfig.from_yaml(path))
 
     # ---- run lifecycle ---------------------------------------------------------------------------------------
     @override

@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from perf_callbacks import AcceleratePerfHook, PerfWarning
-from perf_callbacks.integrations import _accelerate_metrics
+from perf_callbacks.integrations._accelerate import metrics as accelerate_metrics
 from tests.integrations.acc_helpers import ROOT, _free_port, data, setup, tb_scalars
 from tests.integrations.test_accelerate_loops import plain_loop
 from tests.integrations.test_accelerate_sharding import DATA
@@ -169,12 +169,12 @@ def test_two_processes_log_every_interval_and_warn_nothing_on_resume(tmp_path: P
 def _rank_main(rank: int, out: Path, port: int) -> None:
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    _accelerate_metrics.CLOSE_WAIT_S = 2.0
+    accelerate_metrics.CLOSE_WAIT_S = 2.0
     acc = Accelerator(cpu=True)
     model = nn.Linear(8, 1)
     parts = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data(128, shuffle=True, num_workers=0))
     options: dict[str, Any] = {"schedule": NO_WINDOW, "log_every_n_steps": 4, "degradation_threshold": 1e6}
-    result: dict[str, Any] = {"close_wait_s": _accelerate_metrics.CLOSE_WAIT_S}
+    result: dict[str, Any] = {"close_wait_s": accelerate_metrics.CLOSE_WAIT_S}
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always", PerfWarning)
         with AcceleratePerfHook(output_dir=str(out / "plain"), **options).register(acc):

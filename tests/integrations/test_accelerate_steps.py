@@ -1,4 +1,4 @@
-"""The step counting's marks in the trace (``integrations/_accelerate_steps.py``): where a plain loop's first step
+"""The step counting's marks in the trace (``integrations/_accelerate/steps.py``): where a plain loop's first step
 begins, the ``optimizer_step`` span of an optimizer without torch step hooks, and the metrics flush set aside as our
 own time. Each test kills mutants that the counting tests of ``test_accelerate_loops.py`` let live."""
 

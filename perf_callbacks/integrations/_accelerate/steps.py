@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perf_callbacks.core.engine.engine import PerfEngine
-from perf_callbacks.integrations._accelerate_metrics import CrossRankLogger
-from perf_callbacks.integrations._accelerate_state import put_count, take_count
+from perf_callbacks.integrations._accelerate.metrics import CrossRankLogger
+from perf_callbacks.integrations._accelerate.state import put_count, take_count
 
 if TYPE_CHECKING:
     from accelerate import Accelerator

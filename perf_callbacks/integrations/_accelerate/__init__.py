@@ -1,0 +1,1 @@
+"""The Accelerate adapter's private parts: step counting, phases, loader checks, the count in checkpoints, metrics."""
