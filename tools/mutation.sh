@@ -39,12 +39,12 @@ MODULES=(perf_callbacks/core/triggers/schedule.py perf_callbacks/core/files/trac
 # doctests; tests marked slow, multiprocess or gpu are left out. Not all of tests/core: some of its files hang in
 # mutmut's forked workers (the mutant then reads as a timeout). MUTATION_TESTS (space-separated) replaces the list,
 # e.g. to measure what older tests killed.
-read -r -a TESTS <<< "${MUTATION_TESTS:-tests/core/test_schedule.py tests/core/test_traces.py \
-tests/core/test_trace_cut.py tests/core/test_stats.py tests/core/test_clock.py tests/core/test_monitor.py \
-tests/core/test_engine.py tests/core/test_window.py tests/core/test_engine_survivors.py \
-tests/analysis/test_verdict.py tests/analysis/test_noise.py \
-tests/analysis/test_cluster.py tests/analysis/test_stragglers.py tests/analysis/test_timeline.py \
-tests/analysis/test_units.py tests/analysis/test_idle.py tests/analysis/test_set_aside.py}"
+read -r -a TESTS <<< "${MUTATION_TESTS:-tests/core/triggers/test_schedule.py tests/core/files/test_traces.py \
+tests/core/windows/test_trace_cut.py tests/core/timing/test_stats.py tests/core/test_clock.py tests/core/timing/test_monitor.py \
+tests/core/engine/test_engine.py tests/core/windows/test_window.py tests/core/engine/test_engine_survivors.py \
+tests/analysis/judge/test_verdict.py tests/analysis/judge/test_noise.py \
+tests/analysis/judge/test_cluster.py tests/analysis/judge/test_stragglers.py tests/analysis/trace/test_timeline.py \
+tests/analysis/trace/test_units.py tests/analysis/trace/test_idle.py tests/analysis/trace/test_set_aside.py}"
 # The adapters' step counting is exercised by the in-process Accelerate tests (a real Accelerator on CPU, seconds per
 # mutant); they join the list only when an adapter module is mutated (every mutant of the engine would run them too).
 if [ -z "${MUTATION_TESTS:-}" ] && [[ " ${MODULES[*]}" == *" perf_callbacks/integrations/"* ]]; then
@@ -54,16 +54,16 @@ if [ -z "${MUTATION_TESTS:-}" ] && [[ " ${MODULES[*]}" == *" perf_callbacks/inte
 fi
 
 # The measures have tests of their own (written traces, fed records, a real S3 server on loopback, which needs moto;
-# tests/core/test_compile_watch.py and test_flops.py drive a real engine); they join the list only when one of the
+# tests/core/flops/test_compile_watch.py and test_flops.py drive a real engine); they join the list only when one of the
 # measures' modules is mutated. Not yet run under mutmut: whether any of them hangs in its forked workers is unknown.
 for m in "${MODULES[@]}"; do
   if [ -z "${MUTATION_TESTS:-}" ] && [[ " ${MEASURES[*]} " == *" $m "* ]]; then
-    TESTS+=(tests/analysis/test_comms.py tests/analysis/test_comms_written.py tests/analysis/test_headline.py tests/analysis/test_copies.py tests/analysis/test_copies_advice.py
-            tests/analysis/test_launch.py tests/analysis/test_launch_written.py tests/analysis/test_memory_ops.py tests/analysis/test_mfu.py
-            tests/analysis/test_op_table.py tests/analysis/test_evidence.py tests/analysis/test_advice.py
-            tests/analysis/test_machine.py tests/analysis/test_measures.py tests/analysis/test_measures_views.py
-            tests/analysis/test_scalars.py tests/core/test_flops.py tests/core/test_flop_count.py
-            tests/core/test_compile_watch.py tests/core/test_remote.py tests/core/test_cpu_wait.py
+    TESTS+=(tests/analysis/measures/test_comms.py tests/analysis/measures/test_comms_written.py tests/analysis/results/test_headline.py tests/analysis/measures/test_copies.py tests/analysis/measures/test_copies_advice.py
+            tests/analysis/measures/test_launch.py tests/analysis/measures/test_launch_written.py tests/analysis/memory/test_memory_ops.py tests/analysis/compute/test_mfu.py
+            tests/analysis/measures/test_op_table.py tests/analysis/judge/test_evidence.py tests/analysis/judge/test_advice.py
+            tests/analysis/trace/test_machine.py tests/analysis/measures/test_measures.py tests/analysis/measures/test_measures_views.py
+            tests/analysis/results/test_scalars.py tests/core/flops/test_flops.py tests/core/flops/test_flop_count.py
+            tests/core/flops/test_compile_watch.py tests/core/files/test_remote.py tests/core/timing/test_cpu_wait.py
             tests/test_cli_report_remote.py)
     break
   fi

@@ -4,4 +4,5 @@ import sys
 
 from perf_callbacks.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a tool imports every module (the doctest collection does)
+    sys.exit(main())

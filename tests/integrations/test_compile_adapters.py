@@ -1,6 +1,6 @@
 """torch.compile health through the adapters: a real compiled model (``backend="eager"``) in a real training loop.
 
-Timing is not asserted here (``tests/core/test_compile_watch.py`` does, on fed step times): these runs check that each
+Timing is not asserted here (``tests/core/flops/test_compile_watch.py`` does, on fed step times): these runs check that each
 adapter's model really compiles, that its compile time reaches the logger, and that a storm or a graph break is said
 once, with what torch recorded.
 """

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NAMES = ("report_compute_bound", "report_input_bound", "report_launch_bound_tiny_kernels", "report_sync_bound",
          "report_run_3_windows", "report_gloo_2_ranks", "diff_compute_vs_input")
 

@@ -80,7 +80,7 @@ def test_gloo_without_shapes_degrades_to_counts_and_times(gloo_comm: Path) -> No
 
 def test_rank_0s_trace_alone_is_a_distributed_window_with_communication_figures(gloo_comm: Path) -> None:
     """The window summary reads rank 0's trace alone: its collectives say the run is distributed (single-process
-    windows log no communication figure, tests/analysis/test_scalars.py)."""
+    windows log no communication figure, tests/analysis/results/test_scalars.py)."""
     (rank0,) = [p for p in _window(gloo_comm, SHAPED).iterdir() if p.name.startswith("rank0")]
     scalars = analyze(rank0, sidecars=False).scalars()
     assert "perf/window/communication_fraction" in scalars and scalars["perf/window/comm_busbw_gbps"] > 0

@@ -590,7 +590,7 @@ def test_a_plain_fork_does_not_close_the_parents_engine_at_its_exit(tmp_path: Pa
     close the parent's copy there (it would print the parent's lines and wait for jobs whose thread is not there)."""
     script = f"""
 import os, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
 from pathlib import Path
 from tests.core.engine_helpers import make_engine, run_steps
 engine = make_engine(Path({str(tmp_path)!r}), schedule={{"skip_first": 100}})

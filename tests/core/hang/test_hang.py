@@ -183,6 +183,6 @@ def test_a_failing_write_never_raises(tmp_path: Path) -> None:
 def test_the_cost_benchmark_runs() -> None:
     import runpy
 
-    bench = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "hang_watch.py"))
+    bench = runpy.run_path(str(Path(__file__).parents[3] / "benchmarks" / "hang_watch.py"))
     result = bench["main"](["--steps", "200", "--rounds", "1"])
     assert set(result) == {"off", "default", "1 s"} and all(r["best_us"] > 0 for r in result.values())

@@ -104,7 +104,7 @@ def test_report_on_a_run_with_hang_folders_and_no_trace(tmp_path: Path, capsys: 
 def test_report_with_traces_and_hang_folders_has_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     window = tmp_path / "run" / "window-000001-000002"
     window.mkdir(parents=True)
-    trace = Path(__file__).parents[1] / "data" / "gpu_traces" / "compute_bound.pt.trace.json.gz"
+    trace = Path(__file__).parents[2] / "data" / "gpu_traces" / "compute_bound.pt.trace.json.gz"
     (window / trace.name).write_bytes(trace.read_bytes())
     write_rank(tmp_path / "run", 0, [(75, "step")], "all_reduce", world=1)
     assert main(["report", str(tmp_path), "--json"]) in (0, 1)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perf_callbacks.cli import main
-from tests.core.hang_ranks import STUCK_RANK, STUCK_STEP, run_ranks
+from tests.core.hang.hang_ranks import STUCK_RANK, STUCK_STEP, run_ranks
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 HANG_TIMEOUT = 1.5

@@ -19,7 +19,7 @@ from perf_callbacks.core.windows import handoff
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.core.engine_helpers import make_engine, run_steps, trace_steps
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # A user's own torch.profiler, started and stopped inside one step of our window, stops ours too (torch has one
 # profiler state). Touching our session after that (stopping it, exporting it) crashes inside torch: a segfault, so

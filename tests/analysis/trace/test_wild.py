@@ -17,7 +17,7 @@ from tests.analysis.conftest import device_busy, kernel, launch, write_trace, x
 from tests.foreign import HTA as FOREIGN
 from tests.foreign import needs_foreign
 
-TORCH18 = Path(__file__).parents[1] / "data" / "torch18" / "worker0.pt.trace.json"
+TORCH18 = Path(__file__).parents[2] / "data" / "torch18" / "worker0.pt.trace.json"
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
