@@ -37,6 +37,8 @@ from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.run_files import RunFiles
 from perf_callbacks.core.exit import ExitCause
+from perf_callbacks.core.files.outputs import Outputs
+from perf_callbacks.core.files.traces import TraceLayout
 from perf_callbacks.core.flops.compile_watch import CompileWatch
 from perf_callbacks.core.flops.step import StepFlops
 from perf_callbacks.core.hang.watchdog import watch_engine
@@ -74,25 +76,26 @@ class PerfEngine(SetAside, RunFiles):
         self._nvtx_on = self.nvtx.enabled  # no tool attached (the usual case): skip the calls on the hot path
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         self.memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
-        self.windows = WindowRecorder(config, ctx, self.nvtx, self._warn)
-        self.outputs = self.windows.outputs  # every file written and metric logged: a failure never reaches training
-        self.mem = MemoryWatch(config, ctx.rank, ctx.device, self.windows.layout.run_dir,
+        # the pieces the parts share, made first and handed to each
+        # every file written and metric logged (shared with the adapters): a failure never reaches training
+        self.outputs = Outputs(self._warn, ctx.rank, ctx.world_size)
+        self.clock = StepClock()
+        layout = TraceLayout(ctx.output_dir, ctx.run_name)
+        self.mem = MemoryWatch(config, ctx.rank, ctx.device, layout.run_dir,
                                lambda msg: self._warn("memory_history", InstrumentUnavailableWarning, msg),
                                self.outputs)
-        self.windows.mem = self.mem
-        self.clock = self.windows.clock = StepClock()
-        self.monitor = StepMonitor(config, ctx, self._warn, self.outputs)
         self.growth = MemoryGrowth(ctx.device, lambda msg: self._warn("memory_growth", MemoryGrowthWarning, msg)) \
             if config.memory else None  # the memory held at the start of logged steps, and its trend
         self._held_at = ctx.log_every_n_steps - 1 if config.memory else sys.maxsize  # the next step read there
-        self.windows.growth_meta = self.growth.meta if self.growth is not None else None
-        self.flops = StepFlops(config, ctx, self._warn)  # FLOPs per step (counted on one step if need be), peak
+        self.compile = watch = CompileWatch(self._warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
+        # FLOPs per step (counted on one step if need be) and the peak; compiled kernels' FLOPs are not counted
+        self.flops = StepFlops(config, ctx, self._warn, compiling=lambda: watch.active)
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
-        self.monitor.rates = self._interval_rates
-        self.compile = CompileWatch(self._warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
-        self.flops.compiling = lambda: self.compile.active  # compiled kernels: their FLOPs are not counted
-        self.windows.trace_meta = self.flops.meta
-        self.windows.module_flops = self.flops.module_flops
+        self.monitor = StepMonitor(config, ctx, self._warn, self.outputs, rates=self._interval_rates)
+        self.windows = WindowRecorder(config, ctx, self.nvtx, self._warn, outputs=self.outputs, clock=self.clock,
+                                      layout=layout, mem=self.mem, trace_meta=self.flops.meta,
+                                      module_flops=self.flops.module_flops,
+                                      growth_meta=self.growth.meta if self.growth is not None else None)
         self.step: int | None = None  # the open step
         self.steps_run = 0  # optimizer steps completed in this run
         self._ended = True  # the open step completed: the next activity begins the next step
