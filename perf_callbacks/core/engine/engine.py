@@ -26,7 +26,9 @@ import os
 import sys
 import time
 import weakref
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -58,6 +60,7 @@ from perf_callbacks.exceptions import InstrumentUnavailableWarning, MemoryGrowth
 __all__ = ["MetricsFn", "PerfEngine", "RunContext", "TextFn"]
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 120.0
+T = TypeVar("T")
 
 
 class PerfEngine(SetAside, RunFiles):
@@ -131,6 +134,23 @@ class PerfEngine(SetAside, RunFiles):
         device = self.ctx.device
         self.windows.parts = WindowParts(owners, device.type if device is not None else "cpu", device_capacity(device))
         self.mem.oom.owners = owners
+
+    @property
+    def run_dir(self) -> Path:
+        """The run's folder: its windows, TensorBoard events and forensics (local; see :meth:`locate`)."""
+        return self.windows.layout.run_dir
+
+    def mark_compiled(self, compiled: bool) -> None:
+        """The adapter found (or set up) a compiled model it does not attach: its FLOPs are never counted."""
+        self.flops.compiled = compiled
+
+    def record_no_windows(self) -> None:
+        """Record no profiler window (another profiler records its own trace): NVTX, metrics and checks go on."""
+        self.windows.enabled = False
+
+    def write_file(self, writer: str, fn: Callable[[], T], path: str | os.PathLike[str] | None = None) -> T | None:
+        """``fn()`` as the run's ``writer`` (e.g. ``"state"``): a failure turns that writer off, never training."""
+        return self.outputs.call(writer, fn, path)
 
     # ---- hot path: once per micro-batch ---------------------------------------------------------------------
     def data_start(self) -> None:
@@ -398,7 +418,7 @@ class PerfEngine(SetAside, RunFiles):
             quiet(self.log_short_run)
         if exc is None and self.is_main and self.steps_run and self.windows.nothing_recorded():
             print(self.windows.nothing_recorded_line(self.steps_run), file=sys.stderr, flush=True)
-        self.windows.enabled = False  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
+        self.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
 
 
 def _close_at_exit(ref: weakref.ReferenceType[PerfEngine], pid: int) -> None:
