@@ -115,6 +115,16 @@ class WindowRecorder:
         self.at_exit = False  # closed by the interpreter's exit: a session still warming up is left as it is
 
     # ---- per step ------------------------------------------------------------------------------------------------
+    def step_starts(self, step: int) -> bool:
+        """Step ``step`` begins (the engine's): nsys's range, finished windows' jobs; True when the step is recorded."""
+        nsys_steps = self.config.nsys_steps
+        if nsys_steps is not None and step == nsys_steps[0]:
+            self.nsys.start(step)
+        if (self.jobs or self.uploads is not None) and self.busy:  # the property only when it can be true
+            self.poll()
+        # before the schedule's next window the action stays NONE (quiet_until, set by begin_step): no call
+        return step >= self.quiet_until and self.begin_step(step)
+
     def begin_step(self, step: int) -> bool:
         """The schedule's action for ``step``, taken at the step's first activity; True when the step is recorded."""
         self.action = self.schedule.action(step) if self.enabled else Action.NONE
