@@ -20,14 +20,10 @@ compares; memory is read at logging steps only; nothing syncs with the device.
 from __future__ import annotations
 
 import atexit
-import functools
-import logging
 import os
 import sys
 import time
-import weakref
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,7 +38,7 @@ from perf_callbacks.core.engine.intervals import IntervalLog
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.run_files import RunFiles
 from perf_callbacks.core.engine.step_state import StepState
-from perf_callbacks.core.exit import ExitCause
+from perf_callbacks.core.exit import ExitCause, close_at_exit
 from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.files.traces import TraceLayout
 from perf_callbacks.core.flops.compile_watch import CompileWatch
@@ -54,14 +50,12 @@ from perf_callbacks.core.memory.sampler import MemorySampler
 from perf_callbacks.core.memory.watch import MemoryWatch
 from perf_callbacks.core.ranges.nvtx import NvtxRanges
 from perf_callbacks.core.spans import exit_span
-from perf_callbacks.core.timing.dataloader import Finding
 from perf_callbacks.core.timing.monitor import StepMonitor
 from perf_callbacks.core.warn import WarnOnce, quiet
 from perf_callbacks.core.windows.recorder import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, MemoryGrowthWarning
 
 __all__ = ["MetricsFn", "PerfEngine", "RunContext", "TextFn"]
-log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 120.0
 T = TypeVar("T")
 
@@ -108,9 +102,14 @@ class PerfEngine:
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
         self._closed = False
         self._log_every, self._nsys_steps = ctx.log_every_n_steps, config.nsys_steps
+        # the verbs a part answers for the engine: bound once (no call in between on the hot path)
+        self.phase, self.end_phase = self.phases.enter, self.phases.leave  # the open phase's ranges
+        self.validation_start, self.validation_end = self.aside.validation_start, self.aside.validation_end
+        self.checkpoint_start, self.checkpoint_end = self.aside.checkpoint_start, self.aside.checkpoint_end
+        self.tool_time = self.aside.tool_time  # our own work (export, logging, a metric flush): not step time
+        self.locate, self.report_findings = self.files.locate, self.monitor.findings
         self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
-        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self), os.getpid())
-        atexit.register(self._at_exit)
+        self._at_exit = close_at_exit(self, PerfEngine._close_at_exit)  # an engine its owner never closed
         self.hang = watch_engine(self, config.hang_timeout, ctx.rank, ctx.world_size, layout.run_dir)
 
     # ---- the run's parts, as adapters and users see them ---------------------------------------------------------
@@ -121,10 +120,6 @@ class PerfEngine:
     exported = property(lambda self: self.files.exported, doc="Trace files written so far (see RunFiles.exported).")
     exported_urls = property(lambda self: self.files.exported_urls, doc="Where each of ``exported`` is uploaded to.")
     layout = property(lambda self: self.files.layout, doc="Where this run's windows go.")
-
-    def locate(self, path: str | os.PathLike[str]) -> str:
-        """Where a file or folder this run wrote is now (see :meth:`RunFiles.locate`)."""
-        return self.files.locate(path)
 
     @property
     def run_dir(self) -> Path:
@@ -200,14 +195,6 @@ class PerfEngine:
                 phases.replain()
         phases.enter("framework")
 
-    def phase(self, name: str) -> None:
-        """End the current phase range and open ``name`` (NVTX always; a trace span inside windows)."""
-        self.phases.enter(name)
-
-    def end_phase(self) -> None:
-        """Close the current phase range, if any."""
-        self.phases.leave()
-
     # ---- once per optimizer step -------------------------------------------------------------------------------
     def _begin(self, step: int, t: float) -> None:
         phases, state = self.phases, self.state
@@ -242,10 +229,6 @@ class PerfEngine:
             elapsed = state.last_elapsed if t is None else self.clock.elapsed(t)
             self.intervals.measure(step, elapsed, counted=step == self.flops.counted_step)
 
-    def report_findings(self, findings: list[Finding]) -> None:
-        """Warn once (rank 0) for each DataLoader finding (see :meth:`StepMonitor.findings`)."""
-        self.monitor.findings(findings)
-
     def log_short_run(self) -> bool:
         """A run that ends before its first logging step logs its interval once, at its last step; True if it did.
 
@@ -266,30 +249,9 @@ class PerfEngine:
         self.flops.add_metrics(metrics)
         self.compile.add_metrics(metrics, self.state.step)
 
-    # ---- time set aside (core/engine/aside.py) -------------------------------------------------------------------
-    def validation_start(self) -> None:
-        """Validation inside training: its own range, and its time is left out of step time and data wait."""
-        self.aside.validation_start()
-
-    def validation_end(self) -> None:
-        """Validation finished."""
-        self.aside.validation_end()
-
-    def checkpoint_start(self) -> None:
-        """A checkpoint save begins: a range nested in the current phase; its time is left out of step and wait."""
-        self.aside.checkpoint_start()
-
-    def checkpoint_end(self) -> None:
-        """The checkpoint save finished (or raised)."""
-        self.aside.checkpoint_end()
-
     def _compiled(self, seconds: float) -> None:
         """torch.compile compiled for ``seconds`` (the compile watch holds this method weakly, not the engine)."""
         self.aside.compiled(seconds)
-
-    def tool_time(self, kind: str = "log") -> AbstractContextManager[None]:
-        """Our own work (export, logging, a metric flush): not step time, but overhead; in windows, a span set aside."""
-        return self.aside.tool_time(kind)
 
     # ---- end of training ---------------------------------------------------------------------------------------
     def note_failure(self, exc: BaseException, phase: str | None = None) -> None:
@@ -326,14 +288,10 @@ class PerfEngine:
             print(self.windows.nothing_recorded_line(state.steps_run), file=sys.stderr, flush=True)
         self.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
 
+    def _close_at_exit(self) -> None:
+        """Closed at the interpreter's exit, as its owner would: with the exception that ends the process, if known.
 
-def _close_at_exit(ref: weakref.ReferenceType[PerfEngine], pid: int) -> None:
-    """An engine its owner never closed: stop the profiler and flush the window before the interpreter goes away.
-
-    As its owner would close it: with the exception that ends the process, if known (see :class:`ExitCause`). Only in
-    the process that built it: a child made with a plain ``os.fork()`` inherits the handler and a copy of the engine,
-    but not its worker thread, and closing that copy would write the parent's files and wait for jobs that never end.
-    """
-    if os.getpid() == pid and (engine := ref()) is not None:
-        engine.windows.at_exit = True
-        engine.close(engine.exit_cause())
+        A session still warming up is left as it is (``windows.at_exit``).
+        """
+        self.windows.at_exit = True
+        self.close(self.exit_cause())
