@@ -34,7 +34,7 @@ def per_step(timeout: float | None, steps: int, out: Path) -> float:
         engine.batch_start(step)
         engine.batch_end(True, 8)
     elapsed = (time.perf_counter() - t0) / steps
-    engine.steps_run = 0  # no "no window was recorded" line at close
+    engine.state.steps_run = 0  # no "no window was recorded" line at close
     engine.close()
     return elapsed
 

@@ -5,7 +5,8 @@
 Renders each page with ``perf_callbacks.analysis`` and photographs it with headless Chromium (no network) into
 ``OUT_DIR`` (default ``docs/img``). ``--gloo`` takes a window folder of 2-rank gloo traces; without it, one is
 recorded with ``tests/analysis/gloo_traces.py`` (two CPU processes, rank 1 sleeping before each all_reduce).
-``tests/analysis/html/test_screenshots.py`` runs this script, so the pictures in the docs are always of the current page.
+``tests/analysis/html/test_screenshots.py`` runs this script, so the pictures in the docs are always of the current
+page.
 """
 
 from __future__ import annotations

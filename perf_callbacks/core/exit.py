@@ -11,10 +11,17 @@ Example:
 
 from __future__ import annotations
 
+import atexit
+import functools
+import os
 import signal
 import sys
 import threading
-from typing import Any
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def catch_sigterm() -> bool:
@@ -66,3 +73,20 @@ _preemption: list[SystemExit] = []  # the SystemExit our SIGTERM handler raised,
 def _preempted(signum: int, frame: Any) -> None:
     _preemption[:] = [SystemExit(128 + signum)]
     raise _preemption[0]
+
+
+def close_at_exit(owner: T, close: Callable[[T], None]) -> Callable[[], None]:
+    """Run ``close(owner)`` at interpreter exit, unless the handler it returns is unregistered first (``atexit``).
+
+    The handler holds ``owner`` weakly (it never keeps an unclosed owner alive) and runs only in the process that
+    registered it: a child made with a plain ``os.fork()`` inherits the handler and a copy of the owner, but not its
+    threads, and closing that copy would write the parent's files and wait for jobs that never end.
+    """
+    handler = functools.partial(_close_if_alive, weakref.ref(owner), os.getpid(), close)
+    atexit.register(handler)
+    return handler
+
+
+def _close_if_alive(ref: weakref.ReferenceType[T], pid: int, close: Callable[[T], None]) -> None:
+    if os.getpid() == pid and (owner := ref()) is not None:
+        close(owner)

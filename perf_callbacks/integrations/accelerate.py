@@ -117,11 +117,11 @@ class AcceleratePerfHook(StepCounting, FromConfig):
             compute_dtype=mixed_precision_dtype(getattr(acc, "mixed_precision", None)),
         )
         self.engine = PerfEngine(self.config, ctx)
-        self.engine.flops.compiled = any(is_compiled(m) for m in acc._models)  # never counted: see core/flops/step.py
+        self.engine.mark_compiled(any(is_compiled(m) for m in acc._models))  # never counted: see core/flops/step.py
         self.engine.attach_owners(lambda: (list(acc._models), list(acc._optimizers)))  # those prepared so far
         if acc._models and (self.config.module_spans or self.config.nvtx_modules):
             self.engine.attach_model(acc._models[0])  # the first model prepared gets the module ranges and spans
-        self.metrics = CrossRankLogger(acc, self.engine.layout.run_dir / "tensorboard", self.engine.outputs)
+        self.metrics = CrossRankLogger(acc, self.engine.run_dir / "tensorboard", self.engine.outputs)
         ctx.log_metrics = self.metrics.stash  # every rank; sent by the flush at the step boundary
         ctx.log_text = self.metrics.log_text if acc.is_main_process else None
         ctx.log_summary = self.metrics.log_local  # the window summary logs from one rank: no cross-rank gather
@@ -255,7 +255,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
         if acc is not None and (acc.is_local_main_process if acc.project_configuration.save_on_each_node
                                 else acc.is_main_process):
             steps, engine = self.optimizer_steps, self._require()[0]  # our file never fails the user's save
-            engine.outputs.call("state", lambda: write_state(output_dir, steps), Path(output_dir) / STATE_FILE)
+            engine.write_file("state", lambda: write_state(output_dir, steps), Path(output_dir) / STATE_FILE)
 
     def _on_load(self, models: list[Any], input_dir: str) -> None:
         steps = read_state(input_dir, self.optimizer_steps)

@@ -178,7 +178,7 @@ class GPUPerfCallback(Callback):
         self.engine.attach_model(pl_module)
         self.engine.attach_owners(lambda: ([trainer.lightning_module], list(trainer.optimizers)))
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
-            self.engine.windows.enabled = False
+            self.engine.record_no_windows()
             warn_user("Trainer(profiler=PyTorchProfiler) records its own torch.profiler trace, and only one can run at "
                       "a time: perf-callbacks records no trace; NVTX ranges, metrics and checks go on. Remove "
                       "profiler='pytorch' to get perf-callbacks' windows", InstrumentUnavailableWarning)

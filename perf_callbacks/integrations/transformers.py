@@ -100,13 +100,13 @@ class TransformersPerfCallback(TrainerCallback, FromConfig):
         )
         self.engine = PerfEngine(self.config, ctx)
         if state.is_world_process_zero:
-            self.metrics = MetricsRouter(trainer, args, state, control, self.engine.layout.run_dir / "tensorboard",
+            self.metrics = MetricsRouter(trainer, args, state, control, self.engine.run_dir / "tensorboard",
                                          self.engine.outputs)
             ctx.log_metrics, ctx.log_text = self.metrics.log_metrics, self.metrics.log_text
         if kw.get("model") is not None:
             self.engine.attach_model(kw["model"])
         self.engine.attach_owners(lambda: _owners(self.trainer, kw))
-        self.engine.flops.compiled = bool(getattr(args, "torch_compile", False))  # compiled later: never counted
+        self.engine.mark_compiled(bool(getattr(args, "torch_compile", False)))  # compiled later: never counted
         self._live, self._samples, self._sigterm = True, 0, catch_sigterm()
         self._cancel_exit = before_shutdown(self._close_at_exit)  # while uploads to an object store still run
         if trainer is not None:

@@ -1,1 +1,1 @@
-"""The engine of one run on one rank: its step, the time it sets aside, its files and its captured windows."""
+"""The engine of one run on one rank and its parts: step state, phase ranges, time set aside, intervals, files."""

@@ -1,102 +1,92 @@
 """Time set aside: validation, checkpoint saves, torch.compile's compilation and our own work (export, logging).
 
-Part of :class:`~perf_callbacks.core.engine.engine.PerfEngine` (a base class of it). Each is left out of the open step's
-time and data wait (``core/clock.py``: ``StepClock.set_aside``) and keeps its logging interval out of the slowdown
-check (``_clean``); validation and checkpoints get their own NVTX range and, inside windows, trace span.
+A part of :class:`~perf_callbacks.core.engine.engine.PerfEngine` (``engine.aside``). Each is left out of the open
+step's time and data wait (``core/clock.py``: ``StepClock.set_aside``) and keeps its logging interval out of the
+slowdown check (``StepState.clean``); validation and checkpoints get their own NVTX range and, inside windows, trace
+span (``core/engine/phases.py``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from perf_callbacks.core.clock import StepClock
+from perf_callbacks.core.engine.phases import PhaseRanges
+from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.flops.compile_watch import CompileWatch
-from perf_callbacks.core.ranges.nvtx import NvtxRanges
 from perf_callbacks.core.spans import enter_span, exit_span
 from perf_callbacks.core.timing.monitor import StepMonitor
 from perf_callbacks.core.windows.recorder import WindowRecorder
 
 
 class SetAside:
-    """Validation, checkpoints, compilation and :meth:`tool_time`, as the engine sets them aside."""
+    """Validation, checkpoints, compilation and :meth:`tool_time`, as the engine sets them aside.
 
-    clock: StepClock
-    compile: CompileWatch
-    monitor: StepMonitor
-    nvtx: NvtxRanges
-    windows: WindowRecorder
-    _clean: bool  # no window, validation, checkpoint or compilation in this logging interval
-    _recording: bool
-    _nvtx_on: bool
-    _phase: str | None
-    _ckpt_rf: Any
-    _t_aside: float
-    _t_ckpt: float
-    _in_checkpoint = False  # a checkpoint save is open (read by the hang watchdog, core/hang/watchdog.py)
+    Args:
+        state: the engine's step state (an interval with time set aside is not clean).
+        clock: the engine's step clock, that leaves the time out of the open step.
+        monitor: the engine's step statistics, that add our own work to the overhead.
+        phases: the engine's phase ranges (validation is a phase; a checkpoint, a range nested in one).
+        compile: the engine's torch.compile watch (a compilation in validation is no recompile storm).
+        windows: the engine's windows (a window's summary tells its compile time).
+    """
 
-    def phase(self, name: str) -> None:
-        """The engine's phase ranges (``PerfEngine.phase``)."""
-        raise NotImplementedError
-
-    def _now(self) -> float:
-        """The engine's clock (``PerfEngine._now``: ``time.perf_counter`` as ``core/engine/engine.py`` reads it)."""
-        raise NotImplementedError
+    def __init__(self, state: StepState, clock: StepClock, monitor: StepMonitor, phases: PhaseRanges,
+                 compile: CompileWatch, windows: WindowRecorder) -> None:
+        self.state, self.clock, self.monitor = state, clock, monitor
+        self.phases, self.compile, self.windows = phases, compile, windows
+        self.in_checkpoint = False  # a checkpoint save is open (read by the hang watchdog, core/hang/watchdog.py)
+        self._t_validation = self._t_ckpt = 0.0
 
     def validation_start(self) -> None:
         """Validation inside training: its own range, and its time is left out of step time and data wait."""
-        self._t_aside = self._now()
-        self._clean = False
-        self.phase("validation")
+        self._t_validation = time.perf_counter()
+        self.state.mark_unclean()
+        self.phases.enter("validation")
 
     def validation_end(self) -> None:
         """Validation finished."""
-        self.clock.set_aside(self._now() - self._t_aside)
+        self.clock.set_aside(time.perf_counter() - self._t_validation)
         if self.compile.dirty:  # it compiled (e.g. for eval mode): never a recompile storm
             self.compile.poll(None)
-        self.phase("framework")
+        self.phases.enter("framework")
 
     def checkpoint_start(self) -> None:
         """A checkpoint save begins: a range nested in the current phase; its time is left out of step and wait."""
-        self._t_ckpt = self._now()
-        self._clean, self._in_checkpoint = False, True
-        if self._nvtx_on:
-            self.nvtx.push("checkpoint")
-        if self._recording:
-            self._ckpt_rf = enter_span("perf_callbacks.checkpoint")
+        self._t_ckpt = time.perf_counter()
+        self.state.mark_unclean()
+        self.in_checkpoint = True
+        self.phases.checkpoint_start()
 
     def checkpoint_end(self) -> None:
         """The checkpoint save finished (or raised)."""
-        self._in_checkpoint = False
-        if self._ckpt_rf is not None:
-            rf, self._ckpt_rf = self._ckpt_rf, None
-            exit_span(rf)
-        if self._nvtx_on:
-            self.nvtx.pop()
-        if self._phase != "validation":  # else already left out as validation time
-            self.clock.set_aside(self._now() - self._t_ckpt)
+        self.in_checkpoint = False
+        self.phases.checkpoint_end()
+        if self.phases.name != "validation":  # else already left out as validation time
+            self.clock.set_aside(time.perf_counter() - self._t_ckpt)
 
-    def _compiled(self, seconds: float) -> None:
+    def compiled(self, seconds: float) -> None:
         """torch.compile compiled for ``seconds`` (core/flops/compile_watch.py): set aside like validation."""
-        self._clean = False
-        if self._phase != "validation":  # else already left out as validation time
+        self.state.mark_unclean()
+        if self.phases.name != "validation":  # else already left out as validation time
             self.clock.set_aside(seconds)
-        if self._recording:  # the window's summary says so
+        if self.phases.recording:  # the window's summary says so
             self.windows.compile_s += seconds
 
     @contextmanager
     def tool_time(self, kind: str = "log") -> Iterator[None]:
         """Our own work (export, logging, a metric flush): not step time, but overhead; in windows, a span set aside."""
-        rf = enter_span("perf_callbacks.overhead") if self._recording and kind == "log" else None
-        t0 = self._now()
+        rf = enter_span("perf_callbacks.overhead") if self.phases.recording and kind == "log" else None
+        t0 = time.perf_counter()
         try:
             yield
         finally:
             exit_span(rf)
-            self._tool_spent(kind, self._now() - t0)
+            self.spent(kind, time.perf_counter() - t0)
 
-    def _tool_spent(self, kind: str, spent: float) -> None:
-        """``spent`` seconds of our own ``kind`` of work: set aside from the open step, added to the overhead."""
-        self.clock.set_aside(spent)
-        self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + spent
+    def spent(self, kind: str, seconds: float) -> None:
+        """``seconds`` of our own ``kind`` of work: set aside from the open step, added to the overhead."""
+        self.clock.set_aside(seconds)
+        self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + seconds

@@ -12,21 +12,20 @@ A step begins at its first activity (the fetch of its first micro-batch, or the 
 begins: its NVTX range and ``ProfilerStep#N`` span hold its data wait, its work and the framework's work after it
 (the ``framework`` phase); no step is opened before it runs. Validation, checkpoint saves and our own export and
 logging are left out of step time and data wait (``core/clock.py``, ``core/engine/aside.py``); the files written
-and where they are now: ``core/engine/run_files.py``. Outside windows a micro-batch costs a few
-``perf_counter`` reads and compares; memory is read at logging steps only; nothing syncs with the device.
+and where they are now: ``core/engine/run_files.py``; the open step and the next: ``core/engine/step_state.py``;
+logging steps: ``core/engine/intervals.py``. Outside windows a micro-batch costs a few ``perf_counter`` reads and
+compares; memory is read at logging steps only; nothing syncs with the device.
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
-import logging
-import math
 import os
 import sys
 import time
-import weakref
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
@@ -35,8 +34,13 @@ from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
+from perf_callbacks.core.engine.intervals import IntervalLog
+from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.run_files import RunFiles
-from perf_callbacks.core.exit import ExitCause
+from perf_callbacks.core.engine.step_state import StepState
+from perf_callbacks.core.exit import ExitCause, close_at_exit
+from perf_callbacks.core.files.outputs import Outputs
+from perf_callbacks.core.files.traces import TraceLayout
 from perf_callbacks.core.flops.compile_watch import CompileWatch
 from perf_callbacks.core.flops.step import StepFlops
 from perf_callbacks.core.hang.watchdog import watch_engine
@@ -45,20 +49,18 @@ from perf_callbacks.core.memory.parts import Owners, WindowParts, device_capacit
 from perf_callbacks.core.memory.sampler import MemorySampler
 from perf_callbacks.core.memory.watch import MemoryWatch
 from perf_callbacks.core.ranges.nvtx import NvtxRanges
-from perf_callbacks.core.spans import enter_span, exit_span
-from perf_callbacks.core.timing.dataloader import Finding
+from perf_callbacks.core.spans import exit_span
 from perf_callbacks.core.timing.monitor import StepMonitor
-from perf_callbacks.core.triggers.schedule import Action
 from perf_callbacks.core.warn import WarnOnce, quiet
 from perf_callbacks.core.windows.recorder import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, MemoryGrowthWarning
 
 __all__ = ["MetricsFn", "PerfEngine", "RunContext", "TextFn"]
-log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 120.0
+T = TypeVar("T")
 
 
-class PerfEngine(SetAside, RunFiles):
+class PerfEngine:
     """Composes the step clock, profiler windows, NVTX ranges, memory sampling and step statistics.
 
     Args:
@@ -69,55 +71,60 @@ class PerfEngine(SetAside, RunFiles):
     def __init__(self, config: PerfConfig, ctx: RunContext) -> None:
         self.config, self.ctx = config, ctx
         self.is_main = ctx.rank == 0
-        self._warn = WarnOnce(self.is_main)
+        self._warn = warn = WarnOnce(self.is_main)
         self.nvtx = NvtxRanges(config.nvtx_domain, enabled=config.nvtx)
-        self._nvtx_on = self.nvtx.enabled  # no tool attached (the usual case): skip the calls on the hot path
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
-        self.memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
-        self.windows = WindowRecorder(config, ctx, self.nvtx, self._warn)
-        self.outputs = self.windows.outputs  # every file written and metric logged: a failure never reaches training
-        self.mem = MemoryWatch(config, ctx.rank, ctx.device, self.windows.layout.run_dir,
-                               lambda msg: self._warn("memory_history", InstrumentUnavailableWarning, msg),
-                               self.outputs)
-        self.windows.mem = self.mem
-        self.clock = self.windows.clock = StepClock()
-        self.monitor = StepMonitor(config, ctx, self._warn, self.outputs)
-        self.growth = MemoryGrowth(ctx.device, lambda msg: self._warn("memory_growth", MemoryGrowthWarning, msg)) \
+        # the pieces the parts share, made first and handed to each
+        self.state = StepState()  # the open step and the next (steps_run, ended, ...)
+        self.outputs = Outputs(warn, ctx.rank, ctx.world_size)  # every file and metric: failures never reach training
+        self.clock = StepClock()
+        layout = TraceLayout(ctx.output_dir, ctx.run_name)
+        self.mem = MemoryWatch(config, ctx.rank, ctx.device, layout.run_dir,
+                               lambda msg: warn("memory_history", InstrumentUnavailableWarning, msg), self.outputs)
+        growth = MemoryGrowth(ctx.device, lambda msg: warn("memory_growth", MemoryGrowthWarning, msg)) \
             if config.memory else None  # the memory held at the start of logged steps, and its trend
-        self._held_at = ctx.log_every_n_steps - 1 if config.memory else sys.maxsize  # the next step read there
-        self.windows.growth_meta = self.growth.meta if self.growth is not None else None
-        self.flops = StepFlops(config, ctx, self._warn)  # FLOPs per step (counted on one step if need be), peak
+        self.compile = watch = CompileWatch(warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
+        # FLOPs per step (counted on one step if need be) and the peak; compiled kernels' FLOPs are not counted
+        self.flops = StepFlops(config, ctx, warn, compiling=lambda: watch.active)
+        self.monitor = StepMonitor(config, ctx, warn, self.outputs, rates=self._interval_rates)
+        self.windows = WindowRecorder(config, ctx, self.nvtx, warn, outputs=self.outputs, clock=self.clock,
+                                      layout=layout, mem=self.mem, trace_meta=self.flops.meta,
+                                      module_flops=self.flops.module_flops,
+                                      growth_meta=growth.meta if growth is not None else None)
+        self.files = RunFiles(self.windows)  # the traces exported, and where each is now
+        self.phases = PhaseRanges(self.state, self.nvtx, self.mem, self.windows)  # the open phase, its ranges
+        # validation, checkpoints, compilation and our own work: left out of step time
+        self.aside = SetAside(self.state, self.clock, self.monitor, self.phases, self.compile, self.windows)
+        self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn)  # core/capture*.py
+        memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
+        self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside, memory, growth,
+                                     self.mem, self.captures, self.windows, self.outputs, warn)
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
-        self.monitor.rates = self._interval_rates
-        self.compile = CompileWatch(self._warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
-        self.flops.compiling = lambda: self.compile.active  # compiled kernels: their FLOPs are not counted
-        self.windows.trace_meta = self.flops.meta
-        self.windows.module_flops = self.flops.module_flops
-        self.step: int | None = None  # the open step
-        self.steps_run = 0  # optimizer steps completed in this run
-        self._ended = True  # the open step completed: the next activity begins the next step
-        self._recording = False  # the open step is recorded by the profiler
-        self._expected: int | None = None  # the number of the next step, once known
-        self._done: int | None = None  # the last step that completed its optimizer step
-        self._pending_t: float | None = None  # a fetch started before the next step's number was known
-        self._phase: str | None = None
-        self._phase_rf: Any = None  # the open phase's trace span (and the checkpoint's, below)
-        self._plain = False  # a phase is only a name: no NVTX tool, no window, no armed memory step (see _replain)
-        self._ckpt_rf: Any = None
-        self._t_aside, self._closed, self._clean = 0.0, False, True  # _clean: no window/validation/ckpt this interval
-        self._samples = self._micro = 0  # samples and micro-batches of the open step that ended (0 micro: never ran)
-        self._last_elapsed, self._logged = 0.0, False  # _logged: some logging interval was logged
-        self._log_every, self._nsys_steps = ctx.log_every_n_steps, config.nsys_steps  # read once per step
+        self._closed = False
+        self._log_every, self._nsys_steps = ctx.log_every_n_steps, config.nsys_steps
+        # the verbs a part answers for the engine: bound once (no call in between on the hot path)
+        self.phase, self.end_phase = self.phases.enter, self.phases.leave  # the open phase's ranges
+        self.validation_start, self.validation_end = self.aside.validation_start, self.aside.validation_end
+        self.checkpoint_start, self.checkpoint_end = self.aside.checkpoint_start, self.aside.checkpoint_end
+        self.tool_time = self.aside.tool_time  # our own work (export, logging, a metric flush): not step time
+        self.locate, self.report_findings = self.files.locate, self.monitor.findings
         self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
-        self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, self._warn)  # core/capture*.py
-        self._spike_limit = math.inf  # a measured step above it: an anomaly (refreshed at logging steps)
-        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self), os.getpid())
-        atexit.register(self._at_exit)
-        self.hang = watch_engine(self, config.hang_timeout, ctx.rank, ctx.world_size, self.windows.layout.run_dir)
+        self._at_exit = close_at_exit(self, PerfEngine._close_at_exit)  # an engine its owner never closed
+        self.hang = watch_engine(self, config.hang_timeout, ctx.rank, ctx.world_size, layout.run_dir)
 
-    def _now(self) -> float:
-        """``time.perf_counter`` for the time set aside (``core/engine/aside.py``), read where the hot path reads it."""
-        return time.perf_counter()
+    # ---- the run's parts, as adapters and users see them ---------------------------------------------------------
+    step = property(lambda self: self.state.step, doc="The open step (None before the first).")
+    steps_run = property(lambda self: self.state.steps_run, doc="Optimizer steps completed in this run.")
+    memory = property(lambda self: self.intervals.memory, doc="The device memory sampler (None: off, or it failed).")
+    growth = property(lambda self: self.intervals.growth, doc="The memory held at logged steps (None: off, failed).")
+    exported = property(lambda self: self.files.exported, doc="Trace files written so far (see RunFiles.exported).")
+    exported_urls = property(lambda self: self.files.exported_urls, doc="Where each of ``exported`` is uploaded to.")
+    layout = property(lambda self: self.files.layout, doc="Where this run's windows go.")
+
+    @property
+    def run_dir(self) -> Path:
+        """The run's folder: its windows, TensorBoard events and forensics (local; see :meth:`locate`)."""
+        return self.windows.layout.run_dir
 
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
@@ -129,172 +136,98 @@ class PerfEngine(SetAside, RunFiles):
         self.windows.parts = WindowParts(owners, device.type if device is not None else "cpu", device_capacity(device))
         self.mem.oom.owners = owners
 
+    def mark_compiled(self, compiled: bool) -> None:
+        """The adapter found (or set up) a compiled model it does not attach: its FLOPs are never counted."""
+        self.flops.compiled = compiled
+
+    def record_no_windows(self) -> None:
+        """Record no profiler window (another profiler records its own trace): NVTX, metrics and checks go on."""
+        self.windows.enabled = False
+
+    def write_file(self, writer: str, fn: Callable[[], T], path: str | os.PathLike[str] | None = None) -> T | None:
+        """``fn()`` as the run's ``writer`` (e.g. ``"state"``): a failure turns that writer off, never training."""
+        return self.outputs.call(writer, fn, path)
+
     # ---- hot path: once per micro-batch ---------------------------------------------------------------------
     def data_start(self) -> None:
         """The loop asks its DataLoader for the next batch (call right before ``next(iterator)``)."""
         t = time.perf_counter()
-        if self._ended:
-            if self._expected is None:
-                self._pending_t = t if self._pending_t is None else self._pending_t
-            else:
-                self._begin(self._expected, t)
+        if self.state.ended and (step := self.state.fetch_starts(t)) is not None:
+            self._begin(step, t)
         self.clock.data_start(t)
-        if self._plain:  # phase("data_wait") without the call
-            self._phase = "data_wait"
-        else:
-            self.phase("data_wait")
+        self.phases.enter("data_wait")
 
     def data_end(self) -> None:
         """The DataLoader handed over the batch (call right after ``next(iterator)`` returned or raised)."""
         self.clock.data_end(time.perf_counter())
-        if self._plain:
-            self._phase = "framework"
-        else:
-            self.phase("framework")
+        self.phases.enter("framework")
 
     def batch_start(self, step: int, phase: str | None = "forward") -> None:
         """A micro-batch of optimizer step ``step`` starts, in ``phase`` (None: no phase range until the next)."""
-        if self._done is not None and step <= self._done:  # the adapter's count did not move (e.g. a skipped step),
-            step = self._done + 1  # whether the fetch already began the next step or not: never reuse a number
-        if self._ended or step != self.step:
+        state = self.state
+        step = state.number(step)
+        if state.ended or step != state.step:
             self._begin(step, time.perf_counter())
         if self._flops_on:  # the FLOP-counting step starts at its first micro-batch (see core/flops/step.py)
-            self._flops_on = self.flops.batch_start(self.step or 0, self._micro, self.windows.action.value != 0)
+            self._flops_on = self.flops.batch_start(state.step or 0, state.micro, self.windows.action.value != 0)
         if phase is not None:
-            if self._plain:
-                self._phase = phase
-            else:
-                self.phase(phase)
+            self.phases.enter(phase)
 
     def batch_end(self, stepped: bool, samples: int | None = None) -> None:
         """A micro-batch of ``samples`` samples ended; ``stepped`` is True when it completed an optimizer step."""
-        if self._phase is not None:  # end_phase(), called only when a range or span is open
-            if self._plain:
-                self._phase = None
-            else:
-                self.end_phase()
-        self._micro += 1
-        if samples:
-            self._samples += samples
+        phases, state = self.phases, self.state
+        if phases.name is not None:
+            phases.leave()
+        state.micro_batch(samples)
         if self._flops_on:
-            self._flops_on = self.flops.batch_end(stepped, self._micro)
-        step = self.step
-        if stepped and step is not None and not self._ended:
-            self._last_elapsed = self.clock.elapsed(time.perf_counter())  # the last step's time, if no step follows
-            self._ended, self._expected, self._done = True, step + 1, step
-            self.steps_run += 1
+            self._flops_on = self.flops.batch_end(stepped, state.micro)
+        if stepped and not state.ended and (step := state.step) is not None:
+            state.completes(step, self.clock.elapsed(time.perf_counter()))  # the last step's time, if no step follows
             if self._nsys_steps is not None and step == self._nsys_steps[1]:
                 self.windows.nsys.stop(step)
             if (step + 1) % self._log_every == 0:  # the steps measured so far (this one is not yet)
-                self._logging_step(step + 1)
-            if self._recording:
+                self.intervals.logging_step(step + 1)
+            if phases.recording:
                 with self.tool_time("window"):
                     if self.windows.step_completed():
-                        self._recording, self._clean = False, False
-                self._replain()
-        if self._plain:
-            self._phase = "framework"
-        else:
-            self.phase("framework")
-
-    def phase(self, name: str) -> None:
-        """End the current phase range and open ``name`` (NVTX always; a trace span inside windows)."""
-        if self._plain:  # the usual case outside windows: nothing to close or open
-            self._phase = name
-            return
-        if self._phase is not None:
-            self.end_phase()
-        self._phase = name
-        if self.mem.armed:
-            self.mem.phase(name, self.step)
-            self._replain()  # the armed step's last phase disarms it
-        if self._nvtx_on:
-            self.nvtx.push(name)
-        if self._recording:
-            self._phase_rf = enter_span(f"perf_callbacks.{name}")
-            if name == "optimizer_step" and (parts := self.windows.parts) is not None and not parts.grads_read:
-                self.windows.note_gradients()  # inside windows only, once a window
-
-    def end_phase(self) -> None:
-        """Close the current phase range, if any."""
-        if self._phase is None:
-            return
-        self._phase = None
-        if self._plain:
-            return
-        if self._nvtx_on:
-            self.nvtx.pop()
-        if self._phase_rf is not None:
-            rf, self._phase_rf = self._phase_rf, None
-            exit_span(rf)
+                        phases.recording = False
+                        state.mark_unclean()
+                phases.replain()
+        phases.enter("framework")
 
     # ---- once per optimizer step -------------------------------------------------------------------------------
     def _begin(self, step: int, t: float) -> None:
-        pending = self._pending_t
-        carry = pending is not None
-        if pending is not None:
-            t, self._pending_t = pending, None
-        if self._phase is not None:
-            if self._plain:
-                self._phase = None
-            else:
-                self.end_phase()
-        if self.step is not None:
-            self._end_step(t)
-        self.step, self._ended, self._expected, self._micro, self._samples = step, False, step, 0, 0
+        phases, state = self.phases, self.state
+        if phases.name is not None:
+            phases.leave()
+        if state.step is not None:
+            self._end_step(state.pending_t if state.pending_t is not None else t)
+        t, carry = state.opens(step, t)
         self.clock.begin(t, carry)
-        if not self.steps_run and not self.compile.installed:  # a model compiled after the engine was made
+        if not state.steps_run and not self.compile.installed:  # a model compiled after the engine was made
             self.compile.install()
         if self.mem.history_at is not None:
             self.mem.step_begins(step)
-        if step >= self._held_at:  # a logged step: the memory held at its start (before a window's profiler starts)
-            self._read_held(step)
-        if self._nvtx_on:
+        if step >= self.intervals.held_at:  # a logged step: the memory held at its start (before a window starts)
+            self.intervals.read_held(step)
+        if phases.nvtx_on:
             self.nvtx.push_step(step)
-        nsys_steps = self._nsys_steps
-        if nsys_steps is not None and step == nsys_steps[0]:
-            self.windows.nsys.start(step)
-        windows = self.windows
-        if (windows.jobs or windows.uploads is not None) and windows.busy:  # the property only when it can be true
-            windows.poll()
-        # before the schedule's next window the action stays NONE (quiet_until, set by begin_step): no call
-        self._recording = step >= windows.quiet_until and windows.begin_step(step)
-        if self._recording or not self._plain:  # else no flag changed since the last _replain
-            self._replain()
-
-    def _replain(self) -> None:
-        """Whether phases are only names until the flags change (at each step's begin, window end, logging step).
-
-        ``_nvtx_on``, ``_recording``, an open phase span and the memory watch's ``armed`` are read here, so that a
-        phase outside windows reads one flag.
-        """
-        self._plain = not (self._nvtx_on or self._recording or self._phase_rf is not None or self.mem.armed)
+        phases.recording = self.windows.step_starts(step)
+        if phases.recording or not phases.plain:  # else no flag changed since the last replain
+            phases.replain()
 
     def _end_step(self, t: float | None) -> None:
         """Measure the step that ended; ``t``: when the next began (None: at its optimizer step, no step follows)."""
-        step = self.step
-        if self._nvtx_on and t is not None:
+        state = self.state
+        step = state.step
+        if self.phases.nvtx_on and t is not None:
             self.nvtx.pop()
         if self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not a comparable interval
-            self._clean = False
+            state.mark_unclean()
             self.compile.poll(step)
-        if not self._ended or step is None:  # abandoned: no optimizer step completed (a `break`, a resumed count)
-            return
-        if step == self.flops.counted_step:  # its ops ran through the FLOP counter: its time is not its own
-            self._clean = False
-            self.monitor.set_aside()
-        elif self.windows.action is not Action.NONE:  # a profiled step: its times are not comparable
-            self._clean = False
-        else:
-            elapsed = self._last_elapsed if t is None else self.clock.elapsed(t)
-            self.monitor.measured(step, elapsed, self.clock.wait, self._samples or None, self.clock.loader_timed,
-                                  self._micro)
-            if elapsed > self._spike_limit:
-                self.captures.spiked(step, elapsed)
-
-    def report_findings(self, findings: list[Finding]) -> None:
-        """Warn once (rank 0) for each DataLoader finding (see :meth:`StepMonitor.findings`)."""
-        self.monitor.findings(findings)
+        if state.completed and step is not None:  # else abandoned: no optimizer step completed (a `break`, ...)
+            elapsed = state.last_elapsed if t is None else self.clock.elapsed(t)
+            self.intervals.measure(step, elapsed, counted=step == self.flops.counted_step)
 
     def log_short_run(self) -> bool:
         """A run that ends before its first logging step logs its interval once, at its last step; True if it did.
@@ -302,71 +235,28 @@ class PerfEngine(SetAside, RunFiles):
         Its last step is measured up to its optimizer step (no next step begins). :meth:`close` calls it on a clean
         close, after the window's export; the Accelerate adapter calls it first, to send it with its close-time flush.
         """
-        if self._logged or self._done is None:
+        state = self.state
+        if state.logged or state.done is None:
             return False
-        if self._ended and self.step == self._done:
+        if state.ended and state.step == state.done:
             self._end_step(None)
         with self.tool_time("log"):
-            self._log_interval(self._done + 1, clean=False)
-        self._replain()
+            self.intervals.log(state.done + 1, clean=False)
+        self.phases.replain()
         return True
 
     def _interval_rates(self, metrics: dict[str, float]) -> None:
         self.flops.add_metrics(metrics)
-        self.compile.add_metrics(metrics, self.step)
+        self.compile.add_metrics(metrics, self.state.step)
 
-    def _logging_step(self, step: int) -> None:
-        """Log the interval that ends at ``step``: ``tool_time("log")`` without a generator, on the hot path's way."""
-        if self._recording:
-            with self.tool_time("log"):
-                self._log_interval(step)
-        else:
-            t0 = time.perf_counter()
-            try:
-                self._log_interval(step)
-            finally:
-                self._tool_spent("log", time.perf_counter() - t0)
-        if self.mem.armed:  # the interval's logging armed the next memory-measured step
-            self._plain = False
-
-    def _read_held(self, step: int) -> None:
-        """The memory held at the start of a logged step: our own work, set aside from the step (as logging is)."""
-        self._held_at = sys.maxsize  # until the logging step sets the next
-        t0 = time.perf_counter()
-        try:
-            if self.growth is not None:
-                self.growth.read(step)
-        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
-            self.growth = self.windows.growth_meta = None
-            self._warn("memory_growth_off", InstrumentUnavailableWarning,
-                       f"reading the memory held at step start failed ({err!r}): the memory growth check is off")
-        finally:
-            self._tool_spent("log", time.perf_counter() - t0)
-
-    def _memory_metrics(self, metrics: dict[str, float], step: int) -> None:
-        if self.mem.peaks is not None:
-            self.mem.log(metrics, step)
-        if self.growth is not None:
-            self.growth.add_metrics(metrics)
-
-    def _log_interval(self, step: int, clean: bool = True) -> None:
-        self._logged = True
-        if self.growth is not None:  # the next logging step's start
-            self._held_at = step - 1 + self._log_every
-        try:
-            extra = functools.partial(self._memory_metrics, step=step)
-            times = self.monitor.stats.step_times  # the interval's, before log_interval starts the next
-            self.monitor.log_interval(step, self.memory, clean and self._clean, self.clock.loader_timed, extra)
-            self._spike_limit = self.captures.interval(step, times, self.monitor.slowdown)
-            self._clean = True
-        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
-            self.memory = None
-            self.outputs.failed("metrics", err)
+    def _compiled(self, seconds: float) -> None:
+        """torch.compile compiled for ``seconds`` (the compile watch holds this method weakly, not the engine)."""
+        self.aside.compiled(seconds)
 
     # ---- end of training ---------------------------------------------------------------------------------------
     def note_failure(self, exc: BaseException, phase: str | None = None) -> None:
         """An exception leaves ``phase`` (default: the open one) before :meth:`close` runs: remember where it was."""
-        self.mem.note_failure(exc, self.step, phase or self._phase)
+        self.mem.note_failure(exc, self.state.step, phase or self.phases.name)
 
     def close(self, exc: BaseException | None = None, batch: Any = None) -> None:
         """Stop everything and flush: the partial trace of an interrupted window is exported. Never raises.
@@ -379,33 +269,29 @@ class PerfEngine(SetAside, RunFiles):
         self._closed = True
         if self.hang is not None:  # first: our own close (the window's export and analysis) is no hang
             quiet(self.hang.stop)
+        state, phases = self.state, self.phases
         if exc is not None:
-            self.mem.on_exception(exc, self.step, self._phase, batch)
-        elif self._recording and not self._ended:  # training ended before the open step's optimizer step: a fetch
-            self.windows.retract(self.step)  # that found no batch, an epoch that ended mid-accumulation, a `break`
+            self.mem.on_exception(exc, state.step, phases.name, batch)
+        elif phases.recording and not state.ended:  # training ended before the open step's optimizer step: a fetch
+            self.windows.retract(state.step)  # that found no batch, an epoch that ended mid-accumulation, a `break`
         atexit.unregister(self._at_exit)
         for fn in (self.flops.close, self.compile.close, self.end_phase,
-                   lambda: exit_span(self._ckpt_rf) if self._ckpt_rf is not None else None,
+                   lambda: exit_span(phases.ckpt_span) if phases.ckpt_span is not None else None,
                    lambda: self.windows.finish(exc), self.windows.nsys.close, self.nvtx.pop_all,
                    lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history, self.captures.close):
             quiet(fn)
-        self._recording = False
-        self._replain()
+        phases.recording = False
+        phases.replain()
         if exc is None:  # after the window's export: our logging is no span in its trace
             quiet(self.log_short_run)
-        if exc is None and self.is_main and self.steps_run and self.windows.nothing_recorded():
-            print(self.windows.nothing_recorded_line(self.steps_run), file=sys.stderr, flush=True)
-        self.windows.enabled = False  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
+        if exc is None and self.is_main and state.steps_run and self.windows.nothing_recorded():
+            print(self.windows.nothing_recorded_line(state.steps_run), file=sys.stderr, flush=True)
+        self.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
 
+    def _close_at_exit(self) -> None:
+        """Closed at the interpreter's exit, as its owner would: with the exception that ends the process, if known.
 
-def _close_at_exit(ref: weakref.ReferenceType[PerfEngine], pid: int) -> None:
-    """An engine its owner never closed: stop the profiler and flush the window before the interpreter goes away.
-
-    As its owner would close it: with the exception that ends the process, if known (see :class:`ExitCause`). Only in
-    the process that built it: a child made with a plain ``os.fork()`` inherits the handler and a copy of the engine,
-    but not its worker thread, and closing that copy would write the parent's files and wait for jobs that never end.
-    """
-    if os.getpid() == pid and (engine := ref()) is not None:
-        engine.windows.at_exit = True
-        engine.close(engine.exit_cause())
-
+        A session still warming up is left as it is (``windows.at_exit``).
+        """
+        self.windows.at_exit = True
+        self.close(self.exit_cause())

@@ -1,6 +1,6 @@
 """Where a run's files are: the traces it exported, and where each is now (local, or uploaded to ``output_dir``).
 
-Part of :class:`~perf_callbacks.core.engine.engine.PerfEngine` (a base class of it): the engine's windows
+A part of :class:`~perf_callbacks.core.engine.engine.PerfEngine` (``engine.files``): the engine's windows
 (``core/windows/recorder.py``) write the files, and under a remote ``output_dir`` its uploads (``core/files/remote.py``)
 move them.
 """
@@ -16,9 +16,14 @@ from perf_callbacks.core.windows.recorder import WindowRecorder
 
 
 class RunFiles:
-    """The engine's files: :attr:`exported`, :attr:`exported_urls`, :meth:`locate` and :attr:`layout`."""
+    """The engine's files: :attr:`exported`, :attr:`exported_urls`, :meth:`locate` and :attr:`layout`.
 
-    windows: WindowRecorder
+    Args:
+        windows: the engine's windows, that write them (and upload them, under a remote ``output_dir``).
+    """
+
+    def __init__(self, windows: WindowRecorder) -> None:
+        self.windows = windows
 
     @property
     def exported(self) -> list[Any]:

@@ -52,9 +52,11 @@ class StepFlops:
         config: ``flops``, ``flops_per_step``, ``peak_tflops`` and ``nsys_steps`` (the counting step avoids it).
         ctx: the device and the adapter's compute dtype.
         warn: the engine's warn-once.
+        compiling: whether torch.compile compiled in this run (the engine's): compiled kernels' FLOPs are not counted.
     """
 
-    def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn) -> None:
+    def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn,
+                 compiling: Callable[[], bool] = lambda: False) -> None:
         self.config, self.ctx, self._warn = config, ctx, warn
         self.per_step: float | None = float(config.flops_per_step) if config.flops_per_step else None
         self.source = "flops_per_step (config)" if self.per_step else ""
@@ -63,7 +65,7 @@ class StepFlops:
         self.model: torch.nn.Module | None = None
         self.counted_step: int | None = None  # the step set aside for counting
         self.compiled = False  # the adapter found a compiled model that it does not attach (Accelerate's)
-        self.compiling: Callable[[], bool] = lambda: False  # torch.compile compiled in this run (the engine's)
+        self.compiling = compiling  # torch.compile compiled in this run (the engine's)
         self.wants_hooks = self.per_step is None  # the engine calls batch_start/batch_end until this is False
         self._per_batch: float | None = None
         self._looked = False  # the model's flops_per_batch attribute was looked up

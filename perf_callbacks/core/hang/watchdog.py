@@ -203,9 +203,9 @@ def engine_probe(engine: Any) -> Callable[[], Progress]:
         e = ref()
         if e is None or e._closed:
             return Progress(0, None, None, None)
-        phase = e._phase
-        aside = "validation" if phase == "validation" else "checkpoint" if e._in_checkpoint else None
-        idle = e._ended or (phase == "framework" and not e._micro)  # the step ended, or its fetch found no batch
-        return Progress(e.steps_run, e.step, phase, aside or ("between steps" if idle else None))
+        phase, state = e.phases.name, e.state
+        aside = "validation" if phase == "validation" else "checkpoint" if e.aside.in_checkpoint else None
+        idle = state.ended or (phase == "framework" and not state.micro)  # the step ended, or its fetch found no batch
+        return Progress(state.steps_run, state.step, phase, aside or ("between steps" if idle else None))
 
     return probe

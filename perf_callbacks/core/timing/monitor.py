@@ -41,10 +41,11 @@ class StepMonitor:
         outputs: the run's writers: a logger that raises turns ``metrics`` off (default: a guard of its own).
         cpu_wait: how long the training thread waited for a CPU in each interval (default: Linux's run-queue delay,
             read at each logging step on the thread that logs, the training loop's).
+        rates: adds the rates that come from step time (TFLOP/s, MFU) to an interval's metrics (the engine's).
     """
 
     def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn, outputs: Outputs | None = None,
-                 cpu_wait: CpuWait | None = None) -> None:
+                 cpu_wait: CpuWait | None = None, rates: Callable[[dict[str, float]], None] | None = None) -> None:
         self.ctx, self._warn = ctx, warn
         self.outputs = outputs or Outputs()
         self.cpu_wait = cpu_wait or CpuWait()
@@ -55,7 +56,7 @@ class StepMonitor:
         self._units: tuple[str, int] | None = None  # ("sample" or "micro-batch", how many) in the first step measured
         self._varied = False  # the batch size or the accumulation changed: the slowdown is told per sample
         self._steps: tuple[int, int] | None = None  # the first and last step measured in this interval
-        self.rates: Callable[[dict[str, float]], None] | None = None  # adds rates from step time (TFLOP/s, MFU)
+        self.rates = rates  # adds rates from step time (TFLOP/s, MFU)
         self._check_mark: LoadMark | None = None  # the load counters when the data-wait check began
         self._round_set = False  # the data-wait check leaves the workers' first round out
         self._interval_mark: LoadMark | None = None  # ... when this logging interval began

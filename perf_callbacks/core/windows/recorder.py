@@ -52,14 +52,25 @@ class WindowRecorder(WindowHandoff):
         ctx: the run's context.
         nvtx: the engine's NVTX ranges (per-module ranges are added to them inside windows).
         warn: ``warn(key, category, message, main_only)``, the engine's warn-once.
+        outputs: the run's writers, shared with the engine and the adapters (default: a guard of its own).
+        clock: the engine's step clock (whether the loop's data wait was measured).
+        layout: where the run's windows go (default: ``ctx.output_dir`` / ``ctx.run_name``).
+        mem: the engine's memory watch (allocator history follows the windows).
+        trace_meta: the engine's FLOPs, into each trace's metadata.
+        module_flops: the engine's FLOPs by module, and the note on them.
+        growth_meta: the run's memory growth, once measured.
     """
 
-    def __init__(self, config: PerfConfig, ctx: RunContext, nvtx: NvtxRanges, warn: WarnFn) -> None:
+    def __init__(self, config: PerfConfig, ctx: RunContext, nvtx: NvtxRanges, warn: WarnFn, *,
+                 outputs: Outputs | None = None, clock: StepClock | None = None, layout: TraceLayout | None = None,
+                 mem: MemoryWatch | None = None, trace_meta: Callable[[], dict[str, Any]] | None = None,
+                 module_flops: Callable[[], tuple[dict[str, int] | None, str]] | None = None,
+                 growth_meta: Callable[[], dict[str, Any] | None] | None = None) -> None:
         self.config, self.ctx, self._warn = config, ctx, warn
-        self.outputs = Outputs(warn, ctx.rank, ctx.world_size)  # the engine's, shared with the adapters
+        self.outputs = outputs or Outputs(warn, ctx.rank, ctx.world_size)  # the engine's, shared with the adapters
         self.schedule = CaptureSchedule(Schedule(config.schedule), config.capture_max_per_hour)  # + captured windows
         self.schedule.wake = self._wake
-        self.layout = TraceLayout(ctx.output_dir, ctx.run_name)
+        self.layout = layout or TraceLayout(ctx.output_dir, ctx.run_name)
         self.enabled = config.ranks is None or ctx.rank in config.ranks
         self.is_reporter = config.summary and self.enabled and ctx.rank == min(config.ranks or [0])
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
@@ -84,16 +95,26 @@ class WindowRecorder(WindowHandoff):
         if self.enabled:
             start_worker()  # the thread that finishes windows, started now rather than at a window's end
         self.compile_s = 0.0  # torch.compile's seconds in the window's recorded steps (added by the engine)
-        self.clock = StepClock()  # the engine's, once it is created: whether the loop's data wait was measured
-        self.mem: MemoryWatch | None = None  # the engine's: allocator history follows the windows
-        self.trace_meta: Callable[[], dict[str, Any]] | None = None  # the engine's FLOPs, into each trace's metadata
-        self.module_flops: trace_meta.ModuleFlops | None = None  # the engine's FLOPs by module
-        self.growth_meta: Callable[[], dict[str, Any] | None] | None = None  # the run's memory growth, once measured
+        self.clock = clock or StepClock()  # the engine's: whether the loop's data wait was measured
+        self.mem = mem  # the engine's: allocator history follows the windows
+        self.trace_meta = trace_meta  # the engine's FLOPs, into each trace's metadata
+        self.module_flops = module_flops  # the engine's, by module
+        self.growth_meta = growth_meta  # the run's memory growth, once measured (None: off, or it failed)
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
         self.parts: WindowParts | None = None  # the engine's: parameters, gradients, optimizer state into each trace
         self.at_exit = False  # closed by the interpreter's exit: a session still warming up is left as it is
 
     # ---- per step ------------------------------------------------------------------------------------------------
+    def step_starts(self, step: int) -> bool:
+        """Step ``step`` begins (the engine's): nsys's range, finished windows' jobs; True when the step is recorded."""
+        nsys_steps = self.config.nsys_steps
+        if nsys_steps is not None and step == nsys_steps[0]:
+            self.nsys.start(step)
+        if (self.jobs or self.uploads is not None) and self.busy:  # the property only when it can be true
+            self.poll()
+        # before the schedule's next window the action stays NONE (quiet_until, set by begin_step): no call
+        return step >= self.quiet_until and self.begin_step(step)
+
     def begin_step(self, step: int) -> bool:
         """The schedule's action for ``step``, taken at the step's first activity; True when the step is recorded."""
         self.action = self.schedule.action(step) if self.enabled else Action.NONE

@@ -552,7 +552,7 @@ def test_nvtx_ranges_nest_steps_phases_and_checkpoints(tmp_path: Path) -> None:
     close. The fast tests otherwise run with no tool, where every NVTX call is skipped."""
     engine = make_engine(tmp_path, schedule={"skip_first": 1000})
     engine.nvtx._domain = domain = FakeNvtxDomain()
-    engine._nvtx_on = True
+    engine.phases.nvtx_on = True
     run_steps(engine, 2)
     engine.validation_start()
     engine.checkpoint_start()

@@ -35,7 +35,7 @@ def test_a_phase_span_ends_where_its_phase_ends(tmp_path: Path) -> None:
     engine = make_engine(tmp_path)
     run_steps(engine, 4)
     engine.batch_start(4)
-    held = engine._phase_rf  # a handle kept alive (torch's record_function, or a reference) is not closed by GC
+    held = engine.phases.span  # a handle kept alive (torch's record_function, or a reference) is not closed by GC
     engine.phase("backward")  # ends the forward phase
     engine.phase("optimizer_step")
     engine.batch_end(stepped=True)
@@ -51,7 +51,7 @@ def test_a_checkpoint_span_in_a_window_ends_with_the_checkpoint(tmp_path: Path) 
     engine = make_engine(tmp_path)
     run_steps(engine, 5)  # step 4, the window's first, completed
     engine.checkpoint_start()
-    held = engine._ckpt_rf  # as above: only checkpoint_end may close it
+    held = engine.phases.ckpt_span  # as above: only checkpoint_end may close it
     engine.checkpoint_end()
     run_steps(engine, 1, start=5)
     engine.close()
@@ -65,7 +65,7 @@ def test_a_checkpoint_interrupted_by_an_exception_in_a_window_has_its_span_close
     engine = make_engine(tmp_path)
     run_steps(engine, 5)
     engine.checkpoint_start()  # the save raises
-    handle = engine._ckpt_rf
+    handle = engine.phases.ckpt_span
     assert handle is not None
     with mock.patch.object(engine_module, "exit_span", wraps=engine_module.exit_span) as exit_span:
         engine.close(OSError("disk full"))
@@ -145,7 +145,7 @@ def test_a_window_that_fails_to_start_stops_its_session_and_records_nothing(tmp_
         run_steps(engine, 4)
         engine.data_start()  # step 4: the session starts, then fails
         assert not torch.autograd.profiler._is_profiler_enabled
-        assert engine._recording is False and not engine.windows.enabled
+        assert engine.phases.recording is False and not engine.windows.enabled
     engine.close()
     assert engine.exported == []
 

@@ -1,0 +1,118 @@
+"""Logging intervals: what the engine does at each logging step, and the memory held at the start of logged steps.
+
+A part of :class:`~perf_callbacks.core.engine.engine.PerfEngine` (``engine.intervals``). Its work is our own: its time
+is set aside from the open step (``core/engine/aside.py``), and a failure turns its instrument off, never training.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+import time
+
+from perf_callbacks.core.engine.aside import SetAside
+from perf_callbacks.core.engine.captures import EngineCaptures
+from perf_callbacks.core.engine.step_state import StepState
+from perf_callbacks.core.files.outputs import Outputs
+from perf_callbacks.core.memory.growth import MemoryGrowth
+from perf_callbacks.core.memory.sampler import MemorySampler
+from perf_callbacks.core.memory.watch import MemoryWatch
+from perf_callbacks.core.timing.monitor import StepMonitor
+from perf_callbacks.core.triggers.schedule import Action
+from perf_callbacks.core.warn import WarnFn
+from perf_callbacks.core.windows.recorder import WindowRecorder
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+
+
+class IntervalLog:
+    """Logs each interval's metrics, reads the memory held at logged steps, and keeps the step-time spike limit.
+
+    Args:
+        every: the logging interval, in optimizer steps.
+        state: the engine's step state.
+        monitor: the engine's step statistics, that log the interval.
+        aside: the engine's time set aside (the interval's logging is our own work).
+        memory: the device memory sampler (None: memory is off).
+        growth: the memory held at the start of logged steps, and its trend (None: memory is off).
+        mem: the engine's memory watch (phase peaks).
+        captures: the engine's captured windows (a spike above the interval's limit triggers one).
+        windows: the engine's windows (each trace carries the memory growth while it is measured).
+        outputs: the run's writers (a failing metrics logger turns ``metrics`` off).
+        warn: the engine's warn-once.
+    """
+
+    def __init__(self, every: int, state: StepState, monitor: StepMonitor, aside: SetAside,
+                 memory: MemorySampler | None, growth: MemoryGrowth | None, mem: MemoryWatch,
+                 captures: EngineCaptures, windows: WindowRecorder, outputs: Outputs, warn: WarnFn) -> None:
+        self.every, self.state, self.monitor, self.aside = every, state, monitor, aside
+        self.memory, self.growth, self.mem, self.captures = memory, growth, mem, captures
+        self.windows, self.outputs, self._warn = windows, outputs, warn
+        self.held_at = every - 1 if growth is not None else sys.maxsize  # the next step whose start is read
+        self.spike_limit = math.inf  # a measured step above it: an anomaly (refreshed at logging steps)
+
+    def logging_step(self, step: int) -> None:
+        """Log the interval that ends at ``step``: ``tool_time("log")`` without a generator outside windows."""
+        if self.aside.phases.recording:
+            with self.aside.tool_time("log"):
+                self.log(step)
+        else:
+            t0 = time.perf_counter()
+            try:
+                self.log(step)
+            finally:
+                self.aside.spent("log", time.perf_counter() - t0)
+        if self.mem.armed:  # the interval's logging armed the next memory-measured step
+            self.aside.phases.plain = False
+
+    def measure(self, step: int, elapsed: float, counted: bool) -> None:
+        """Step ``step`` took ``elapsed`` seconds: into the interval's statistics, unless its time is not its own.
+
+        ``counted``: its ops ran through the FLOP counter; a profiled step's times are not comparable either.
+        """
+        if counted:
+            self.state.mark_unclean()
+            self.monitor.set_aside()
+        elif self.windows.action is not Action.NONE:
+            self.state.mark_unclean()
+        else:
+            clock, state = self.windows.clock, self.state
+            self.monitor.measured(step, elapsed, clock.wait, state.samples or None, clock.loader_timed, state.micro)
+            if elapsed > self.spike_limit:
+                self.captures.spiked(step, elapsed)
+
+    def read_held(self, step: int) -> None:
+        """The memory held at the start of a logged step: our own work, set aside from the step (as logging is)."""
+        self.held_at = sys.maxsize  # until the logging step sets the next
+        t0 = time.perf_counter()
+        try:
+            if self.growth is not None:
+                self.growth.read(step)
+        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
+            self.growth = self.windows.growth_meta = None
+            self._warn("memory_growth_off", InstrumentUnavailableWarning,
+                       f"reading the memory held at step start failed ({err!r}): the memory growth check is off")
+        finally:
+            self.aside.spent("log", time.perf_counter() - t0)
+
+    def _memory_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if self.mem.peaks is not None:
+            self.mem.log(metrics, step)
+        if self.growth is not None:
+            self.growth.add_metrics(metrics)
+
+    def log(self, step: int, clean: bool = True) -> None:
+        """Log the interval that ends at ``step`` (``clean``: its times may be compared, if the interval's were)."""
+        self.state.logged = True
+        if self.growth is not None:  # the next logging step's start
+            self.held_at = step - 1 + self.every
+        try:
+            extra = functools.partial(self._memory_metrics, step=step)
+            times = self.monitor.stats.step_times  # the interval's, before log_interval starts the next
+            self.monitor.log_interval(step, self.memory, clean and self.state.clean, self.windows.clock.loader_timed,
+                                      extra)
+            self.spike_limit = self.captures.interval(step, times, self.monitor.slowdown)
+            self.state.clean = True
+        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
+            self.memory = None
+            self.outputs.failed("metrics", err)

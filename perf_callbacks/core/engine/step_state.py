@@ -1,0 +1,89 @@
+"""The engine's step state: which optimizer step is open, whether it completed, and what the next one will be.
+
+A step is *open* from its first activity (a fetch or a micro-batch) until the next step opens; it *completes* at its
+optimizer step (then it has *ended*: the next activity opens the next step). A fetch that starts before the next
+step's number is known is *pending*: the step it opens starts at that fetch. Read on the engine's hot path
+(``core/engine/engine.py``) and by the hang watchdog (``core/hang/watchdog.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class StepState:
+    """The open step and the steps around it (one per engine).
+
+    Attributes:
+        step: the open step (None before the first).
+        steps_run: optimizer steps completed in this run.
+        ended: the open step completed: the next activity opens the next step.
+        expected: the number of the next step, once known.
+        done: the last step that completed its optimizer step.
+        pending_t: when a fetch started before the next step's number was known.
+        micro: micro-batches of the open step so far (0: its fetch found no batch).
+        samples: samples of the open step so far (0: not known).
+        last_elapsed: the last completed step's time up to its optimizer step (for a run with no step after it).
+        clean: no window, validation, checkpoint or compilation in this logging interval: its times compare.
+        logged: some logging interval was logged.
+    """
+
+    step: int | None = None
+    steps_run: int = 0
+    ended: bool = True
+    expected: int | None = None
+    done: int | None = None
+    pending_t: float | None = None
+    micro: int = 0
+    samples: int = 0
+    last_elapsed: float = 0.0
+    clean: bool = True
+    logged: bool = False
+
+    def fetch_starts(self, t: float) -> int | None:
+        """A fetch starts at ``t`` after the open step ended: the step it opens, or None (its number is not known yet).
+
+        With no number yet the fetch is pending: the step that opens next starts at the first such fetch.
+        """
+        if self.expected is None:
+            if self.pending_t is None:
+                self.pending_t = t
+            return None
+        return self.expected
+
+    def number(self, step: int) -> int:
+        """The adapter's ``step``, moved past the last completed step if its count did not move (a skipped step).
+
+        Whether the fetch already opened the next step or not: a number is never reused.
+        """
+        done = self.done
+        return done + 1 if done is not None and step <= done else step
+
+    def opens(self, step: int, t: float) -> tuple[float, bool]:
+        """Step ``step`` opens at ``t``: its start (the pending fetch's, if any) and whether a fetch carried over."""
+        pending = self.pending_t
+        if pending is not None:
+            t, self.pending_t = pending, None
+        self.step, self.ended, self.expected, self.micro, self.samples = step, False, step, 0, 0
+        return t, pending is not None
+
+    def micro_batch(self, samples: int | None) -> None:
+        """A micro-batch of ``samples`` samples (None or 0: not known) of the open step ended."""
+        self.micro += 1
+        if samples:
+            self.samples += samples
+
+    def completes(self, step: int, elapsed: float) -> None:
+        """The open step ``step`` completed its optimizer step ``elapsed`` seconds after it opened: it has ended."""
+        self.last_elapsed, self.ended, self.expected, self.done = elapsed, True, step + 1, step
+        self.steps_run += 1
+
+    @property
+    def completed(self) -> bool:
+        """The open step completed its optimizer step (else it was abandoned: a ``break``, a resumed count)."""
+        return self.ended and self.step is not None
+
+    def mark_unclean(self) -> None:
+        """Something not comparable happened in this logging interval: its slowdown check is skipped."""
+        self.clean = False
