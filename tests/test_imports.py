@@ -20,10 +20,10 @@ def load_tool() -> ModuleType:
     return module
 
 
-def test_the_package_has_no_import_cycle_no_upward_import_and_no_crowded_folder() -> None:
+def test_the_package_has_no_import_cycle_no_upward_import_no_crowded_folder_and_no_long_module() -> None:
     done = subprocess.run([sys.executable, "tools/imports.py"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert " 0 cycles, 0 upward imports, 0 shape problems" in done.stdout
+    assert " 0 cycles, 0 upward imports, 0 shape problems, 0 modules over 300 lines" in done.stdout
 
 
 def write(root: Path, name: str, text: str) -> None:
