@@ -1,4 +1,7 @@
-"""Driving the engine by hand, as an adapter would: shared by the engine's tests (``tests/core``) and others."""
+"""Driving the engine by hand, as an adapter would: shared by the engine's tests (``tests/core``) and others.
+
+Also the fakes the tests drive it with: a clock, and a device peak-memory counter (``HostPeak``).
+"""
 
 from __future__ import annotations
 
@@ -57,3 +60,27 @@ def fake_steps(engine: PerfEngine, clock: FakeClock, steps: int, wait: float, wo
         clock.t += work
         engine.batch_end(stepped=True, samples=10)
         clock.t += framework  # the framework's own work between batches (logging, a collective...)
+
+
+MB = 2**20
+
+
+class HostPeak:
+    """A peak counter with the CUDA allocator's semantics (``peak`` since the last reset), driven by the test."""
+
+    def __init__(self) -> None:
+        self.current = self.peak = 0
+        self.reads: list[int] = []  # the test's step at each read
+        self.step = 0
+
+    def alloc(self, mb: int) -> None:
+        self.current += mb * MB
+        self.peak = max(self.peak, self.current)
+
+    def free(self, mb: int) -> None:
+        self.current -= mb * MB
+
+    def read_and_reset(self) -> int:
+        self.reads.append(self.step)
+        peak, self.peak = self.peak, self.current
+        return peak

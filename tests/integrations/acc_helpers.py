@@ -1,4 +1,7 @@
-"""A tiny Accelerate run, its traces and its TensorBoard scalars: shared by the Accelerate adapter's tests."""
+"""A tiny Accelerate run, its traces and its TensorBoard scalars: shared by the Accelerate adapter's tests.
+
+Also the loops shaped unlike the README's: a plain loop without ``hook.iter()``, an optimizer without torch step hooks.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ from perf_callbacks import AcceleratePerfHook
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}
-
-
+_g = torch.Generator().manual_seed(0)  # its own generator: importing this module draws nothing from torch's global one
+DATA = TensorDataset(torch.randn(64, 8, generator=_g), torch.randn(64, 1, generator=_g))  # for sharding and resume
 
 
 def data(n: int = 64, **kwargs: Any) -> DataLoader:
@@ -52,6 +55,39 @@ def train(acc: Accelerator, hook: AcceleratePerfHook, parts: Any, fail_at: int |
             break
 
 
+def plain_loop(acc: Accelerator, parts: Any, steps: int | None = None) -> None:
+    model, opt, dl = parts
+    for i, (x, y) in enumerate(dl):  # no hook.iter()
+        with acc.accumulate(model):
+            acc.backward(nn.functional.mse_loss(model(x), y))
+            opt.step()
+            opt.zero_grad()
+        if steps is not None and i + 1 == steps:
+            break
+
+
+class PlainOptimizer:
+    """An optimizer wrapper that is not a torch.optim.Optimizer: no step hooks (like DeepSpeed's)."""
+
+    def __init__(self, params: Any, lr: float = 0.01) -> None:
+        self.inner = torch.optim.SGD(params, lr=lr)
+        self.param_groups = self.inner.param_groups
+        self.state = self.inner.state
+        self.defaults = self.inner.defaults
+
+    def step(self, closure: Any = None) -> None:
+        self.inner.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
 def trace_events(path: Path) -> list[dict[str, Any]]:
     with gzip.open(path, "rt") as f:
         return list(json.load(f)["traceEvents"])
@@ -59,6 +95,10 @@ def trace_events(path: Path) -> list[dict[str, Any]]:
 
 def profiler_steps(path: Path) -> set[int]:
     return {int(e["name"].split("#")[1]) for e in trace_events(path) if e.get("name", "").startswith("ProfilerStep#")}
+
+
+def spans(path: Path, prefix: str) -> list[dict[str, Any]]:
+    return sorted((e for e in trace_events(path) if e.get("name", "").startswith(prefix)), key=lambda e: e["ts"])
 
 
 def windows(out: Path) -> dict[str, list[str]]:

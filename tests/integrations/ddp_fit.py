@@ -56,7 +56,7 @@ def main() -> None:
     failing = fail_rank == int(os.environ.get("LOCAL_RANK", "0"))
     model = TinyModel(fail_at_step=4 if failing else None)
     if failing and "--oom" in sys.argv:
-        from tests.integrations.test_oom import OOMModel
+        from tests.integrations.oom_helpers import OOMModel
 
         model = OOMModel("forward", at=4)
     error = None

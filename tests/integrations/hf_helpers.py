@@ -1,4 +1,4 @@
-"""A tiny model, synthetic data and a Trainer factory for the transformers adapter tests (no downloads)."""
+"""A tiny model, synthetic data, a Trainer factory and our callback for the transformers adapter tests (no downloads)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from perf_callbacks import TransformersPerfCallback
 
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}
 QUIET = {"data_wait_steps": 1000, "degradation_threshold": 1e6, "check_dataloaders": False}
@@ -70,6 +72,10 @@ def make_trainer(out: Path, callbacks: list[Any], *, max_steps: int = 8, ga: int
     return Trainer(Tiny() if model is None else model, targs, train_dataset=Samples(n, sleep_ms),
                    eval_dataset=Samples(16) if eval_steps is not None else None, callbacks=callbacks,
                    data_collator=collator)
+
+
+def callback(out: Path, **options: Any) -> TransformersPerfCallback:
+    return TransformersPerfCallback(**{"output_dir": str(out), "schedule": SCHEDULE, **QUIET, **options})
 
 
 def trace_events(path: Path) -> list[dict[str, Any]]:

@@ -1,15 +1,23 @@
-"""A tiny LightningModule and data for the Lightning adapter tests."""
+"""A tiny LightningModule and data for the Lightning adapter tests.
+
+Also a LightningCLI run of them from a YAML config, and a logger that keeps what the callback logs.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import Logger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+if TYPE_CHECKING:
+    from lightning.pytorch.cli import LightningCLI
 
 
 class TinyModel(L.LightningModule):
@@ -56,6 +64,37 @@ def loader(n: int = 256, batch_size: int = 8, num_workers: int = 0) -> DataLoade
     return DataLoader(data, batch_size=batch_size, num_workers=num_workers)
 
 
+class TinyData(L.LightningDataModule):
+    def train_dataloader(self):  # noqa: ANN201
+        return loader(num_workers=1)
+
+
+def write_config(tmp_path: Path, init_args: str) -> Path:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"""
+trainer:
+  max_steps: 6
+  accelerator: cpu
+  devices: 1
+  logger: false
+  enable_progress_bar: false
+  enable_checkpointing: false
+  enable_model_summary: false
+  default_root_dir: {tmp_path}
+  callbacks:
+    - class_path: perf_callbacks.GPUPerfCallback
+      init_args:
+{init_args}
+""")
+    return cfg
+
+
+def run_cli(cfg: Path) -> LightningCLI:
+    from lightning.pytorch.cli import LightningCLI  # jsonargparse: only where a test runs the CLI
+
+    return LightningCLI(TinyModel, TinyData, args=["fit", "--config", str(cfg)], save_config_callback=None)
+
+
 def trainer(tmp_path: Path, callbacks: list, **kwargs: object) -> L.Trainer:
     defaults: dict[str, object] = {
         "max_steps": 10,
@@ -71,6 +110,31 @@ def trainer(tmp_path: Path, callbacks: list, **kwargs: object) -> L.Trainer:
     }
     defaults.update(kwargs)
     return L.Trainer(callbacks=callbacks, **defaults)
+
+
+class Recorder(Logger):
+    """Keeps what the callback logs, by step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "recorder"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.append((step or 0, dict(metrics)))
+
+    def series(self, key: str) -> list[float]:
+        return [m[key] for _, m in self.rows if key in m]
 
 
 def events(path: Path) -> list[dict]:

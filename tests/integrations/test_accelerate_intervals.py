@@ -25,9 +25,7 @@ from torch.utils.data import DataLoader
 
 from perf_callbacks import AcceleratePerfHook, PerfWarning
 from perf_callbacks.integrations._accelerate import metrics as accelerate_metrics
-from tests.integrations.acc_helpers import ROOT, _free_port, data, setup, tb_scalars
-from tests.integrations.test_accelerate_loops import plain_loop
-from tests.integrations.test_accelerate_sharding import DATA
+from tests.integrations.acc_helpers import DATA, ROOT, _free_port, data, plain_loop, setup, tb_scalars
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 NO_WINDOW = {"skip_first": 100}

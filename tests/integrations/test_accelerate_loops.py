@@ -17,26 +17,17 @@ from torch import nn
 from perf_callbacks import AcceleratePerfHook, InstrumentUnavailableWarning
 from tests.integrations.acc_helpers import (
     ROOT,
+    PlainOptimizer,
     data,
+    plain_loop,
     profiler_steps,
     setup,
-    trace_events,
+    spans,
     windows,
 )
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2, "repeat": 2}
-
-
-def plain_loop(acc: Accelerator, parts: Any, steps: int | None = None) -> None:
-    model, opt, dl = parts
-    for i, (x, y) in enumerate(dl):  # no hook.iter()
-        with acc.accumulate(model):
-            acc.backward(nn.functional.mse_loss(model(x), y))
-            opt.step()
-            opt.zero_grad()
-        if steps is not None and i + 1 == steps:
-            break
 
 
 def test_steps_are_counted_without_hook_iter(tmp_path: Path) -> None:
@@ -112,28 +103,6 @@ def test_load_state_before_register_continues_the_numbering(tmp_path: Path) -> N
             if hook.optimizer_steps == 10:
                 break
     assert [profiler_steps(p) for p in hook.engine.exported] == [{7, 8}]
-
-
-class PlainOptimizer:
-    """An optimizer wrapper that is not a torch.optim.Optimizer: no step hooks (like DeepSpeed's)."""
-
-    def __init__(self, params: Any, lr: float = 0.01) -> None:
-        self.inner = torch.optim.SGD(params, lr=lr)
-        self.param_groups = self.inner.param_groups
-        self.state = self.inner.state
-        self.defaults = self.inner.defaults
-
-    def step(self, closure: Any = None) -> None:
-        self.inner.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.inner.zero_grad(set_to_none)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.inner.load_state_dict(state)
 
 
 def test_an_optimizer_without_step_hooks_is_counted_through_the_accelerator(tmp_path: Path) -> None:
@@ -271,10 +240,6 @@ def test_close_leaves_a_step_wrapper_installed_after_ours(tmp_path: Path) -> Non
     wrapper = opt.step
     hook.close()
     assert opt.step is wrapper
-
-
-def spans(path: Path, prefix: str) -> list[dict[str, Any]]:
-    return sorted((e for e in trace_events(path) if e.get("name", "").startswith(prefix)), key=lambda e: e["ts"])
 
 
 def test_the_optimizer_step_span_ends_at_the_optimizer_step(tmp_path: Path) -> None:

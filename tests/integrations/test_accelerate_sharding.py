@@ -9,15 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import torch
 from accelerate.data_loader import prepare_data_loader, skip_first_batches
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from perf_callbacks.core.timing.dataloader import double_sharding_evidence
+from tests.integrations.acc_helpers import DATA
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py: skip_first_batches reads PartialState
-DATA = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
 
 
 def prepared(dl: DataLoader, rank: int = 0, **kwargs: Any) -> Any:

@@ -13,8 +13,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from perf_callbacks import AcceleratePerfHook
-from tests.integrations.acc_helpers import data, profiler_steps
-from tests.integrations.test_accelerate_loops import PlainOptimizer, plain_loop, spans
+from tests.integrations.acc_helpers import PlainOptimizer, data, plain_loop, profiler_steps, spans
 
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}

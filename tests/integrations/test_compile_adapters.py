@@ -21,8 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from perf_callbacks import GPUPerfCallback
 from perf_callbacks.exceptions import CompileWarning, PerfWarning
-from tests.integrations.lit_helpers import trainer
-from tests.integrations.test_lightning_tuning import Recorder
+from tests.integrations.lit_helpers import Recorder, trainer
 
 QUIET = {"data_wait_steps": 100_000, "check_dataloaders": False, "schedule": {"skip_first": 100_000}}
 

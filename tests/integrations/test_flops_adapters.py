@@ -82,7 +82,7 @@ class TinyWithFlops(TinyModel):
 def test_flops_per_step_in_lightningcli_yaml_wins(tmp_path: Path) -> None:
     from lightning.pytorch.cli import LightningCLI
 
-    from tests.integrations.test_lightning_cli import TinyData, write_config
+    from tests.integrations.lit_helpers import TinyData, write_config
 
     cfg = write_config(tmp_path, f"""        output_dir: {tmp_path / 'perf'}
         schedule: {{skip_first: 1000}}

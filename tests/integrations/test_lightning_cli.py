@@ -8,41 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lightning as L
 import pytest
 from lightning.pytorch.cli import LightningCLI
 
 from perf_callbacks import GPUPerfCallback, PerfConfigError
-from tests.integrations.lit_helpers import TinyModel, loader, profiler_steps
-
-
-class TinyData(L.LightningDataModule):
-    def train_dataloader(self):  # noqa: ANN201
-        return loader(num_workers=1)
-
-
-def write_config(tmp_path: Path, init_args: str) -> Path:
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(f"""
-trainer:
-  max_steps: 6
-  accelerator: cpu
-  devices: 1
-  logger: false
-  enable_progress_bar: false
-  enable_checkpointing: false
-  enable_model_summary: false
-  default_root_dir: {tmp_path}
-  callbacks:
-    - class_path: perf_callbacks.GPUPerfCallback
-      init_args:
-{init_args}
-""")
-    return cfg
-
-
-def run_cli(cfg: Path) -> LightningCLI:
-    return LightningCLI(TinyModel, TinyData, args=["fit", "--config", str(cfg)], save_config_callback=None)
+from tests.integrations.lit_helpers import TinyData, TinyModel, profiler_steps, run_cli, write_config
 
 
 def test_cli_yaml_with_schedule(tmp_path: Path) -> None:
@@ -124,7 +94,7 @@ def test_cli_user_sees_our_line_not_a_traceback(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, "        schedule: {actve: 2}\n")
     code = (
         "from lightning.pytorch.cli import LightningCLI\n"
-        "from tests.integrations.test_lightning_cli import TinyData, TinyModel\n"
+        "from tests.integrations.lit_helpers import TinyData, TinyModel\n"
         f"LightningCLI(TinyModel, TinyData, args=['fit', '--config', {str(cfg)!r}], save_config_callback=None)\n"
     )
     root = Path(__file__).resolve().parents[2]

@@ -4,29 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.integrations.ddp_helpers import launch, run_ddp
 from tests.integrations.lit_helpers import profiler_steps
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
-
-
-def launch(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "tests.integrations.ddp_fit", str(tmp_path), *flags], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=240)
-
-
-def run_ddp(tmp_path: Path, *flags: str) -> list[dict]:
-    proc = launch(tmp_path, *flags)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1)]
 
 
 def test_one_trace_per_rank_per_window(tmp_path: Path) -> None:

@@ -14,40 +14,14 @@ from unittest import mock
 import pytest
 import torch
 from lightning.pytorch.callbacks import GradientAccumulationScheduler, LearningRateFinder
-from lightning.pytorch.loggers import Logger
 from lightning.pytorch.tuner import Tuner
 
 from perf_callbacks import GPUPerfCallback
 from perf_callbacks.exceptions import PerfWarning
-from tests.integrations.lit_helpers import TinyModel, loader, profiler_steps, trainer
+from tests.integrations.lit_helpers import Recorder, TinyModel, loader, profiler_steps, trainer
 
 QUIET = {"data_wait_steps": 100_000, "check_dataloaders": False}
 NO_WINDOW = {"skip_first": 100_000}
-
-
-class Recorder(Logger):
-    """Keeps what the callback logs, by step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[tuple[int, dict[str, float]]] = []
-
-    @property
-    def name(self) -> str:
-        return "recorder"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.rows.append((step or 0, dict(metrics)))
-
-    def series(self, key: str) -> list[float]:
-        return [m[key] for _, m in self.rows if key in m]
 
 
 class SleepyModel(TinyModel):

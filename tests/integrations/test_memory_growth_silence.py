@@ -94,8 +94,7 @@ def test_a_healthy_accelerate_run_is_silent(tmp_path: Path) -> None:
 
 
 def test_a_healthy_transformers_run_is_silent(tmp_path: Path) -> None:
-    from tests.integrations.hf_helpers import make_trainer
-    from tests.integrations.test_transformers import callback
+    from tests.integrations.hf_helpers import callback, make_trainer
 
     cb = callback(tmp_path / "perf", **OPTIONS)
     trainer = make_trainer(tmp_path, [cb], max_steps=STEPS, n=4 * STEPS, eval_steps=20, dataloader_num_workers=1)

@@ -165,7 +165,7 @@ def test_accelerate_attributes_equal_flops_and_time_to_two_identical_blocks(tmp_
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_module_spans_under_ddp_name_the_modules_of_the_lightning_module(tmp_path: Path) -> None:
-    from tests.integrations.test_lightning_ddp import run_ddp
+    from tests.integrations.ddp_helpers import run_ddp
 
     results = run_ddp(tmp_path, "--in-memory", "--module-spans")  # DDP wraps the LightningModule: names stay its own
     assert all(not r["warnings"] for r in results)

@@ -23,60 +23,9 @@ from perf_callbacks import AcceleratePerfHook, GPUPerfCallback, InstrumentUnavai
 from perf_callbacks.analysis.measures.text import size
 from perf_callbacks.core.memory.sampler import OutOfMemoryError
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
+from tests.integrations.oom_helpers import MESSAGE, OOMModel, RaiseInBackward
 
 ROOT = Path(__file__).resolve().parents[2]
-MESSAGE = "CUDA out of memory. Tried to allocate 2.00 GiB"
-
-
-class RaiseInBackward(torch.autograd.Function):
-    """Identity forward; its backward raises the given error (autograd's engine thread hands it back unchanged)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, error: BaseException) -> torch.Tensor:
-        ctx.error = error
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        raise ctx.error
-
-
-class OOMModel(TinyModel):
-    """Raises ``self.error`` at step ``at`` in ``where``: forward, backward, optimizer_step or validation."""
-
-    def __init__(self, where: str, at: int = 3) -> None:
-        super().__init__()
-        self.where, self.at, self.error = where, at, OutOfMemoryError(MESSAGE)
-
-    def _fire(self, where: str) -> bool:
-        return self.where == where and self.trainer.global_step == self.at
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        if self._fire("forward"):
-            raise self.error
-        loss = super().training_step(batch, batch_idx)
-        return RaiseInBackward.apply(loss, self.error) if self._fire("backward") else loss
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        if self.where == "validation":
-            raise self.error
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return FailingSGD(self.parameters(), lr=0.1, fire=lambda: self._fire("optimizer_step"), error=self.error)
-
-
-class FailingSGD(torch.optim.SGD):
-    """SGD whose update raises when ``fire()`` says so (after Lightning's closure: forward and backward ran)."""
-
-    def __init__(self, params: Any, lr: float, fire: Any, error: BaseException) -> None:
-        super().__init__(params, lr=lr, momentum=0.9)  # momentum: optimizer state in the OOM summary
-        self.fire, self.error = fire, error
-
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
-        loss = super().step(closure)
-        if self.fire():
-            raise self.error
-        return loss
 
 
 def oom_files(root: Path) -> dict[str, list[str]]:
@@ -110,7 +59,7 @@ def test_lightning_oom_writes_summary_naming_step_and_phase(tmp_path: Path, caps
 
 def test_lightning_cli_yaml_takes_the_memory_history_keys(tmp_path: Path) -> None:
     from perf_callbacks import PerfConfigError
-    from tests.integrations.test_lightning_cli import run_cli, write_config
+    from tests.integrations.lit_helpers import run_cli, write_config
 
     with pytest.warns(InstrumentUnavailableWarning, match="memory_history=5000"):  # CPU: nothing to record
         cli = run_cli(write_config(tmp_path, "        memory_history: 5000\n        memory_history_start: 2\n"))
@@ -201,7 +150,7 @@ def test_two_processes_only_the_failing_rank_writes(tmp_path: Path) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_lightning_ddp_only_the_failing_rank_writes(tmp_path: Path) -> None:
-    from tests.integrations.test_lightning_ddp import launch
+    from tests.integrations.ddp_helpers import launch
 
     proc = launch(tmp_path, "--fail-rank", "1", "--oom")  # subprocess.run's timeout fails the test on a hang
     assert proc.returncode != 0 and MESSAGE in proc.stderr

@@ -16,7 +16,7 @@ from torch import nn
 
 from perf_callbacks import AcceleratePerfHook, GPUPerfCallback
 from perf_callbacks.core.memory.phase_peaks import PhasePeaks
-from tests.core.memory.test_phase_peaks import HostPeak
+from tests.core.engine_helpers import HostPeak
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 
 EXPECTED = {"forward": 100.0, "backward": 400.0, "optimizer_step": 50.0}

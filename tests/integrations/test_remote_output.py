@@ -421,7 +421,7 @@ def test_report_of_several_windows_picks_and_orders_them_as_locally(tmp_path: Pa
 def test_an_oom_folder_ends_up_in_the_bucket(tmp_path: Path, s3: S3Server, staging: Path) -> None:
     """The out-of-memory evidence, written at close after the window's upload, is uploaded by the close sweep."""
     from perf_callbacks.core.memory.sampler import OutOfMemoryError
-    from tests.integrations.test_oom import OOMModel
+    from tests.integrations.oom_helpers import OOMModel
 
     s3.fs().mkdir("perf-oom")
     cb = GPUPerfCallback(output_dir="s3://perf-oom/perf", storage_options=s3.options, schedule=WINDOW,

@@ -77,8 +77,7 @@ def test_an_accelerate_run_shorter_than_one_interval_logs_its_interval_once_at_c
 
 def test_a_transformers_run_shorter_than_one_interval_logs_its_interval_once_at_the_end(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    from tests.integrations.hf_helpers import QUIET, make_trainer
-    from tests.integrations.test_transformers import callback
+    from tests.integrations.hf_helpers import QUIET, callback, make_trainer
 
     options: dict[str, Any] = {"schedule": WINDOW, "log_every_n_steps": 50, **QUIET}
     cb = callback(tmp_path / "perf", **options)
@@ -98,8 +97,7 @@ def test_a_short_transformers_run_reaches_report_to_tensorboard_after_its_writer
     pytest.importorskip("transformers")
     from transformers import TrainingArguments
 
-    from tests.integrations.hf_helpers import QUIET, make_trainer
-    from tests.integrations.test_transformers import callback
+    from tests.integrations.hf_helpers import QUIET, callback, make_trainer
 
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))  # 5.x; 4.x takes logging_dir
     four = {"logging_dir": str(tmp_path / "tb")} if "logging_dir" in TrainingArguments.__dataclass_fields__ else {}

@@ -21,9 +21,9 @@ from perf_callbacks import DataLoaderWarning, PerfConfig, PerfConfigError, Trans
 from perf_callbacks.cli import main as cli_main  # noqa: E402
 from perf_callbacks.core.memory.sampler import OutOfMemoryError  # noqa: E402
 from tests.integrations.hf_helpers import (  # noqa: E402
-    QUIET,
     SCHEDULE,
     FailAt,
+    callback,
     durations_ms,
     make_trainer,
     phases_by_step,
@@ -34,12 +34,6 @@ from tests.integrations.hf_helpers import (  # noqa: E402
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
 ROOT = Path(__file__).resolve().parents[2]
 MICRO = ["data_wait"] * 3 + ["forward", "backward"] * 3 + ["optimizer_step"]  # one optimizer step, ga=3
-
-
-
-
-def callback(out: Path, **options: Any) -> TransformersPerfCallback:
-    return TransformersPerfCallback(**{"output_dir": str(out), "schedule": SCHEDULE, **QUIET, **options})
 
 
 # ---- construction ----------------------------------------------------------------------------------------------------

@@ -17,56 +17,19 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import RunContext
 from perf_callbacks.core.flops.count import StepCounter, extra_formulas
 from perf_callbacks.core.flops.peak import peak_flops
 from perf_callbacks.core.flops.step import META_KEY, StepFlops
-
-NO_WINDOWS = {"skip_first": 10_000}
-
-
-def make_engine(tmp_path: Path, logged: list | None = None, every: int = 5, **options: object) -> PerfEngine:
-    options.setdefault("schedule", NO_WINDOWS)
-    cfg = PerfConfig.from_dict({"summary": False, **options})
-    ctx = RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=every,
-                     log_metrics=(lambda m, s: logged.append((s, m))) if logged is not None else None)
-    return PerfEngine(cfg, ctx)
-
-
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
+from tests.core.flops_helpers import Distilled, Step, make_engine, mlp, once, train
 
 
 def block() -> nn.Module:
     return nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0)
 
 
-Step = Callable[[nn.Module, torch.Tensor], None]
-
-
-def once(model: nn.Module, x: torch.Tensor) -> None:
-    model(x).square().mean().backward()
-
-
 def twice(model: nn.Module, x: torch.Tensor) -> None:  # e.g. a siamese loss: the model runs twice per step
     (model(x) - model(x.flip(0))).square().mean().backward()
-
-
-def train(engine: PerfEngine, model: nn.Module, x: torch.Tensor, steps: int, accumulate: int = 1,
-          step_fn: Step = once) -> None:
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    engine.attach_model(model)
-    for step in range(steps):
-        for micro in range(accumulate):
-            engine.data_start()
-            engine.data_end()
-            engine.batch_start(step)
-            step_fn(model, x)
-            last = micro == accumulate - 1
-            if last:
-                opt.step()
-                opt.zero_grad()
-            engine.batch_end(last, samples=x.shape[0])
 
 
 def counted_by_test(model: nn.Module, x: torch.Tensor, step_fn: Step = once, times: int = 1) -> int:
@@ -138,19 +101,6 @@ def test_counting_changes_no_numerics(tmp_path: Path, make: Callable[[], nn.Modu
     train(make_engine(tmp_path / "b", flops=False), b, x, steps=4)
     assert counted.flops.per_step == counted_by_test(b, x)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
-
-
-class Distilled(nn.Module):
-    """A student trained against a frozen teacher run under ``torch.inference_mode`` (its ops skip autograd)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.student, self.teacher = mlp(), mlp().requires_grad_(False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
-            target = self.teacher(x)
-        return self.student(x) - target.clone()
 
 
 def test_an_op_flop_counter_mode_decomposes_is_counted_on_meta_tensors_and_runs_whole(tmp_path: Path) -> None:

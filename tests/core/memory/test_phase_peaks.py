@@ -13,30 +13,7 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 from perf_callbacks.core.memory.phase_peaks import PhasePeaks
-from tests.core.engine_helpers import make_engine
-
-MB = 2**20
-
-
-class HostPeak:
-    """A peak counter with the CUDA allocator's semantics (``peak`` since the last reset), driven by the test."""
-
-    def __init__(self) -> None:
-        self.current = self.peak = 0
-        self.reads: list[int] = []  # the test's step at each read
-        self.step = 0
-
-    def alloc(self, mb: int) -> None:
-        self.current += mb * MB
-        self.peak = max(self.peak, self.current)
-
-    def free(self, mb: int) -> None:
-        self.current -= mb * MB
-
-    def read_and_reset(self) -> int:
-        self.reads.append(self.step)
-        peak, self.peak = self.peak, self.current
-        return peak
+from tests.core.engine_helpers import HostPeak, make_engine
 
 
 def test_each_phase_gets_its_own_peak_and_micro_batches_keep_the_largest() -> None:

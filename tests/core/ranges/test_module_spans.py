@@ -163,7 +163,7 @@ def test_flops_by_module_are_flop_counter_modes_module_tree() -> None:
 
 @pytest.mark.parametrize("accumulate", [1, 3])
 def test_the_counting_step_gives_flops_by_module_and_leaves_no_hook(tmp_path: Path, accumulate: int) -> None:
-    from tests.core.flops.test_flops import make_engine, train
+    from tests.core.flops_helpers import make_engine, train
 
     engine = make_engine(tmp_path, module_spans=True)
     model, x = TwoBlocks(8), torch.randn(4, 8)
@@ -178,7 +178,7 @@ def test_the_counting_step_gives_flops_by_module_and_leaves_no_hook(tmp_path: Pa
 
 
 def test_attention_flops_go_to_each_layer_equally(tmp_path: Path) -> None:
-    from tests.core.flops.test_flops import make_engine, train
+    from tests.core.flops_helpers import make_engine, train
 
     engine = make_engine(tmp_path, module_spans=True)
     model = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0), 2,
@@ -194,7 +194,7 @@ def test_attention_flops_go_to_each_layer_equally(tmp_path: Path) -> None:
 def test_without_autograd_sequence_numbers_the_total_is_still_counted(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from perf_callbacks.core.flops import modules as module_flops
-    from tests.core.flops.test_flops import make_engine, train
+    from tests.core.flops_helpers import make_engine, train
 
     monkeypatch.setattr(module_flops, "_SEQ", None)
     engine = make_engine(tmp_path, module_spans=True)
@@ -206,7 +206,7 @@ def test_without_autograd_sequence_numbers_the_total_is_still_counted(tmp_path: 
 
 
 def test_ops_counted_through_their_decomposition_are_owned_by_their_module(tmp_path: Path) -> None:
-    from tests.core.flops.test_flops import Distilled, make_engine, train
+    from tests.core.flops_helpers import Distilled, make_engine, train
 
     engine = make_engine(tmp_path, module_spans=True)
     train(engine, Distilled(), torch.randn(8, 32), steps=2)  # the teacher's linear reaches the mode whole
