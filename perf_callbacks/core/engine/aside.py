@@ -9,7 +9,7 @@ span (``core/engine/phases.py``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from perf_callbacks.core.clock import StepClock
@@ -31,31 +31,32 @@ class SetAside:
         phases: the engine's phase ranges (validation is a phase; a checkpoint, a range nested in one).
         compile: the engine's torch.compile watch (a compilation in validation is no recompile storm).
         windows: the engine's windows (a window's summary tells its compile time).
+        now: the engine's clock (``core/engine/engine.py``'s ``now``: every part reads the time the engine reads).
     """
 
     def __init__(self, state: StepState, clock: StepClock, monitor: StepMonitor, phases: PhaseRanges,
-                 compile: CompileWatch, windows: WindowRecorder) -> None:
-        self.state, self.clock, self.monitor = state, clock, monitor
+                 compile: CompileWatch, windows: WindowRecorder, now: Callable[[], float] = time.perf_counter) -> None:
+        self.state, self.clock, self.monitor, self.now = state, clock, monitor, now
         self.phases, self.compile, self.windows = phases, compile, windows
         self.in_checkpoint = False  # a checkpoint save is open (read by the hang watchdog, core/hang/watchdog.py)
         self._t_validation = self._t_ckpt = 0.0
 
     def validation_start(self) -> None:
         """Validation inside training: its own range, and its time is left out of step time and data wait."""
-        self._t_validation = time.perf_counter()
+        self._t_validation = self.now()
         self.state.mark_unclean()
         self.phases.enter("validation")
 
     def validation_end(self) -> None:
         """Validation finished."""
-        self.clock.set_aside(time.perf_counter() - self._t_validation)
+        self.clock.set_aside(self.now() - self._t_validation)
         if self.compile.dirty:  # it compiled (e.g. for eval mode): never a recompile storm
             self.compile.poll(None)
         self.phases.enter("framework")
 
     def checkpoint_start(self) -> None:
         """A checkpoint save begins: a range nested in the current phase; its time is left out of step and wait."""
-        self._t_ckpt = time.perf_counter()
+        self._t_ckpt = self.now()
         self.state.mark_unclean()
         self.in_checkpoint = True
         self.phases.checkpoint_start()
@@ -65,7 +66,7 @@ class SetAside:
         self.in_checkpoint = False
         self.phases.checkpoint_end()
         if self.phases.name != "validation":  # else already left out as validation time
-            self.clock.set_aside(time.perf_counter() - self._t_ckpt)
+            self.clock.set_aside(self.now() - self._t_ckpt)
 
     def compiled(self, seconds: float) -> None:
         """torch.compile compiled for ``seconds`` (core/flops/compile_watch.py): set aside like validation."""
@@ -79,12 +80,12 @@ class SetAside:
     def tool_time(self, kind: str = "log") -> Iterator[None]:
         """Our own work (export, logging, a metric flush): not step time, but overhead; in windows, a span set aside."""
         rf = enter_span("perf_callbacks.overhead") if self.phases.recording and kind == "log" else None
-        t0 = time.perf_counter()
+        t0 = self.now()
         try:
             yield
         finally:
             exit_span(rf)
-            self.spent(kind, time.perf_counter() - t0)
+            self.spent(kind, self.now() - t0)
 
     def spent(self, kind: str, seconds: float) -> None:
         """``seconds`` of our own ``kind`` of work: set aside from the open step, added to the overhead."""

@@ -60,6 +60,11 @@ CLOSE_WAIT_S = 120.0
 T = TypeVar("T")
 
 
+def now() -> float:
+    """The engine's clock, that every part reads: ``time.perf_counter`` as this module sees it (a test's fake clock)."""
+    return time.perf_counter()
+
+
 class PerfEngine:
     """Composes the step clock, profiler windows, NVTX ranges, memory sampling and step statistics.
 
@@ -94,7 +99,7 @@ class PerfEngine:
         self.files = RunFiles(self.windows)  # the traces exported, and where each is now
         self.phases = PhaseRanges(self.state, self.nvtx, self.mem, self.windows)  # the open phase, its ranges
         # validation, checkpoints, compilation and our own work: left out of step time
-        self.aside = SetAside(self.state, self.clock, self.monitor, self.phases, self.compile, self.windows)
+        self.aside = SetAside(self.state, self.clock, self.monitor, self.phases, self.compile, self.windows, now)
         self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn)  # core/capture*.py
         memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
         self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside, memory, growth,
@@ -218,8 +223,7 @@ class PerfEngine:
 
     def _end_step(self, t: float | None) -> None:
         """Measure the step that ended; ``t``: when the next began (None: at its optimizer step, no step follows)."""
-        state = self.state
-        step = state.step
+        state, step = self.state, self.state.step
         if self.phases.nvtx_on and t is not None:
             self.nvtx.pop()
         if self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not a comparable interval
@@ -289,9 +293,6 @@ class PerfEngine:
         self.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
 
     def _close_at_exit(self) -> None:
-        """Closed at the interpreter's exit, as its owner would: with the exception that ends the process, if known.
-
-        A session still warming up is left as it is (``windows.at_exit``).
-        """
-        self.windows.at_exit = True
+        """Closed at the interpreter's exit, as its owner would (with the exception that ends the process, if known)."""
+        self.windows.at_exit = True  # a session still warming up is left as it is
         self.close(self.exit_cause())

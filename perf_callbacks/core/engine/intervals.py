@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import math
 import sys
-import time
 
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
@@ -57,11 +56,11 @@ class IntervalLog:
             with self.aside.tool_time("log"):
                 self.log(step)
         else:
-            t0 = time.perf_counter()
+            t0 = self.aside.now()
             try:
                 self.log(step)
             finally:
-                self.aside.spent("log", time.perf_counter() - t0)
+                self.aside.spent("log", self.aside.now() - t0)
         if self.mem.armed:  # the interval's logging armed the next memory-measured step
             self.aside.phases.plain = False
 
@@ -84,7 +83,7 @@ class IntervalLog:
     def read_held(self, step: int) -> None:
         """The memory held at the start of a logged step: our own work, set aside from the step (as logging is)."""
         self.held_at = sys.maxsize  # until the logging step sets the next
-        t0 = time.perf_counter()
+        t0 = self.aside.now()
         try:
             if self.growth is not None:
                 self.growth.read(step)
@@ -93,7 +92,7 @@ class IntervalLog:
             self._warn("memory_growth_off", InstrumentUnavailableWarning,
                        f"reading the memory held at step start failed ({err!r}): the memory growth check is off")
         finally:
-            self.aside.spent("log", time.perf_counter() - t0)
+            self.aside.spent("log", self.aside.now() - t0)
 
     def _memory_metrics(self, metrics: dict[str, float], step: int) -> None:
         if self.mem.peaks is not None:
