@@ -10,11 +10,9 @@ An adapter maps its framework's hooks onto::
 
 A step begins at its first activity (the fetch of its first micro-batch, or the batch) and lasts until the next one
 begins: its NVTX range and ``ProfilerStep#N`` span hold its data wait, its work and the framework's work after it
-(the ``framework`` phase); no step is opened before it runs. Validation, checkpoint saves and our own export and
-logging are left out of step time and data wait (``core/clock.py``, ``core/engine/aside.py``); the files written
-and where they are now: ``core/engine/run_files.py``; the open step and the next: ``core/engine/step_state.py``;
-logging steps: ``core/engine/intervals.py``. Outside windows a micro-batch costs a few ``perf_counter`` reads and
-compares; memory is read at logging steps only; nothing syncs with the device.
+(the ``framework`` phase). Validation, checkpoints and our own work are set aside (``core/engine/aside.py``); the
+engine's other parts are in ``core/engine/``. Outside windows a micro-batch costs a few ``perf_counter`` reads and
+compares, with no call into a part in the usual case; memory is read at logging steps only; nothing syncs.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,7 +33,7 @@ from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
-from perf_callbacks.core.engine.intervals import IntervalLog
+from perf_callbacks.core.engine.intervals import IntervalLog, interval_rates
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.run_files import RunFiles
 from perf_callbacks.core.engine.step_state import StepState
@@ -51,6 +50,7 @@ from perf_callbacks.core.memory.watch import MemoryWatch
 from perf_callbacks.core.ranges.nvtx import NvtxRanges
 from perf_callbacks.core.spans import exit_span
 from perf_callbacks.core.timing.monitor import StepMonitor
+from perf_callbacks.core.triggers.schedule import Action
 from perf_callbacks.core.warn import WarnOnce, quiet
 from perf_callbacks.core.windows.recorder import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, MemoryGrowthWarning
@@ -74,24 +74,23 @@ class PerfEngine:
     """
 
     def __init__(self, config: PerfConfig, ctx: RunContext) -> None:
-        self.config, self.ctx = config, ctx
-        self.is_main = ctx.rank == 0
+        self.config, self.ctx, self.is_main = config, ctx, ctx.rank == 0
         self._warn = warn = WarnOnce(self.is_main)
         self.nvtx = NvtxRanges(config.nvtx_domain, enabled=config.nvtx)
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         # the pieces the parts share, made first and handed to each
         self.state = StepState()  # the open step and the next (steps_run, ended, ...)
         self.outputs = Outputs(warn, ctx.rank, ctx.world_size)  # every file and metric: failures never reach training
-        self.clock = StepClock()
+        self.clock, self._closed = StepClock(), False
         layout = TraceLayout(ctx.output_dir, ctx.run_name)
         self.mem = MemoryWatch(config, ctx.rank, ctx.device, layout.run_dir,
                                lambda msg: warn("memory_history", InstrumentUnavailableWarning, msg), self.outputs)
         growth = MemoryGrowth(ctx.device, lambda msg: warn("memory_growth", MemoryGrowthWarning, msg)) \
             if config.memory else None  # the memory held at the start of logged steps, and its trend
         self.compile = watch = CompileWatch(warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
-        # FLOPs per step (counted on one step if need be) and the peak; compiled kernels' FLOPs are not counted
-        self.flops = StepFlops(config, ctx, warn, compiling=lambda: watch.active)
-        self.monitor = StepMonitor(config, ctx, warn, self.outputs, rates=self._interval_rates)
+        self.flops = flops = StepFlops(config, ctx, warn, compiling=lambda: watch.active)  # FLOPs per step, the peak
+        rates = partial(interval_rates, flops, watch, self.state)  # the interval's TFLOP/s, MFU and compile figures
+        self.monitor = StepMonitor(config, ctx, warn, self.outputs, rates=rates)
         self.windows = WindowRecorder(config, ctx, self.nvtx, warn, outputs=self.outputs, clock=self.clock,
                                       layout=layout, mem=self.mem, trace_meta=self.flops.meta,
                                       module_flops=self.flops.module_flops,
@@ -105,19 +104,16 @@ class PerfEngine:
         self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside, memory, growth,
                                      self.mem, self.captures, self.windows, self.outputs, warn)
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
-        self._closed = False
         self._log_every, self._nsys_steps = ctx.log_every_n_steps, config.nsys_steps
         # the verbs a part answers for the engine: bound once (no call in between on the hot path)
-        self.phase, self.end_phase = self.phases.enter, self.phases.leave  # the open phase's ranges
+        self.phase, self.end_phase, self.tool_time = self.phases.enter, self.phases.leave, self.aside.tool_time
         self.validation_start, self.validation_end = self.aside.validation_start, self.aside.validation_end
         self.checkpoint_start, self.checkpoint_end = self.aside.checkpoint_start, self.aside.checkpoint_end
-        self.tool_time = self.aside.tool_time  # our own work (export, logging, a metric flush): not step time
         self.locate, self.report_findings = self.files.locate, self.monitor.findings
         self.exit_cause = ExitCause()  # at interpreter exit: the exception that ends the process, if known
         self._at_exit = close_at_exit(self, PerfEngine._close_at_exit)  # an engine its owner never closed
         self.hang = watch_engine(self, config.hang_timeout, ctx.rank, ctx.world_size, layout.run_dir)
 
-    # ---- the run's parts, as adapters and users see them ---------------------------------------------------------
     step = property(lambda self: self.state.step, doc="The open step (None before the first).")
     steps_run = property(lambda self: self.state.steps_run, doc="Optimizer steps completed in this run.")
     memory = property(lambda self: self.intervals.memory, doc="The device memory sampler (None: off, or it failed).")
@@ -156,34 +152,43 @@ class PerfEngine:
     # ---- hot path: once per micro-batch ---------------------------------------------------------------------
     def data_start(self) -> None:
         """The loop asks its DataLoader for the next batch (call right before ``next(iterator)``)."""
-        t = time.perf_counter()
-        if self.state.ended and (step := self.state.fetch_starts(t)) is not None:
-            self._begin(step, t)
+        t, state, phases = time.perf_counter(), self.state, self.phases
+        if state.ended:  # the fetch opens the next step, or waits for its number (pending)
+            if (step := state.expected) is not None:
+                self._begin(step, t)
+            elif state.pending_t is None:
+                state.pending_t = t
         self.clock.data_start(t)
-        self.phases.enter("data_wait")
+        phases.name = "data_wait" if phases.plain else phases.enter("data_wait")  # the fast case without a call
 
     def data_end(self) -> None:
         """The DataLoader handed over the batch (call right after ``next(iterator)`` returned or raised)."""
         self.clock.data_end(time.perf_counter())
-        self.phases.enter("framework")
+        phases = self.phases
+        phases.name = "framework" if phases.plain else phases.enter("framework")
 
     def batch_start(self, step: int, phase: str | None = "forward") -> None:
         """A micro-batch of optimizer step ``step`` starts, in ``phase`` (None: no phase range until the next)."""
-        state = self.state
-        step = state.number(step)
+        state, phases = self.state, self.phases
+        if (done := state.done) is not None and step <= done:  # a count that did not move: never reuse a number
+            step = done + 1
         if state.ended or step != state.step:
             self._begin(step, time.perf_counter())
         if self._flops_on:  # the FLOP-counting step starts at its first micro-batch (see core/flops/step.py)
             self._flops_on = self.flops.batch_start(state.step or 0, state.micro, self.windows.action.value != 0)
         if phase is not None:
-            self.phases.enter(phase)
+            phases.name = phase if phases.plain else phases.enter(phase)
 
     def batch_end(self, stepped: bool, samples: int | None = None) -> None:
         """A micro-batch of ``samples`` samples ended; ``stepped`` is True when it completed an optimizer step."""
         phases, state = self.phases, self.state
-        if phases.name is not None:
+        if phases.plain:  # phases.leave() without the call
+            phases.name = None
+        elif phases.name is not None:
             phases.leave()
-        state.micro_batch(samples)
+        state.micro += 1
+        if samples:
+            state.samples += samples
         if self._flops_on:
             self._flops_on = self.flops.batch_end(stepped, state.micro)
         if stepped and not state.ended and (step := state.step) is not None:
@@ -198,17 +203,18 @@ class PerfEngine:
                         phases.recording = False
                         state.mark_unclean()
                 phases.replain()
-        phases.enter("framework")
+        phases.name = "framework" if phases.plain else phases.enter("framework")
 
-    # ---- once per optimizer step -------------------------------------------------------------------------------
     def _begin(self, step: int, t: float) -> None:
-        phases, state = self.phases, self.state
+        phases, state, windows = self.phases, self.state, self.windows
         if phases.name is not None:
             phases.leave()
         if state.step is not None:
             self._end_step(state.pending_t if state.pending_t is not None else t)
-        t, carry = state.opens(step, t)
-        self.clock.begin(t, carry)
+        if (pending := state.pending_t) is not None:
+            t, state.pending_t = pending, None
+        state.step, state.ended, state.expected, state.micro, state.samples = step, False, step, 0, 0
+        self.clock.begin(t, pending is not None)
         if not state.steps_run and not self.compile.installed:  # a model compiled after the engine was made
             self.compile.install()
         if self.mem.history_at is not None:
@@ -217,41 +223,37 @@ class PerfEngine:
             self.intervals.read_held(step)
         if phases.nvtx_on:
             self.nvtx.push_step(step)
-        phases.recording = self.windows.step_starts(step)
+        if self._nsys_steps is None and not windows.jobs and windows.uploads is None and step < windows.quiet_until:
+            phases.recording = False  # windows.step_starts(step) before the schedule's next window, inlined
+        else:
+            phases.recording = windows.step_starts(step)
         if phases.recording or not phases.plain:  # else no flag changed since the last replain
             phases.replain()
 
     def _end_step(self, t: float | None) -> None:
         """Measure the step that ended; ``t``: when the next began (None: at its optimizer step, no step follows)."""
-        state, step = self.state, self.state.step
+        state, step, clock = self.state, self.state.step, self.clock
         if self.phases.nvtx_on and t is not None:
             self.nvtx.pop()
         if self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not a comparable interval
             state.mark_unclean()
             self.compile.poll(step)
-        if state.completed and step is not None:  # else abandoned: no optimizer step completed (a `break`, ...)
-            elapsed = state.last_elapsed if t is None else self.clock.elapsed(t)
-            self.intervals.measure(step, elapsed, counted=step == self.flops.counted_step)
+        if not state.ended or step is None:  # abandoned: no optimizer step completed (a `break`, a resumed count)
+            return
+        if (counted := step == self.flops.counted_step) or self.windows.action is not Action.NONE:
+            self.intervals.not_comparable(counted)  # its ops ran through the FLOP counter, or it was profiled
+        else:
+            elapsed = state.last_elapsed if t is None else clock.elapsed(t)
+            self.monitor.measured(step, elapsed, clock.wait, state.samples or None, clock.loader_timed, state.micro)
+            if elapsed > self.intervals.spike_limit:
+                self.captures.spiked(step, elapsed)
 
     def log_short_run(self) -> bool:
         """A run that ends before its first logging step logs its interval once, at its last step; True if it did.
 
-        Its last step is measured up to its optimizer step (no next step begins). :meth:`close` calls it on a clean
-        close, after the window's export; the Accelerate adapter calls it first, to send it with its close-time flush.
+        :meth:`close` calls it after the window's export; the Accelerate adapter first, to send it with its flush.
         """
-        state = self.state
-        if state.logged or state.done is None:
-            return False
-        if state.ended and state.step == state.done:
-            self._end_step(None)
-        with self.tool_time("log"):
-            self.intervals.log(state.done + 1, clean=False)
-        self.phases.replain()
-        return True
-
-    def _interval_rates(self, metrics: dict[str, float]) -> None:
-        self.flops.add_metrics(metrics)
-        self.compile.add_metrics(metrics, self.state.step)
+        return self.intervals.short_run(self._end_step, self.tool_time)
 
     def _compiled(self, seconds: float) -> None:
         """torch.compile compiled for ``seconds`` (the compile watch holds this method weakly, not the engine)."""

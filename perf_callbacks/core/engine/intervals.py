@@ -9,19 +9,28 @@ from __future__ import annotations
 import functools
 import math
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.files.outputs import Outputs
+from perf_callbacks.core.flops.compile_watch import CompileWatch
+from perf_callbacks.core.flops.step import StepFlops
 from perf_callbacks.core.memory.growth import MemoryGrowth
 from perf_callbacks.core.memory.sampler import MemorySampler
 from perf_callbacks.core.memory.watch import MemoryWatch
 from perf_callbacks.core.timing.monitor import StepMonitor
-from perf_callbacks.core.triggers.schedule import Action
 from perf_callbacks.core.warn import WarnFn
 from perf_callbacks.core.windows.recorder import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
+
+
+def interval_rates(flops: StepFlops, compile: CompileWatch, state: StepState, metrics: dict[str, float]) -> None:
+    """The interval's rates from its step time: ``train/tflops`` and MFU, and torch.compile's figures."""
+    flops.add_metrics(metrics)
+    compile.add_metrics(metrics, state.step)
 
 
 class IntervalLog:
@@ -64,21 +73,15 @@ class IntervalLog:
         if self.mem.armed:  # the interval's logging armed the next memory-measured step
             self.aside.phases.plain = False
 
-    def measure(self, step: int, elapsed: float, counted: bool) -> None:
-        """Step ``step`` took ``elapsed`` seconds: into the interval's statistics, unless its time is not its own.
+    def not_comparable(self, counted: bool) -> None:
+        """A step's time is not its own: its ops ran through the FLOP counter (``counted``), or it was profiled.
 
-        ``counted``: its ops ran through the FLOP counter; a profiled step's times are not comparable either.
+        The engine measures every other step itself (``PerfEngine._end_step``: the interval's statistics, and a spike
+        above ``spike_limit`` triggers a capture).
         """
+        self.state.mark_unclean()
         if counted:
-            self.state.mark_unclean()
             self.monitor.set_aside()
-        elif self.windows.action is not Action.NONE:
-            self.state.mark_unclean()
-        else:
-            clock, state = self.windows.clock, self.state
-            self.monitor.measured(step, elapsed, clock.wait, state.samples or None, clock.loader_timed, state.micro)
-            if elapsed > self.spike_limit:
-                self.captures.spiked(step, elapsed)
 
     def read_held(self, step: int) -> None:
         """The memory held at the start of a logged step: our own work, set aside from the step (as logging is)."""
@@ -93,6 +96,23 @@ class IntervalLog:
                        f"reading the memory held at step start failed ({err!r}): the memory growth check is off")
         finally:
             self.aside.spent("log", self.aside.now() - t0)
+
+    def short_run(self, end_step: Callable[[float | None], None],
+                  tool_time: Callable[[str], AbstractContextManager[None]]) -> bool:
+        """Log a run that ends before its first logging step once, at its last step (``PerfEngine.log_short_run``).
+
+        ``end_step(None)`` measures the last step up to its optimizer step (no next step begins); the logging is our
+        own work (``tool_time``). True if it logged.
+        """
+        state = self.state
+        if state.logged or state.done is None:
+            return False
+        if state.ended and state.step == state.done:
+            end_step(None)
+        with tool_time("log"):
+            self.log(state.done + 1, clean=False)
+        self.aside.phases.replain()
+        return True
 
     def _memory_metrics(self, metrics: dict[str, float], step: int) -> None:
         if self.mem.peaks is not None:

@@ -34,11 +34,15 @@ class PhaseRanges:
         self.ckpt_span: Any = None  # an open checkpoint's trace span
         self.plain = False  # a phase is only a name: no NVTX tool, no window, no armed memory step (see replain)
 
-    def enter(self, name: str) -> None:
-        """End the open phase and open ``name`` (NVTX always; a trace span inside windows)."""
+    def enter(self, name: str) -> str:
+        """End the open phase and open ``name`` (NVTX always; a trace span inside windows); returns ``name``.
+
+        The engine's hot path writes ``phases.name = name if phases.plain else phases.enter(name)``: no call in the
+        usual case outside windows (``plain``), where a phase is only a name.
+        """
         if self.plain:  # the usual case outside windows: nothing to close or open
             self.name = name
-            return
+            return name
         if self.name is not None:
             self.leave()
         self.name = name
@@ -51,6 +55,7 @@ class PhaseRanges:
             self.span = enter_span(f"perf_callbacks.{name}")
             if name == "optimizer_step" and (parts := self.windows.parts) is not None and not parts.grads_read:
                 self.windows.note_gradients()  # inside windows only, once a window
+        return name
 
     def leave(self) -> None:
         """Close the open phase's ranges, if any."""

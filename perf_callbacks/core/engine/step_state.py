@@ -1,9 +1,11 @@
 """The engine's step state: which optimizer step is open, whether it completed, and what the next one will be.
 
 A step is *open* from its first activity (a fetch or a micro-batch) until the next step opens; it *completes* at its
-optimizer step (then it has *ended*: the next activity opens the next step). A fetch that starts before the next
-step's number is known is *pending*: the step it opens starts at that fetch. Read on the engine's hot path
-(``core/engine/engine.py``) and by the hang watchdog (``core/hang/watchdog.py``).
+optimizer step (then it has *ended*: the next activity opens the next step; a step that opened and never completed
+was abandoned). A fetch that starts before the next step's number is known is *pending*: the step it opens starts at
+that fetch. Read on the engine's hot path (``core/engine/engine.py``), which counts a step's micro-batches and samples
+and moves an adapter's step number past the last completed step when the adapter's count did not move (a skipped
+step) itself, with no call per micro-batch; and by the hang watchdog (``core/hang/watchdog.py``).
 """
 
 from __future__ import annotations
@@ -52,14 +54,6 @@ class StepState:
             return None
         return self.expected
 
-    def number(self, step: int) -> int:
-        """The adapter's ``step``, moved past the last completed step if its count did not move (a skipped step).
-
-        Whether the fetch already opened the next step or not: a number is never reused.
-        """
-        done = self.done
-        return done + 1 if done is not None and step <= done else step
-
     def opens(self, step: int, t: float) -> tuple[float, bool]:
         """Step ``step`` opens at ``t``: its start (the pending fetch's, if any) and whether a fetch carried over."""
         pending = self.pending_t
@@ -68,21 +62,10 @@ class StepState:
         self.step, self.ended, self.expected, self.micro, self.samples = step, False, step, 0, 0
         return t, pending is not None
 
-    def micro_batch(self, samples: int | None) -> None:
-        """A micro-batch of ``samples`` samples (None or 0: not known) of the open step ended."""
-        self.micro += 1
-        if samples:
-            self.samples += samples
-
     def completes(self, step: int, elapsed: float) -> None:
         """The open step ``step`` completed its optimizer step ``elapsed`` seconds after it opened: it has ended."""
         self.last_elapsed, self.ended, self.expected, self.done = elapsed, True, step + 1, step
         self.steps_run += 1
-
-    @property
-    def completed(self) -> bool:
-        """The open step completed its optimizer step (else it was abandoned: a ``break``, a resumed count)."""
-        return self.ended and self.step is not None
 
     def mark_unclean(self) -> None:
         """Something not comparable happened in this logging interval: its slowdown check is skipped."""
