@@ -38,10 +38,12 @@ MODULES=(perf_callbacks/core/triggers/schedule.py perf_callbacks/core/files/trac
 # The fast tests that exercise these modules (found with grep; they drive the engine by hand, no framework), plus
 # doctests; tests marked slow, multiprocess or gpu are left out. Not all of tests/core: some of its files hang in
 # mutmut's forked workers (the mutant then reads as a timeout). MUTATION_TESTS (space-separated) replaces the list,
-# e.g. to measure what older tests killed.
+# e.g. to measure what older tests killed. Of test_memory.py only the engine's test runs (the other forks).
 read -r -a TESTS <<< "${MUTATION_TESTS:-tests/core/triggers/test_schedule.py tests/core/files/test_traces.py \
 tests/core/windows/test_trace_cut.py tests/core/timing/test_stats.py tests/core/test_clock.py tests/core/timing/test_monitor.py \
-tests/core/engine/test_engine.py tests/core/windows/test_window.py tests/core/engine/test_engine_survivors.py \
+tests/core/engine/test_engine.py tests/core/windows/test_window.py tests/core/engine/test_phases.py \
+tests/core/windows/test_summary_console.py \
+tests/core/memory/test_memory.py::test_a_memory_reading_that_raises_turns_the_metrics_off_with_one_warning \
 tests/analysis/judge/test_verdict.py tests/analysis/judge/test_noise.py \
 tests/analysis/judge/test_cluster.py tests/analysis/judge/test_stragglers.py tests/analysis/trace/test_timeline.py \
 tests/analysis/trace/test_units.py tests/analysis/trace/test_idle.py tests/analysis/trace/test_set_aside.py}"

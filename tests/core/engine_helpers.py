@@ -1,6 +1,7 @@
 """Driving the engine by hand, as an adapter would: shared by the engine's tests (``tests/core``) and others.
 
-Also the fakes the tests drive it with: a clock, and a device peak-memory counter (``HostPeak``).
+Also the fakes the tests drive it with: a clock, and a device peak-memory counter (``HostPeak``); an engine that
+publishes its windows' summary (``summary_engine``); and what a trace, or another profiler, holds of our spans.
 """
 
 from __future__ import annotations
@@ -14,13 +15,25 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 
+SCHEDULE = {"skip_first": 2, "wait": 1, "warmup": 1, "active": 2}  # make_engine's: warm-up at 3, window 4-5
+
 
 def make_engine(tmp_path: Path, logged: list | None = None, **options: object) -> PerfEngine:
     options.setdefault("summary", False)
-    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 2, "wait": 1, "warmup": 1, "active": 2}, **options})
+    cfg = PerfConfig.from_dict({"schedule": SCHEDULE, **options})
     ctx = RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=5,
                      log_metrics=(lambda m, s: logged.append((s, m))) if logged is not None else None)
     return PerfEngine(cfg, ctx)
+
+
+def summary_engine(tmp_path: Path, rank: int = 0, **options: object) -> tuple[PerfEngine, list, list]:
+    texts: list = []
+    scalars: list = []
+    cfg = PerfConfig.from_dict({"schedule": SCHEDULE, "summary": True, **options})
+    ctx = RunContext(output_dir=tmp_path, run_name="run", rank=rank, world_size=2 if rank else 1,
+                     log_every_n_steps=1000, log_summary=lambda m, s: scalars.append((s, m)),
+                     log_text=lambda tag, text, s: texts.append((tag, text, s)))
+    return PerfEngine(cfg, ctx), texts, scalars
 
 
 def run_steps(engine: PerfEngine, steps: int, accumulate: int = 1, start: int = 0) -> None:
@@ -36,6 +49,14 @@ def run_steps(engine: PerfEngine, steps: int, accumulate: int = 1, start: int = 
 
 def trace_events(path: Path) -> list[dict]:
     return json.load(gzip.open(path))["traceEvents"]
+
+
+def spans(path: Path, name: str) -> list[dict]:
+    return [e for e in trace_events(path) if e.get("name") == name]
+
+
+def ours_in(prof: torch.profiler.profile) -> list[str]:
+    return [e.name for e in prof.events() if e.name.startswith("perf_callbacks.")]
 
 
 def trace_steps(path: Path) -> list[int]:
@@ -84,3 +105,4 @@ class HostPeak:
         self.reads.append(self.step)
         peak, self.peak = self.peak, self.current
         return peak
+

@@ -1,13 +1,17 @@
-"""Host memory sampling: one kept-open ``/proc/self/statm`` per process."""
+"""Memory sampling: one kept-open ``/proc/self/statm`` per process; a device reading that raises, in the engine."""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from perf_callbacks.core.memory.sampler import host_rss_bytes
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from tests.core.engine_helpers import make_engine, run_steps
 
 
 def _statm_rss() -> int:
@@ -31,3 +35,14 @@ def test_a_forked_child_reads_its_own_rss_not_its_parents() -> None:
     ours, truth = map(int, os.read(read, 100).split())
     assert ours == pytest.approx(truth, abs=8 << 20)
     assert ours < host_rss_bytes() - (128 << 20)  # not the parent's, which still holds the block
+
+
+def test_a_memory_reading_that_raises_turns_the_metrics_off_with_one_warning(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path, [], schedule={"skip_first": 1000}, flops=False)
+    assert engine.memory is not None
+    with mock.patch.object(engine.memory, "sample", side_effect=OSError("NVML gone")), \
+            pytest.warns(InstrumentUnavailableWarning) as caught:
+        run_steps(engine, 6)  # logged at step 5
+    assert [str(w.message) for w in caught] == [
+        "perf-callbacks: metrics disabled: OSError: NVML gone; training continues"]
+    assert engine.memory is None and not engine.outputs.enabled("metrics")

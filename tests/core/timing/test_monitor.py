@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 
@@ -20,6 +21,7 @@ from perf_callbacks.core.timing.cpu_wait import CpuWait, run_delay_s
 from perf_callbacks.core.timing.monitor import StepMonitor
 from perf_callbacks.core.timing.stats import MIN_SLOWDOWN_S, DegradationDetector
 from perf_callbacks.exceptions import PerformanceDegradationWarning
+from tests.core.engine_helpers import FakeClock, fake_steps, make_engine
 
 
 def interval_medians(rng: random.Random, intervals: int, steps: int, base: float, slow_from: int | None = None,
@@ -270,3 +272,14 @@ def test_the_cpu_wait_of_an_unchecked_interval_is_not_charged_to_the_next() -> N
             waited[0] += 1.5
         monitor.log_interval(step, None, clean=clean, loader_timed=False)
     assert len(said) == 1 and said[0].startswith("median step time has been 100% above this run's baseline")
+
+
+def test_the_first_interval_feeds_the_slowdown_check_and_a_short_runs_does_not(tmp_path: Path) -> None:
+    for steps, checked in ((6, True), (3, False)):
+        engine = make_engine(tmp_path / str(steps), schedule={"skip_first": 1000}, data_wait_steps=1000, flops=False)
+        clock = FakeClock()
+        with mock.patch("time.perf_counter", clock), \
+                mock.patch.object(engine.monitor.degradation, "check", return_value=None) as check:
+            fake_steps(engine, clock, steps, wait=0.0, work=0.1)  # 6: logged at step 5; 3: logged at close
+            engine.close()
+        assert check.called is checked, steps

@@ -1,12 +1,20 @@
-"""The window summary on the console: every line starts with ``perf-callbacks``; without tqdm, a plain print."""
+"""The window summary on the console: every line starts with ``perf-callbacks``; without tqdm, a plain print.
+
+And its publishing through the engine: the console line, the text and scalars logged, by the reporting rank only.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
+from unittest import mock
 
 import pytest
 
-from perf_callbacks.core.windows.summary import console_text, say
+from perf_callbacks.core.windows.summary import console_text, say, window_line
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from tests.core.engine_helpers import run_steps, summary_engine
 
 SUMMARY = "perf-callbacks summary: steps 3-4, rank 0\n  overhead: 41 ms\nverdict: input_bound\n\ntop ops:\n"
 
@@ -58,3 +66,40 @@ def test_one_line_per_window_unless_verbose(capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().out == line + "\n"
     publish_summary(ctx, text, {}, 6)  # verbose: the whole summary
     assert capsys.readouterr().out == console_text(text) + "\n"
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_reporting_rank_publishes_its_windows_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          verbose: bool) -> None:
+    """One line on the console (the whole summary when verbose), the text and scalars logged at the step after."""
+    engine, texts, scalars = summary_engine(tmp_path, verbose=verbose)
+    run_steps(engine, 7)
+    engine.close()
+    (path,) = engine.exported
+    summary = (path.parent / "summary.txt").read_text()
+    assert engine.windows.summaries == [summary]
+    assert texts == [("perf/window/summary", f"```\n{summary}```", 6)]
+    ((step, figures),) = scalars
+    assert step == 6 and figures and all(k.startswith("perf/window/") for k in figures)
+    side = json.loads((path.parent / "rank0.summary.json").read_text())
+    line = window_line(side["console"], {"window": [4, 5], "partial": False}, path.parent)
+    assert line.startswith(f"perf-callbacks: steps 4-5 {side['verdict']}: ")
+    assert capsys.readouterr().out == (console_text(summary) if verbose else line) + "\n"
+
+
+def test_a_summary_logger_that_raises_turns_the_engines_metrics_writer_off(tmp_path: Path) -> None:
+    engine, _, _ = summary_engine(tmp_path)
+    engine.ctx.log_text = mock.Mock(side_effect=OSError("tracker gone"))
+    with pytest.warns(InstrumentUnavailableWarning, match="tracker gone"):
+        run_steps(engine, 7)
+        engine.close()
+    assert not engine.outputs.enabled("metrics")
+
+
+def test_only_the_lowest_rank_traced_reports_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    engine, texts, scalars = summary_engine(tmp_path, rank=1)
+    run_steps(engine, 7)
+    engine.close()
+    (path,) = engine.exported  # rank 1 records its window, analysed for its sidecar...
+    assert not (path.parent / "summary.txt").exists()  # ...but rank 0 reports
+    assert engine.windows.summaries == texts == scalars == [] and capsys.readouterr().out == ""

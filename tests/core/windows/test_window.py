@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -16,8 +17,9 @@ import torch
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 from perf_callbacks.core.windows import handoff
-from perf_callbacks.exceptions import InstrumentUnavailableWarning
-from tests.core.engine_helpers import make_engine, run_steps, trace_steps
+from perf_callbacks.core.windows.profiler import ProfilerSession
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, TraceSizeWarning
+from tests.core.engine_helpers import SCHEDULE, make_engine, ours_in, run_steps, trace_steps
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -236,3 +238,52 @@ def test_each_exported_trace_is_logged_at_info(tmp_path: Path, caplog: pytest.Lo
     (path,) = engine.exported
     assert [r.getMessage() for r in caplog.records if r.name == "perf_callbacks.core.windows.recorder"] == [
         f"perf-callbacks: trace written to {path}"]
+
+
+def test_steps_we_do_not_record_open_no_spans_in_another_profilers_trace(tmp_path: Path) -> None:
+    """Steps before any window, and a window we stand aside for: the user's trace holds none of our spans."""
+    engine = make_engine(tmp_path)
+    with warnings.catch_warnings(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        warnings.simplefilter("ignore", InstrumentUnavailableWarning)
+        run_steps(engine, 7)  # steps 0-2 outside windows, warm-up at 3 and window 4-5 left to the user's
+    engine.close()
+    assert ours_in(prof) == [] and engine.windows.stood_aside
+
+
+def test_a_profiler_started_during_our_warm_up_step_gets_none_of_our_spans(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    run_steps(engine, 3)
+    engine.data_start()  # step 3, our warm-up, begins
+    engine.data_end()
+    engine.batch_start(3)
+    with warnings.catch_warnings(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        warnings.simplefilter("ignore", InstrumentUnavailableWarning)
+        engine.phase("backward")
+        engine.batch_end(stepped=True)
+        run_steps(engine, 3, start=4)  # our window 4-5: we stand aside
+    engine.close()
+    assert ours_in(prof) == [] and engine.exported == []
+
+
+def test_a_window_that_fails_to_start_stops_its_session_and_records_nothing(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path)
+    with mock.patch.object(ProfilerSession, "mark_step", side_effect=RuntimeError("kineto said no")), \
+            pytest.warns(InstrumentUnavailableWarning, match="profiler disabled: RuntimeError: kineto said no; training continues"):
+        run_steps(engine, 4)
+        engine.data_start()  # step 4: the session starts, then fails
+        assert not torch.autograd.profiler._is_profiler_enabled
+        assert engine.phases.recording is False and not engine.windows.enabled
+    engine.close()
+    assert engine.exported == []
+
+
+def test_the_trace_size_warning_is_said_in_full_on_every_rank(tmp_path: Path) -> None:
+    cfg = PerfConfig.from_dict({"schedule": SCHEDULE, "summary": False, "max_trace_mb": 0.0001})
+    engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", rank=1, world_size=2, log_every_n_steps=5))
+    with pytest.warns(TraceSizeWarning) as caught:
+        run_steps(engine, 7)
+        engine.close()
+    (message,) = [str(w.message) for w in caught]
+    assert re.fullmatch(
+        r"perf-callbacks: the trace of steps 4-5 on rank 1 is \d+\.\d KB \(0\.0\d+ MB\), above max_trace_mb=0.0001; it was not written. "
+        "Lower schedule.active, turn off with_stack/record_shapes/profile_memory, or raise max_trace_mb", message)
