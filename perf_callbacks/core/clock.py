@@ -24,7 +24,7 @@ class StepClock:
         self.wait = 0.0
         self.aside = 0.0
         self.loader_timed = False  # some step's data wait was measured inside the DataLoader
-        self._t_data: float | None = None
+        self.t_data: float | None = None  # when the open fetch started (None: no fetch open)
 
     def begin(self, t: float, carry_wait: bool = False) -> None:
         """A new step begins at ``t``; ``carry_wait`` keeps the data wait measured before its number was known."""
@@ -34,13 +34,13 @@ class StepClock:
 
     def data_start(self, t: float) -> None:
         """``next(loader)`` is being called."""
-        self._t_data = t
+        self.t_data = t
 
     def data_end(self, t: float) -> None:
         """``next(loader)`` returned or raised."""
-        if self._t_data is not None:
-            self.wait += t - self._t_data
-            self._t_data = None
+        if self.t_data is not None:
+            self.wait += t - self.t_data
+            self.t_data = None
             self.loader_timed = True
 
     def set_aside(self, seconds: float) -> None:

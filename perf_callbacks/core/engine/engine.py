@@ -17,9 +17,7 @@ compares, with no call into a part in the usual case; memory is read at logging 
 
 from __future__ import annotations
 
-import atexit
 import os
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -33,6 +31,7 @@ from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
+from perf_callbacks.core.engine.closing import close_engine
 from perf_callbacks.core.engine.intervals import IntervalLog, interval_rates
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.run_files import RunFiles
@@ -48,15 +47,13 @@ from perf_callbacks.core.memory.parts import Owners, WindowParts, device_capacit
 from perf_callbacks.core.memory.sampler import MemorySampler
 from perf_callbacks.core.memory.watch import MemoryWatch
 from perf_callbacks.core.ranges.nvtx import NvtxRanges
-from perf_callbacks.core.spans import exit_span
 from perf_callbacks.core.timing.monitor import StepMonitor
 from perf_callbacks.core.triggers.schedule import Action
-from perf_callbacks.core.warn import WarnOnce, quiet
+from perf_callbacks.core.warn import WarnOnce
 from perf_callbacks.core.windows.recorder import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, MemoryGrowthWarning
 
 __all__ = ["MetricsFn", "PerfEngine", "RunContext", "TextFn"]
-CLOSE_WAIT_S = 120.0
 T = TypeVar("T")
 
 
@@ -158,13 +155,14 @@ class PerfEngine:
                 self._begin(step, t)
             elif state.pending_t is None:
                 state.pending_t = t
-        self.clock.data_start(t)
+        self.clock.t_data = t  # clock.data_start(t), inlined as the clock's other reads below
         phases.name = "data_wait" if phases.plain else phases.enter("data_wait")  # the fast case without a call
 
     def data_end(self) -> None:
         """The DataLoader handed over the batch (call right after ``next(iterator)`` returned or raised)."""
-        self.clock.data_end(time.perf_counter())
-        phases = self.phases
+        t, clock, phases = time.perf_counter(), self.clock, self.phases
+        if (t_data := clock.t_data) is not None:  # clock.data_end(t)
+            clock.wait, clock.t_data, clock.loader_timed = clock.wait + t - t_data, None, True
         phases.name = "framework" if phases.plain else phases.enter("framework")
 
     def batch_start(self, step: int, phase: str | None = "forward") -> None:
@@ -192,7 +190,10 @@ class PerfEngine:
         if self._flops_on:
             self._flops_on = self.flops.batch_end(stepped, state.micro)
         if stepped and not state.ended and (step := state.step) is not None:
-            state.completes(step, self.clock.elapsed(time.perf_counter()))  # the last step's time, if no step follows
+            clock = self.clock  # state.completes(step, clock.elapsed(now)): the last step's time, if no step follows
+            elapsed = time.perf_counter() - clock.t_begin - clock.aside
+            state.last_elapsed, state.ended, state.expected, state.done = max(elapsed, 0.0), True, step + 1, step
+            state.steps_run += 1
             if self._nsys_steps is not None and step == self._nsys_steps[1]:
                 self.windows.nsys.stop(step)
             if (step + 1) % self._log_every == 0:  # the steps measured so far (this one is not yet)
@@ -206,15 +207,19 @@ class PerfEngine:
         phases.name = "framework" if phases.plain else phases.enter("framework")
 
     def _begin(self, step: int, t: float) -> None:
-        phases, state, windows = self.phases, self.state, self.windows
-        if phases.name is not None:
+        phases, state, windows, clock = self.phases, self.state, self.windows, self.clock
+        if phases.plain:  # phases.leave() without the call
+            phases.name = None
+        elif phases.name is not None:
             phases.leave()
         if state.step is not None:
             self._end_step(state.pending_t if state.pending_t is not None else t)
         if (pending := state.pending_t) is not None:
             t, state.pending_t = pending, None
         state.step, state.ended, state.expected, state.micro, state.samples = step, False, step, 0, 0
-        self.clock.begin(t, pending is not None)
+        clock.t_begin, clock.aside = t, 0.0  # clock.begin(t, carry_wait=pending is not None)
+        if pending is None:
+            clock.wait = 0.0
         if not state.steps_run and not self.compile.installed:  # a model compiled after the engine was made
             self.compile.install()
         if self.mem.history_at is not None:
@@ -243,8 +248,11 @@ class PerfEngine:
         if (counted := step == self.flops.counted_step) or self.windows.action is not Action.NONE:
             self.intervals.not_comparable(counted)  # its ops ran through the FLOP counter, or it was profiled
         else:
-            elapsed = state.last_elapsed if t is None else clock.elapsed(t)
-            self.monitor.measured(step, elapsed, clock.wait, state.samples or None, clock.loader_timed, state.micro)
+            elapsed = state.last_elapsed if t is None else max(t - clock.t_begin - clock.aside, 0.0)  # clock.elapsed
+            if (monitor := self.monitor).data_wait_check.done or not clock.loader_timed:  # no data-wait check to feed
+                monitor.stats.update(elapsed, clock.wait, state.samples, state.micro, step)  # monitor.measured, inlined
+            else:
+                monitor.measured(step, elapsed, clock.wait, state.samples or None, clock.loader_timed, state.micro)
             if elapsed > self.intervals.spike_limit:
                 self.captures.spiked(step, elapsed)
 
@@ -270,29 +278,9 @@ class PerfEngine:
         On ``torch.OutOfMemoryError`` the rank's ``oom-rank{R}/`` evidence is written first (``batch``: the failing
         batch if the adapter knows it, else the innermost ``batch`` local of the traceback).
         """
-        if self._closed:
-            return
-        self._closed = True
-        if self.hang is not None:  # first: our own close (the window's export and analysis) is no hang
-            quiet(self.hang.stop)
-        state, phases = self.state, self.phases
-        if exc is not None:
-            self.mem.on_exception(exc, state.step, phases.name, batch)
-        elif phases.recording and not state.ended:  # training ended before the open step's optimizer step: a fetch
-            self.windows.retract(state.step)  # that found no batch, an epoch that ended mid-accumulation, a `break`
-        atexit.unregister(self._at_exit)
-        for fn in (self.flops.close, self.compile.close, self.end_phase,
-                   lambda: exit_span(phases.ckpt_span) if phases.ckpt_span is not None else None,
-                   lambda: self.windows.finish(exc), self.windows.nsys.close, self.nvtx.pop_all,
-                   lambda: self.windows.wait(CLOSE_WAIT_S), self.mem.oom.stop_history, self.captures.close):
-            quiet(fn)
-        phases.recording = False
-        phases.replain()
-        if exc is None:  # after the window's export: our logging is no span in its trace
-            quiet(self.log_short_run)
-        if exc is None and self.is_main and state.steps_run and self.windows.nothing_recorded():
-            print(self.windows.nothing_recorded_line(state.steps_run), file=sys.stderr, flush=True)
-        self.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
+        if not self._closed:
+            self._closed = True
+            close_engine(self, exc, batch)
 
     def _close_at_exit(self) -> None:
         """Closed at the interpreter's exit, as its owner would (with the exception that ends the process, if known)."""

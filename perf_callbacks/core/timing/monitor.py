@@ -53,9 +53,6 @@ class StepMonitor:
         self.degradation = DegradationDetector(config.degradation_threshold, min_seconds=MIN_SLOWDOWN_S)
         self.data_wait_check = DataWaitCheck(config.data_wait_steps, config.data_wait_threshold)
         self.overhead = {"window": 0.0, "log": 0.0}  # seconds of our own work in this interval
-        self._units: tuple[str, int] | None = None  # ("sample" or "micro-batch", how many) in the first step measured
-        self._varied = False  # the batch size or the accumulation changed: the slowdown is told per sample
-        self._steps: tuple[int, int] | None = None  # the first and last step measured in this interval
         self.rates = rates  # adds rates from step time (TFLOP/s, MFU)
         self._check_mark: LoadMark | None = None  # the load counters when the data-wait check began
         self._round_set = False  # the data-wait check leaves the workers' first round out
@@ -65,13 +62,7 @@ class StepMonitor:
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
                  micro_batches: int = 1) -> None:
         """One optimizer step of ``micro_batches`` micro-batches outside profiling windows (seconds)."""
-        self.stats.update(step_time, wait, samples, micro_batches)
-        self._steps = (self._steps[0], step) if self._steps else (step, step)
-        unit, count = ("sample", samples) if samples else ("micro-batch", micro_batches if micro_batches > 1 else 1)
-        if self._units is None:
-            self._units = (unit, count)
-        elif not self._varied and (count != self._units[1] or unit != self._units[0]):
-            self._varied = True
+        self.stats.update(step_time, wait, samples, micro_batches, step)
         if loader_timed and not self.data_wait_check.done:
             self._check_data_wait(step, step_time, wait)
 
@@ -137,8 +128,9 @@ class StepMonitor:
         per_unit = statistics.median(self.stats.unit_times) * 1e3 if self.stats.unit_times else None
         waited = self.cpu_wait.interval(mark.own[1] if mark.own else None)  # every interval: the next one starts
         own = _own_ms(self.stats.unit_times, lasted, waited)
+        first, last = self.stats.first_step, self.stats.last_step
+        measured = (first, last) if first is not None and last is not None else (step, step)
         self.stats.reset()
-        measured, self._steps = self._steps or (step, step), None
         if not loader_timed:
             metrics.pop("train/data_wait_fraction", None)
         self._interval_load(metrics, mark)
@@ -174,8 +166,8 @@ class StepMonitor:
         if slow is None:
             return
         self.slowdown = slow
-        unit, count = self._units or ("micro-batch", 1)
-        what, scale = (f"time per {unit}", 1) if self._varied else ("step time", count)  # per step when units fixed
+        unit, count = self.stats.units or ("micro-batch", 1)
+        what, scale = (f"time per {unit}", 1) if self.stats.varied else ("step time", count)  # per step: fixed units
         base = self.degradation.baseline_intervals
         self._warn("degradation", PerformanceDegradationWarning, (
             f"median {what} has been {slow.ratio - 1:.0%} above this run's baseline for {slow.intervals} logging "

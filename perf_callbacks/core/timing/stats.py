@@ -25,17 +25,31 @@ class StepStats:
     """Accumulates the optimizer steps of one logging interval (steps inside profiling windows are left out)."""
 
     def __init__(self) -> None:
+        self.units: tuple[str, int] | None = None  # ("sample" or "micro-batch", how many) in the first step added
+        self.varied = False  # the batch size or the accumulation changed since: compare times per sample
+        self.first_step: int | None = None  # the first and last step added in this interval
+        self.last_step: int | None = None
         self.reset()
 
-    def update(self, step_time: float, data_wait: float, samples: int | None, micro_batches: int = 1) -> None:
-        """Add one optimizer step (seconds) of ``samples`` samples in ``micro_batches`` micro-batches."""
+    def update(self, step_time: float, data_wait: float, samples: int | None, micro_batches: int = 1,
+               step: int | None = None) -> None:
+        """Add optimizer step ``step`` (seconds) of ``samples`` samples in ``micro_batches`` micro-batches."""
         self.step_times.append(step_time)
         if samples:
-            self.unit_times.append(step_time / samples)
+            unit, count = "sample", samples
             self.samples += samples
         else:
-            self.unit_times.append(step_time / (micro_batches if micro_batches > 1 else 1))
+            unit, count = "micro-batch", micro_batches if micro_batches > 1 else 1
+        self.unit_times.append(step_time / count)
         self.data_wait += data_wait
+        if step is not None:
+            if self.first_step is None:
+                self.first_step = step
+            self.last_step = step
+        if (units := self.units) is None:
+            self.units = (unit, count)
+        elif not self.varied and (count != units[1] or unit != units[0]):
+            self.varied = True
 
     def compute(self) -> dict[str, float]:
         """Median step time, data-wait share and samples per second of the interval so far."""
@@ -56,6 +70,7 @@ class StepStats:
         self.unit_times: list[float] = []  # per sample (else per micro-batch): comparable when the batch changes
         self.data_wait = 0.0
         self.samples = 0
+        self.first_step = self.last_step = None
 
 
 class DegradationDetector:

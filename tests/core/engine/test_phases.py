@@ -9,7 +9,7 @@ from unittest import mock
 import pytest
 import torch
 
-from perf_callbacks.core.engine import engine as engine_module
+from perf_callbacks.core.engine import closing
 from tests.core.engine_helpers import FakeClock, fake_steps, make_engine, run_steps, spans
 
 
@@ -49,7 +49,7 @@ def test_a_checkpoint_interrupted_by_an_exception_in_a_window_has_its_span_close
     engine.checkpoint_start()  # the save raises
     handle = engine.phases.ckpt_span
     assert handle is not None
-    with mock.patch.object(engine_module, "exit_span", wraps=engine_module.exit_span) as exit_span:
+    with mock.patch.object(closing, "exit_span", wraps=closing.exit_span) as exit_span:
         engine.close(OSError("disk full"))
     assert mock.call(handle) in exit_span.call_args_list
     assert len(spans(engine.exported[0], "perf_callbacks.checkpoint")) == 1
@@ -94,7 +94,7 @@ def test_the_exit_handler_closes_an_engine_never_closed_with_the_exception_endin
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The handler given to atexit, called as the interpreter would (no process exits here): step 5 was interrupted
     by an uncaught exception (``sys.last_value``), so it stays in the window's trace, as close(exc) keeps it."""
-    with mock.patch.object(engine_module.atexit, "register") as register:
+    with mock.patch.object(closing.atexit, "register") as register:
         engine = make_engine(tmp_path)
     (handler,), _ = register.call_args
     run_steps(engine, 5)

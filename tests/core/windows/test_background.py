@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from perf_callbacks.analysis.trace.sidecar_store import CANNOT_WRITE, STDERR_PREFIX
-from perf_callbacks.core.engine.engine import CLOSE_WAIT_S
+from perf_callbacks.core.engine.closing import CLOSE_WAIT_S
 from perf_callbacks.core.windows import background
 from perf_callbacks.core.windows.background import WindowJob
 
