@@ -102,8 +102,9 @@ def axis(scale: Scale, y: float, label: str = "") -> str:
 
 def grid(scale: Scale, top: float, bottom: float) -> str:
     """Faint vertical lines at the ticks, behind the bars."""
-    return "".join(f'<line x1="{scale(v):.1f}" y1="{top}" x2="{scale(v):.1f}" y2="{bottom}" stroke="#eee"/>'
-                   for v in scale.ticks())
+    lines = "".join(f'<line x1="{scale(v):.1f}" y1="{top}" x2="{scale(v):.1f}" y2="{bottom}" stroke="#eee"/>'
+                    for v in scale.ticks())
+    return f'<g class="grid">{lines}</g>'
 
 
 def svg(body: str, height: float, kind: str) -> str:
