@@ -3,7 +3,8 @@
 Every chart of the report is an inline ``<svg class="chart">`` inside a ``<figure>`` with a one-line caption, and
 every chart has an axis, ``<g class="axis" data-unit=... data-lo=... data-hi=... data-x0=... data-x1=...>``: the
 unit and the value range drawn between two pixel positions, so that tests (and readers) can check that two charts
-share a scale. Hand-drawn SVG, no script: the page stays one file that opens offline.
+share a scale. Hand-drawn SVG (the timeline's zoom, ``html_zoom``, is the page's only script): the page stays one
+file that opens offline.
 """
 
 from __future__ import annotations
