@@ -3,7 +3,8 @@
 Every chart of the report is an inline ``<svg class="chart">`` inside a ``<figure>`` with a one-line caption, and
 every chart has an axis, ``<g class="axis" data-unit=... data-lo=... data-hi=... data-x0=... data-x1=...>``: the
 unit and the value range drawn between two pixel positions, so that tests (and readers) can check that two charts
-share a scale. Hand-drawn SVG, no script: the page stays one file that opens offline.
+share a scale. Hand-drawn SVG (the timeline's zoom, ``html_zoom``, is the page's only script): the page stays one
+file that opens offline.
 """
 
 from __future__ import annotations
@@ -102,8 +103,9 @@ def axis(scale: Scale, y: float, label: str = "") -> str:
 
 def grid(scale: Scale, top: float, bottom: float) -> str:
     """Faint vertical lines at the ticks, behind the bars."""
-    return "".join(f'<line x1="{scale(v):.1f}" y1="{top}" x2="{scale(v):.1f}" y2="{bottom}" stroke="#eee"/>'
-                   for v in scale.ticks())
+    lines = "".join(f'<line x1="{scale(v):.1f}" y1="{top}" x2="{scale(v):.1f}" y2="{bottom}" stroke="#eee"/>'
+                    for v in scale.ticks())
+    return f'<g class="grid">{lines}</g>'
 
 
 def svg(body: str, height: float, kind: str) -> str:

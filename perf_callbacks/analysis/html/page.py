@@ -1,4 +1,4 @@
-"""``render_html``: one self-contained page (inline CSS and SVG, no script, no network) for a result and its run."""
+"""``render_html``: one self-contained page (inline CSS, SVG and a small script; no network) for a result."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from perf_callbacks.analysis.html.ranks import rank_charts
 from perf_callbacks.analysis.html.roofline import roofline_sections
 from perf_callbacks.analysis.html.run import run_overview
 from perf_callbacks.analysis.html.window import WINDOW_CHARTS
+from perf_callbacks.analysis.html.zoom import zoom_script
 from perf_callbacks.analysis.render.text import verdict_line
 from perf_callbacks.analysis.results.result import AnalysisResult
 from perf_callbacks.analysis.windows.hang import hang_html
@@ -28,7 +29,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-
 figure{margin:8px 0 18px}figcaption{color:#555;font-size:13px;font-style:italic}
 svg.chart text{font:11px sans-serif;fill:#333}svg.chart text.value{fill:#666}svg.chart text.straggler{fill:#c62828;
 font-weight:bold}svg.chart rect:hover{stroke:#000;stroke-width:1}section.window{margin-top:36px}
-details summary{cursor:pointer;font-weight:bold;margin-top:18px}"""
+details summary{cursor:pointer;font-weight:bold;margin-top:18px}.zoomctl{font-size:12px;color:#555;margin:2px 0}"""
 
 
 def render_html(result: AnalysisResult) -> str:
@@ -36,7 +37,8 @@ def render_html(result: AnalysisResult) -> str:
 
     With several windows, the page opens with the run window by window (``html_run``); then each window: its
     verdict, figures and recommendations, its charts (``html_window.WINDOW_CHARTS``), the ranks side by side
-    (``html_ranks``), and the tables behind the charts. Inline CSS and SVG only: no script, no network.
+    (``html_ranks``), and the tables behind the charts. Inline CSS and SVG, and the timeline's zoom as one inline
+    script (``html_zoom``): no network.
 
     Example:
         >>> from perf_callbacks.analysis.results.result import AnalysisResult
@@ -59,7 +61,7 @@ def render_html(result: AnalysisResult) -> str:
         parts.append("</section>")
     body = "\n".join(parts)
     return f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>perf-callbacks report</title>' \
-           f"<style>{_CSS}</style></head><body>{body}</body></html>"
+           f"<style>{_CSS}</style></head><body>{body}{zoom_script(body)}</body></html>"
 
 
 def _window(result: AnalysisResult) -> list[str]:
