@@ -38,6 +38,25 @@ def test_step_stats_reset_starts_a_new_interval() -> None:
                                "train/samples_per_sec": 20.0}
 
 
+def test_step_stats_keep_the_intervals_steps_and_the_runs_units() -> None:
+    """The interval's first and last step start again at each reset; the units of the first step, and whether they
+    varied since, are the run's (the slowdown alarm reads them: per step while they hold, per sample once varied)."""
+    stats = StepStats()
+    for step in (7, 8, 9):
+        stats.update(step_time=0.4, data_wait=0.0, samples=None, micro_batches=2, step=step)
+    assert (stats.first_step, stats.last_step, stats.units, stats.varied) == (7, 9, ("micro-batch", 2), False)
+    assert stats.unit_times == [0.2, 0.2, 0.2]  # per micro-batch
+    stats.reset()
+    assert (stats.first_step, stats.last_step, stats.units) == (None, None, ("micro-batch", 2))
+    stats.update(step_time=0.4, data_wait=0.0, samples=None, micro_batches=2)  # no step number: none kept
+    assert (stats.first_step, stats.last_step, stats.varied) == (None, None, False)
+    stats.update(step_time=0.4, data_wait=0.0, samples=16, micro_batches=2, step=10)
+    assert (stats.first_step, stats.last_step, stats.varied) == (10, 10, True)
+    assert stats.unit_times[-1] == pytest.approx(0.025)  # per sample once samples are known
+    stats.reset()
+    assert stats.varied  # for the rest of the run
+
+
 def test_step_stats_zero_time_and_no_samples() -> None:
     stats = StepStats()
     stats.update(step_time=0.0, data_wait=0.0, samples=None)
