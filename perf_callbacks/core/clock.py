@@ -4,6 +4,8 @@ A step runs from its first activity (the DataLoader fetch of its first micro-bat
 activity of the next step, so it includes the framework's work after the optimizer step (logging, callbacks,
 collectives), as ``ProfilerStep#N`` does in a ``for batch in loader: ...; prof.step()`` loop. Time set aside
 (validation, checkpoint saves, perf-callbacks' own export and logging) is left out of both step time and data wait.
+The engine's hot path (``core/engine/engine.py``) does what ``data_start``, ``data_end``, ``begin`` and ``elapsed`` do
+in place, on these same attributes: a change here is a change there.
 
 Example:
     >>> clock = StepClock()
