@@ -17,6 +17,7 @@ from perf_callbacks.analysis.judge.recommend import (
     profiler_caveat,
 )
 from perf_callbacks.analysis.results.result import RankResult
+from perf_callbacks.analysis.results.verdicts import Verdict
 
 __all__ = ["CLOSE", "HOST_UNTRACED", "MATERIAL", "THRESHOLD", "VERDICT_OF", "Margin", "host_untraced", "judge_rank",
            "lead_cause", "verdict_from", "verdict_margin", "window_verdict"]
@@ -25,7 +26,7 @@ THRESHOLD = 0.10
 CLOSE = 0.03
 MATERIAL = 0.05
 """A loss under the verdict's threshold gets its advice from this share of the window on: half the threshold."""
-VERDICT_OF = {
+VERDICT_OF: dict[str, Verdict] = {
     "input": "input_bound",
     "host": "host_bound",
     "sync": "sync_bound",
@@ -51,7 +52,7 @@ class Margin:
     """
 
     margin: float | None
-    runner_up: str | None
+    runner_up: Verdict | None
     note: str
 
 
@@ -86,7 +87,7 @@ def _label(cause: str) -> str:
     return _LABEL.get(cause, cause)
 
 
-def verdict_from(losses: dict[str, float]) -> str:
+def verdict_from(losses: dict[str, float]) -> Verdict:
     """Return the verdict for losses given as fractions of the window: ``compute_bound`` unless one reaches 10%.
 
     Example:
@@ -99,7 +100,7 @@ def verdict_from(losses: dict[str, float]) -> str:
     return VERDICT_OF[cause] if worst >= THRESHOLD else "compute_bound"
 
 
-def window_verdict(ranks: list[RankResult]) -> tuple[str, Margin]:
+def window_verdict(ranks: list[RankResult]) -> tuple[Verdict, Margin]:
     """The verdict of a window from the mean over its ranks of the losses their evidence supports, and its margin.
 
     The margin's note also says when the window's data wait reaches the threshold on too little evidence (one slow
@@ -113,7 +114,7 @@ def window_verdict(ranks: list[RankResult]) -> tuple[str, Margin]:
     return verdict_from(losses), Margin(margin.margin, margin.runner_up, note)
 
 
-def lead_cause(verdict: str) -> str:
+def lead_cause(verdict: Verdict) -> str:
     """The cause a verdict names (``sync`` for ``sync_bound``), ``compute`` for ``compute_bound``.
 
     Example:

@@ -7,18 +7,8 @@ from typing import Any
 
 from perf_callbacks.analysis.results.recommendation import Recommendation, recommendation_dicts
 from perf_callbacks.analysis.results.scalars import window_scalars
+from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.timeline import Timeline
-
-VERDICTS = (
-    "compute_bound",
-    "input_bound",
-    "host_bound",
-    "sync_bound",
-    "copy_bound",
-    "communication_bound",
-    "unexplained_idle",
-    "cpu_contention",
-)
 
 
 @dataclass
@@ -88,7 +78,7 @@ class RankResult:
     collectives_ms: list[float]
     sync_calls_ms: dict[str, float]
     launches_per_step: float | None
-    verdict: str = "compute_bound"
+    verdict: Verdict = "compute_bound"
     recommendations: list[Recommendation] = field(default_factory=list)
     timeline: Timeline | None = field(default=None, repr=False)
     rank_source: str = "order"
@@ -227,7 +217,7 @@ class AnalysisResult:
     """
 
     path: str
-    verdict: str
+    verdict: Verdict
     gpu_utilization: float | None
     data_wait_fraction: float
     step_time_ms: float | None
@@ -241,7 +231,7 @@ class AnalysisResult:
     straggler_reasons: dict[int, str] = field(default_factory=dict)
     windows: list[dict[str, Any]] = field(default_factory=list)
     verdict_margin: float | None = None
-    runner_up: str | None = None
+    runner_up: Verdict | None = None
     verdict_note: str = ""
     devices: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
