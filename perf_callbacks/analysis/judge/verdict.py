@@ -16,6 +16,7 @@ from perf_callbacks.analysis.judge.recommend import (
     memory_note,
     profiler_caveat,
 )
+from perf_callbacks.analysis.results.recommendation import pageable_copies
 from perf_callbacks.analysis.results.result import RankResult
 from perf_callbacks.analysis.results.verdicts import Verdict
 
@@ -138,6 +139,8 @@ def judge_rank(r: RankResult) -> None:
     ranked = sorted(((judged[c], c, ADVICE[c](r, share)) for c, share in r.losses.items()
                      if judged[c] >= MATERIAL or VERDICT_OF[c] == r.verdict), reverse=True)
     recs = [loss_recommendation(r, c, text) for _, c, text in ranked]
+    named = pageable_copies([k for k, _ in r.named_copies()])
+    recs = [x.naming(named) if x.cause == "copy" else x for x in recs]
     if r.backlog_fraction >= 0.02:
         recs.append(without_gain(backlog_note(r), "backlog", "no gain: a note on work queued before the window"))
     if r.verdict == "compute_bound":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perf_callbacks.analysis.results.recommendation import Recommendation, recommendation_dicts
+from perf_callbacks.analysis.results.recommendation import Recommendation, pageable_copies, recommendation_dicts
 from perf_callbacks.analysis.results.scalars import window_scalars
 from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.timeline import Timeline
@@ -123,6 +123,11 @@ class RankResult:
     precision: dict[str, Any] | None = None
     modules: dict[str, Any] = field(default_factory=dict)
 
+    def named_copies(self) -> list[tuple[str, float]]:
+        """The kinds the copy advice names, and their ms: the top 3 by exposed (else all) time, >= 1/10 the first."""
+        ranked = sorted((self.copy_exposed_ms or self.copies_ms).items(), key=lambda kv: -kv[1])
+        return [(k, ms) for k, ms in ranked if ms >= 0.1 * ranked[0][1]][:3]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("timeline", "steps")}
@@ -132,14 +137,22 @@ class RankResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankResult:
-        """Rebuild a result from ``to_dict`` output (the timeline is not kept, so it is None)."""
+        """Rebuild a result from ``to_dict`` output (the timeline is not kept, so it is None).
+
+        The JSON does not hold a recommendation's ``copy_kinds``: the copy recommendation gets them from the copy
+        figures it was written from (:meth:`named_copies`), as :func:`perf_callbacks.analysis.judge.verdict.judge_rank`
+        did.
+        """
         known = {f for f in cls.__dataclass_fields__ if f not in ("timeline", "steps")}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["sync_calls_ms"] = dict(kwargs.get("sync_calls_ms", {}))
         kwargs["recommendations"] = [Recommendation.of(x) for x in kwargs.get("recommendations", [])]
         steps = [StepResult(int(s["step"]), float(s["time_ms"]), dict(s.get("causes_ms", {})))
                  for s in data.get("steps", [])]
-        return cls(steps=steps, **kwargs)
+        r = cls(steps=steps, **kwargs)
+        named = pageable_copies([k for k, _ in r.named_copies()])
+        r.recommendations = [x.naming(named) if x.cause == "copy" else x for x in r.recommendations]
+        return r
 
 
 @dataclass

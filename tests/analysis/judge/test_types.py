@@ -1,6 +1,6 @@
-"""Verdicts are a type: every verdict the judge can give is one of the ``Literal``'s.
+"""Verdicts and copy kinds are types: every value the judge or the copy advice can give is one of its ``Literal``'s.
 
-A new verdict string added to the code without its ``Literal`` fails here, whether it is
+A new verdict string (or pageable copy kind) added to the code without its ``Literal`` fails here, whether it is
 given (``VERDICT_OF``, a return) or only compared against (``r.verdict == "..."``).
 """
 
@@ -13,6 +13,8 @@ from typing import get_args
 import perf_callbacks
 from perf_callbacks.analysis import VERDICTS
 from perf_callbacks.analysis.judge.verdict import VERDICT_OF, verdict_from, verdict_margin
+from perf_callbacks.analysis.measures import copies
+from perf_callbacks.analysis.results.recommendation import PAGEABLE_COPIES, PageableCopy
 from perf_callbacks.analysis.results.verdicts import Verdict
 from tests.analysis.result_helpers import rank
 
@@ -83,3 +85,25 @@ def test_the_scan_catches_a_verdict_missing_from_the_literal() -> None:
            'if r.verdict in ("disk_bound",): pass\nr.verdict = "net_bound"\nf(verdict="gpu_bound")\n'
     assert sorted(s for s in verdict_strings(ast.parse(code)) if s not in VERDICTS) == [
         "disk_bound", "gpu_bound", "memory_bound", "net_bound"]
+
+
+def test_every_copy_kind_the_copy_advice_gives_is_a_pageable_copy() -> None:
+    assert {f"{direction}/pageable" for direction in copies._FIX} == set(PAGEABLE_COPIES) == set(
+        get_args(PageableCopy))
+    rows = [{"kind": d, "memory": m, "count": 1, "bytes": 1_000_000, "total_ms": 1.0, "gbps": g}
+            for d in ("HtoD", "DtoH", "DtoD", "PtoP") for m, g in (("pageable", 1.0), ("pinned", 25.0),
+                                                                    ("device", 1.0), ("host", 1.0))]
+    exposed = {f"{row['kind']}/{row['memory']}": 20.0 for row in rows}
+    r = rank(span_ms=100.0, copies=rows, copy_exposed_ms=exposed)
+    assert {kind for kind, _, _ in copies.copy_advice(r)} == set(PAGEABLE_COPIES)
+
+
+def test_the_copy_recommendation_names_its_pageable_kinds() -> None:
+    exposed = {"DtoD/device": 2.0, "HtoD/pageable": 10.0, "DtoH/pageable": 0.5, "DtoH/pinned": 5.0}
+    rec = rank(losses={"copy": 0.3}, copy_exposed_ms=exposed).recommendations[0]
+    assert (rec.cause, rec.copy_kinds) == ("copy", ("HtoD/pageable",))  # DtoH/pageable: under a tenth, not named
+    both = rank(losses={"copy": 0.3}, copies_ms={"DtoH/pageable": 3.0, "HtoD/pageable": 4.0}).recommendations[0]
+    assert both.copy_kinds == PAGEABLE_COPIES
+    assert rank(losses={"copy": 0.3}, copies_ms={"DtoD/device": 3.0}).recommendations[0].copy_kinds == ()
+    assert all(x.copy_kinds == () for x in rank(losses={"sync": 0.3, "copy": 0.06},
+                                                 copies_ms={"HtoD/pageable": 1.0}).recommendations if x.cause != "copy")
