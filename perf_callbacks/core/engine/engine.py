@@ -206,7 +206,7 @@ class PerfEngine:
         phases.name = "framework" if phases.plain else phases.enter("framework")
 
     def _begin(self, step: int, t: float) -> None:
-        phases, state, windows = self.phases, self.state, self.windows
+        phases, state, windows, handoff = self.phases, self.state, self.windows, self.windows.handoff
         if phases.name is not None:
             phases.leave()
         if state.step is not None:
@@ -223,7 +223,7 @@ class PerfEngine:
             self.intervals.read_held(step)
         if phases.nvtx_on:
             self.nvtx.push_step(step)
-        if self._nsys_steps is None and not windows.jobs and windows.uploads is None and step < windows.quiet_until:
+        if self._nsys_steps is None and not handoff.jobs and handoff.uploads is None and step < windows.quiet_until:
             phases.recording = False  # windows.step_starts(step) before the schedule's next window, inlined
         else:
             phases.recording = windows.step_starts(step)
