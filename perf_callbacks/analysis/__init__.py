@@ -12,7 +12,8 @@ from perf_callbacks.analysis.diff.text import format_diff
 from perf_callbacks.analysis.html.diff_page import render_diff_html
 from perf_callbacks.analysis.html.page import render_html
 from perf_callbacks.analysis.render.text import format_text
-from perf_callbacks.analysis.results.result import VERDICTS, AnalysisResult, RankResult, StepResult
+from perf_callbacks.analysis.results.result import AnalysisResult, RankResult, StepResult
+from perf_callbacks.analysis.results.verdicts import VERDICTS
 from perf_callbacks.analysis.trace.sidecar_store import read_sidecar, sidecar_path
 from perf_callbacks.analysis.windows.api import analyze, analyze_window
 from perf_callbacks.analysis.windows.diff_sides import diff_paths

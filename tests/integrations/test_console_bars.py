@@ -33,7 +33,7 @@ RUN = textwrap.dedent("""
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step == 8:
                 cb.engine.windows.wait(240)  # the summary is printed here, with the bar on screen
-                assert cb.engine.windows.summaries, "no summary by step 8"
+                assert cb.engine.windows.handoff.summaries, "no summary by step 8"
 
     make_trainer(Path(sys.argv[1]), [cb, WaitForTheSummary()], max_steps=12, disable_tqdm=False).train()
 """)

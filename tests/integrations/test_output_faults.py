@@ -189,7 +189,7 @@ class AtStep(TrainerCallback):  # type: ignore[misc]
 
 def finish_window_jobs(cb: TransformersPerfCallback) -> None:
     """Let the window's background job finish now, so its summary is published at the next step, mid-training."""
-    for job in list(cb.engine.windows.jobs):
+    for job in list(cb.engine.windows.handoff.jobs):
         job.join(120)
 
 
@@ -212,7 +212,7 @@ def test_transformers_run_folder_deleted_mid_training(tmp_path: Path, thread_err
     (said,) = messages(record)
     assert said.startswith(f"perf-callbacks: TensorBoard events disabled: No such file or directory (ENOENT): "
                            f"{events_dir()}/events.out.tfevents."), said
-    assert len(cb.engine.windows.summaries) == 1  # published at step 9, during training
+    assert len(cb.engine.windows.handoff.summaries) == 1  # published at step 9, during training
     assert leftovers(tmp_path) == []
 
 

@@ -28,6 +28,7 @@ from perf_callbacks.analysis.diff.memory import compare_categories
 from perf_callbacks.analysis.diff.mfu import mfu_delta
 from perf_callbacks.analysis.judge.noise import Change, compare_samples
 from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.timeline import CAUSES
 
 CAUSE_LABELS = {"input": "data wait", "sync": "host-device syncs", "host": "host launch overhead"}
@@ -76,7 +77,7 @@ class DiffResult:
     peak_memory_bytes: dict[str, Any]
     causes: dict[str, dict[str, float]]
     ops: dict[str, list[dict[str, Any]]]
-    verdict: dict[str, str]
+    verdict: dict[str, Verdict]
     regression: bool
     summary: str
     outcome: str = "within noise"

@@ -95,10 +95,8 @@ _COPY_FIX = {
 
 
 def _copy_advice(r: RankResult, share: float) -> str:
-    kinds = r.copy_exposed_ms or r.copies_ms
-    ranked = sorted(kinds.items(), key=lambda kv: -kv[1])
-    parts = [f"{k} {ms:.1f} ms: {_COPY_FIX.get(k, 'overlap it with compute on a side stream')}" for k, ms in ranked
-             if ms >= 0.1 * ranked[0][1]][:3]
+    parts = [f"{k} {ms:.1f} ms: {_COPY_FIX.get(k, 'overlap it with compute on a side stream')}"
+             for k, ms in r.named_copies()]
     return f"copies not overlapped with compute took {_pct(share)} of the time; by kind, " + "; ".join(parts)
 
 

@@ -16,7 +16,9 @@ from perf_callbacks.analysis.judge.recommend import (
     memory_note,
     profiler_caveat,
 )
+from perf_callbacks.analysis.results.recommendation import pageable_copies
 from perf_callbacks.analysis.results.result import RankResult
+from perf_callbacks.analysis.results.verdicts import Verdict
 
 __all__ = ["CLOSE", "HOST_UNTRACED", "MATERIAL", "THRESHOLD", "VERDICT_OF", "Margin", "host_untraced", "judge_rank",
            "lead_cause", "verdict_from", "verdict_margin", "window_verdict"]
@@ -25,7 +27,7 @@ THRESHOLD = 0.10
 CLOSE = 0.03
 MATERIAL = 0.05
 """A loss under the verdict's threshold gets its advice from this share of the window on: half the threshold."""
-VERDICT_OF = {
+VERDICT_OF: dict[str, Verdict] = {
     "input": "input_bound",
     "host": "host_bound",
     "sync": "sync_bound",
@@ -51,7 +53,7 @@ class Margin:
     """
 
     margin: float | None
-    runner_up: str | None
+    runner_up: Verdict | None
     note: str
 
 
@@ -86,7 +88,7 @@ def _label(cause: str) -> str:
     return _LABEL.get(cause, cause)
 
 
-def verdict_from(losses: dict[str, float]) -> str:
+def verdict_from(losses: dict[str, float]) -> Verdict:
     """Return the verdict for losses given as fractions of the window: ``compute_bound`` unless one reaches 10%.
 
     Example:
@@ -99,7 +101,7 @@ def verdict_from(losses: dict[str, float]) -> str:
     return VERDICT_OF[cause] if worst >= THRESHOLD else "compute_bound"
 
 
-def window_verdict(ranks: list[RankResult]) -> tuple[str, Margin]:
+def window_verdict(ranks: list[RankResult]) -> tuple[Verdict, Margin]:
     """The verdict of a window from the mean over its ranks of the losses their evidence supports, and its margin.
 
     The margin's note also says when the window's data wait reaches the threshold on too little evidence (one slow
@@ -113,7 +115,7 @@ def window_verdict(ranks: list[RankResult]) -> tuple[str, Margin]:
     return verdict_from(losses), Margin(margin.margin, margin.runner_up, note)
 
 
-def lead_cause(verdict: str) -> str:
+def lead_cause(verdict: Verdict) -> str:
     """The cause a verdict names (``sync`` for ``sync_bound``), ``compute`` for ``compute_bound``.
 
     Example:
@@ -137,6 +139,8 @@ def judge_rank(r: RankResult) -> None:
     ranked = sorted(((judged[c], c, ADVICE[c](r, share)) for c, share in r.losses.items()
                      if judged[c] >= MATERIAL or VERDICT_OF[c] == r.verdict), reverse=True)
     recs = [loss_recommendation(r, c, text) for _, c, text in ranked]
+    named = pageable_copies([k for k, _ in r.named_copies()])
+    recs = [x.naming(named) if x.cause == "copy" else x for x in recs]
     if r.backlog_fraction >= 0.02:
         recs.append(without_gain(backlog_note(r), "backlog", "no gain: a note on work queued before the window"))
     if r.verdict == "compute_bound":

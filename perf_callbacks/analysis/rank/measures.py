@@ -87,8 +87,9 @@ def window_notes(ranks: list[RankResult]) -> list[str]:
 def window_advice(ranks: list[RankResult], recommendations: list[Recommendation]) -> list[Recommendation]:
     """The recommendations with the transfer rates that back them.
 
-    A recommendation that names slow pageable copies (``HtoD/pageable``) gets the measured rates; without one, the
-    advice is added (prefixed with the rank when there are several), with the gain of the rank's exposed copies.
+    A recommendation that advises on slow pageable copies by name (``HtoD/pageable`` in its ``copy_kinds``) gets the
+    measured rates; without one, the advice is added (prefixed with the rank when there are several), with the gain of
+    the rank's exposed copies.
     """
     out = list(recommendations)
     cats, at = memory_parts.combine([(r.memory_categories, r.memory_at_peak) for r in ranks])
@@ -97,7 +98,7 @@ def window_advice(ranks: list[RankResult], recommendations: list[Recommendation]
                                   "the peak is close to the device's capacity"))
     for r in ranks:
         for kind, rates, advice in copies.copy_advice(r):
-            i = next((i for i, rec in enumerate(out) if kind in rec), None)
+            i = next((i for i, rec in enumerate(out) if kind in rec.copy_kinds), None)
             if i is None:
                 out.append(loss_recommendation(r, "copy", f"rank {r.rank}: {advice}" if len(ranks) > 1 else advice))
             elif rates not in out[i]:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import types
 from dataclasses import MISSING
 from functools import cache
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from perf_callbacks.analysis.measures.check import measures_valid
 from perf_callbacks.analysis.rank.sidecar_values import values_sound
-from perf_callbacks.analysis.results.result import VERDICTS, RankResult
+from perf_callbacks.analysis.results.result import RankResult
+from perf_callbacks.analysis.results.verdicts import VERDICTS
 
 _TOP_OP = {"name": str, "device": str, "self_time_us": float, "count": int, "fraction": float}
 _DEVICE = {"device": int, "gpu_utilization": float | None, "losses": dict[str, float],
@@ -76,6 +77,8 @@ def _fits(value: Any, hint: Any) -> bool:
         return True
     if origin in (Union, types.UnionType):
         return any(_fits(value, a) for a in args)
+    if origin is Literal:  # a verdict: one of the type's values
+        return type(value) is str and value in args
     if origin is list:
         if args[0] in (float, int):  # long lists of numbers (a memory curve): one pass, no recursion
             kinds = (int, float) if args[0] is float else (int,)

@@ -26,13 +26,14 @@ from perf_callbacks.analysis.judge.load import loader_evidence
 from perf_callbacks.analysis.judge.verdict import lead_cause
 from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.machine import cores_per_rank
 
 MAX_CHARS = 180
 """The line before its path: window, verdict, one number, the first advice in a few words and its gain (about 20 of
 them: ``: up to -26% step time``)."""
 
-_FIGURE = {  # verdict -> (the loss behind it, what that share is)
+_FIGURE: dict[Verdict, tuple[str, str]] = {  # verdict -> (the loss behind it, what that share is)
     "host_bound": ("host", "device waiting on the host"),
     "sync_bound": ("sync", "device idle after syncs"),
     "copy_bound": ("copy", "copies"),
@@ -40,7 +41,7 @@ _FIGURE = {  # verdict -> (the loss behind it, what that share is)
     "unexplained_idle": ("other", "unexplained device idle"),
     "cpu_contention": ("cpu_contention", "waiting for a CPU"),
 }
-_ACTION = {
+_ACTION: dict[Verdict, str] = {
     "copy_bound": "pin host memory and copy with non_blocking=True",
     "communication_bound": "overlap collectives with compute (bucket sizes, no_sync)",
     "unexplained_idle": "look at the idle gaps in the trace",

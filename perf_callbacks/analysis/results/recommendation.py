@@ -11,7 +11,12 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
+
+PageableCopy = Literal["HtoD/pageable", "DtoH/pageable"]
+"""The copy kinds (the timeline's names) whose measured rates can back a copy recommendation: host-device copies from
+pageable memory (:func:`perf_callbacks.analysis.measures.copies.copy_advice`)."""
+PAGEABLE_COPIES: tuple[PageableCopy, ...] = get_args(PageableCopy)
 
 
 class Recommendation(str):
@@ -24,24 +29,35 @@ class Recommendation(str):
         estimated_gain_ms: milliseconds per step the fix would save at most, None when no measurement backs one.
         estimated_gain_fraction: the same as a share of the median step time.
         basis: one sentence naming the measurement the gain comes from, or why there is none.
+        copy_kinds: the pageable copy kinds it advises on by name (a ``copy`` recommendation's ``HtoD/pageable 12.3 ms:
+            ...``): those its measured rates are added to. Not in the JSON: a rank read back from its sidecar gets them
+            from its copy figures (:meth:`perf_callbacks.analysis.results.result.RankResult.from_dict`).
     """
 
     cause: str
     estimated_gain_ms: float | None
     estimated_gain_fraction: float | None
     basis: str
+    copy_kinds: tuple[PageableCopy, ...]
 
     def __new__(cls, text: str, cause: str, estimated_gain_ms: float | None = None,
-                estimated_gain_fraction: float | None = None, basis: str = "") -> Recommendation:
+                estimated_gain_fraction: float | None = None, basis: str = "",
+                copy_kinds: tuple[PageableCopy, ...] = ()) -> Recommendation:
         """The recommendation ``text`` for ``cause``, with its gain and the basis of the gain."""
         self = super().__new__(cls, text)
-        self.cause, self.basis = cause, basis
+        self.cause, self.basis, self.copy_kinds = cause, basis, copy_kinds
         self.estimated_gain_ms, self.estimated_gain_fraction = estimated_gain_ms, estimated_gain_fraction
         return self
 
     def retext(self, text: str) -> Recommendation:
-        """The same cause and gain with other words (a rank prefix, measured rates added)."""
-        return Recommendation(text, self.cause, self.estimated_gain_ms, self.estimated_gain_fraction, self.basis)
+        """The same cause, gain and copy kinds with other words (a rank prefix, measured rates added)."""
+        return Recommendation(text, self.cause, self.estimated_gain_ms, self.estimated_gain_fraction, self.basis,
+                              self.copy_kinds)
+
+    def naming(self, copy_kinds: tuple[PageableCopy, ...]) -> Recommendation:
+        """The same recommendation, advising on ``copy_kinds`` by name."""
+        return Recommendation(str(self), self.cause, self.estimated_gain_ms, self.estimated_gain_fraction, self.basis,
+                              copy_kinds)
 
     def to_dict(self) -> dict[str, Any]:
         """``{cause, text, estimated_gain_ms, estimated_gain_fraction, basis}``: the JSON's recommendation."""
@@ -60,11 +76,21 @@ class Recommendation(str):
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled between processes (collect.py's parallel parse)
         return (Recommendation, (str(self), self.cause, self.estimated_gain_ms, self.estimated_gain_fraction,
-                                 self.basis))
+                                 self.basis, self.copy_kinds))
 
 
 def _number(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def pageable_copies(kinds: list[str]) -> tuple[PageableCopy, ...]:
+    """The pageable copy kinds among ``kinds``.
+
+    Example:
+        >>> pageable_copies(["DtoD/device", "DtoH/pageable", "HtoD/pageable"])
+        ('HtoD/pageable', 'DtoH/pageable')
+    """
+    return tuple(k for k in PAGEABLE_COPIES if k in kinds)
 
 
 def recommendation_dicts(recs: list[Any]) -> list[dict[str, Any]]:

@@ -5,20 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perf_callbacks.analysis.results.recommendation import Recommendation, recommendation_dicts
+from perf_callbacks.analysis.results.recommendation import Recommendation, pageable_copies, recommendation_dicts
 from perf_callbacks.analysis.results.scalars import window_scalars
+from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.timeline import Timeline
-
-VERDICTS = (
-    "compute_bound",
-    "input_bound",
-    "host_bound",
-    "sync_bound",
-    "copy_bound",
-    "communication_bound",
-    "unexplained_idle",
-    "cpu_contention",
-)
 
 
 @dataclass
@@ -88,7 +78,7 @@ class RankResult:
     collectives_ms: list[float]
     sync_calls_ms: dict[str, float]
     launches_per_step: float | None
-    verdict: str = "compute_bound"
+    verdict: Verdict = "compute_bound"
     recommendations: list[Recommendation] = field(default_factory=list)
     timeline: Timeline | None = field(default=None, repr=False)
     rank_source: str = "order"
@@ -133,6 +123,11 @@ class RankResult:
     precision: dict[str, Any] | None = None
     modules: dict[str, Any] = field(default_factory=dict)
 
+    def named_copies(self) -> list[tuple[str, float]]:
+        """The kinds the copy advice names, and their ms: the top 3 by exposed (else all) time, >= 1/10 the first."""
+        ranked = sorted((self.copy_exposed_ms or self.copies_ms).items(), key=lambda kv: -kv[1])
+        return [(k, ms) for k, ms in ranked if ms >= 0.1 * ranked[0][1]][:3]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the timeline is left out)."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("timeline", "steps")}
@@ -142,14 +137,22 @@ class RankResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankResult:
-        """Rebuild a result from ``to_dict`` output (the timeline is not kept, so it is None)."""
+        """Rebuild a result from ``to_dict`` output (the timeline is not kept, so it is None).
+
+        The JSON does not hold a recommendation's ``copy_kinds``: the copy recommendation gets them from the copy
+        figures it was written from (:meth:`named_copies`), as :func:`perf_callbacks.analysis.judge.verdict.judge_rank`
+        did.
+        """
         known = {f for f in cls.__dataclass_fields__ if f not in ("timeline", "steps")}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["sync_calls_ms"] = dict(kwargs.get("sync_calls_ms", {}))
         kwargs["recommendations"] = [Recommendation.of(x) for x in kwargs.get("recommendations", [])]
         steps = [StepResult(int(s["step"]), float(s["time_ms"]), dict(s.get("causes_ms", {})))
                  for s in data.get("steps", [])]
-        return cls(steps=steps, **kwargs)
+        r = cls(steps=steps, **kwargs)
+        named = pageable_copies([k for k, _ in r.named_copies()])
+        r.recommendations = [x.naming(named) if x.cause == "copy" else x for x in r.recommendations]
+        return r
 
 
 @dataclass
@@ -227,7 +230,7 @@ class AnalysisResult:
     """
 
     path: str
-    verdict: str
+    verdict: Verdict
     gpu_utilization: float | None
     data_wait_fraction: float
     step_time_ms: float | None
@@ -241,7 +244,7 @@ class AnalysisResult:
     straggler_reasons: dict[int, str] = field(default_factory=dict)
     windows: list[dict[str, Any]] = field(default_factory=list)
     verdict_margin: float | None = None
-    runner_up: str | None = None
+    runner_up: Verdict | None = None
     verdict_note: str = ""
     devices: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -17,6 +17,7 @@ from perf_callbacks.analysis.rank.collect import Loaded, analyze_file, from_side
 from perf_callbacks.analysis.rank.measures import window_advice, window_measures, window_notes
 from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.discover import Window, discover
 from perf_callbacks.analysis.windows.captured import captured_windows
 from perf_callbacks.analysis.windows.hang import read_hangs
@@ -236,7 +237,7 @@ def _merge_top_ops(ranks: list[RankResult], k: int) -> list[dict[str, Any]]:
 
 
 def _overall_recommendations(
-    ranks: list[RankResult], verdict: str, slow: list[int], reasons: dict[int, str]
+    ranks: list[RankResult], verdict: Verdict, slow: list[int], reasons: dict[int, str]
 ) -> list[Recommendation]:
     """Straggler findings, then the advice of the rank that suffers most from the overall verdict (ranked later)."""
     recs = [straggler_gain(ranks, rk, f"rank {rk} {reasons[rk]}; the other ranks wait for it in every collective")

@@ -228,7 +228,8 @@ class PerfEngine:
             self.intervals.read_held(step)
         if phases.nvtx_on:
             self.nvtx.push_step(step)
-        if self._nsys_steps is None and not windows.jobs and windows.uploads is None and step < windows.quiet_until:
+        if (self._nsys_steps is None and not (handoff := windows.handoff).jobs and handoff.uploads is None
+                and step < windows.quiet_until):
             phases.recording = False  # windows.step_starts(step) before the schedule's next window, inlined
         else:
             phases.recording = windows.step_starts(step)

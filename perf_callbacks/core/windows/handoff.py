@@ -1,6 +1,6 @@
 """A window's end, handed over to its background job, and what comes back from the job.
 
-Part of :class:`~perf_callbacks.core.windows.recorder.WindowRecorder` (a base class of it). Once the session stops,
+A part of :class:`~perf_callbacks.core.windows.recorder.WindowRecorder` (its ``handoff``). Once the session stops,
 the window's trace is exported under the steps it really holds (cut before a step that never completed; not written at
 all above ``max_trace_mb``, which the user is told once), and goes with the metadata its sidecar keeps (steps, planned,
 partial, interrupted, the loop's stall) to a :class:`~perf_callbacks.core.windows.background.WindowJob`. Finished jobs
@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from perf_callbacks.config import PerfConfig
@@ -35,41 +36,53 @@ log = logging.getLogger("perf_callbacks.core.windows.recorder")  # the recorder'
 
 
 class WindowHandoff:
-    """The recorder's window ends: the export, the background jobs, and what they report."""
+    """The recorder's window ends: the export, the background jobs, and what they report.
 
-    config: PerfConfig
-    ctx: RunContext
-    _warn: WarnFn
-    outputs: Outputs
-    schedule: CaptureSchedule
-    layout: TraceLayout
-    enabled: bool
-    is_reporter: bool
-    steps: list[int]
-    completed: int
-    _retracted: int | None
-    exported: list[Path]
-    summaries: list[str]
-    jobs: list[WindowJob]
-    _t_finish: float
-    too_large: list[str]
-    uploads: Uploads | None
-    compile_s: float
-    clock: StepClock
-    mem: MemoryWatch | None
+    Args:
+        config: the validated configuration.
+        ctx: the run's context.
+        warn: ``warn(key, category, message, main_only)``, the engine's warn-once.
+        outputs: the run's writers.
+        schedule: the recorder's schedule (the window each step was planned in, and why it was captured).
+        layout: where the run's windows go.
+        clock: the engine's step clock (whether the loop's data wait was measured).
+        mem: the engine's memory watch (the allocator snapshot next to the traces), None without one.
+        is_reporter: this rank prints and logs the windows' summaries.
+        fail: what disables the recorder, called with a job's error.
+    """
 
-    def _fail(self, err: BaseException) -> None:
-        """Disable the recorder (``WindowRecorder._fail``)."""
-        raise NotImplementedError
+    def __init__(self, config: PerfConfig, ctx: RunContext, warn: WarnFn, outputs: Outputs, *,
+                 schedule: CaptureSchedule, layout: TraceLayout, clock: StepClock, mem: MemoryWatch | None,
+                 is_reporter: bool, fail: Callable[[BaseException], None]) -> None:
+        self.config, self.ctx, self._warn, self.outputs = config, ctx, warn, outputs
+        self.schedule, self.layout, self.clock, self.mem = schedule, layout, clock, mem
+        self.is_reporter, self._fail = is_reporter, fail
+        self.exported: list[Path] = []  # traces written (their jobs finished)
+        self.summaries: list[str] = []
+        self.jobs: list[WindowJob] = []  # handed over, not reported yet
+        self.too_large: list[str] = []  # the steps of each window recorded, then dropped for its size
+        self.uploads = Uploads(ctx.remote, ctx.output_dir, config.storage_options, outputs) if ctx.remote else None
 
-    def _export(self, session: ProfilerSession, error: BaseException | None) -> None:
-        """Export the stopped session's trace and hand it to a background job (or drop it, too large)."""
-        first, last = self.steps[0], self.steps[-1]
+    def export(self, session: ProfilerSession, error: BaseException | None, steps: list[int], *, completed: int,
+               retracted: int | None, compile_s: float, t_finish: float, analyse: bool) -> None:
+        """Export the stopped session's trace and hand it to a background job (or drop it, too large).
+
+        Args:
+            session: the stopped session.
+            error: what interrupted the window, None when it ended as planned.
+            steps: the steps recorded in the window.
+            completed: how many of them finished their optimizer step.
+            retracted: a step begun in the window that never completed (cut from the trace), else None.
+            compile_s: torch.compile's seconds in the window's steps.
+            t_finish: ``time.perf_counter()`` when the window began to finish (the loop's stall is counted from it).
+            analyse: the recorder is on: the job may write the window's sidecar and summary.
+        """
+        first, last = steps[0], steps[-1]
         wdir, tidy = self.layout.window_dir(first, last), self.ctx.world_size == 1  # tidy: the run folder is ours alone
         try:
             raw = export_raw(session.export, wdir, self.ctx.rank, self.config.max_trace_mb, tidy)
-            if self._retracted is not None:
-                quiet(lambda: cut_at_step(raw, self._retracted or 0))  # at worst, the trace keeps that step
+            if retracted is not None:
+                quiet(lambda: cut_at_step(raw, retracted))  # at worst, the trace keeps that step
         except TraceTooLargeError as err:
             self._warn("max_trace_mb", TraceSizeWarning, (
                 f"the trace of steps {first}-{last} on rank {self.ctx.rank} is {size_text(err.size_mb)}, above "
@@ -80,8 +93,8 @@ class WindowHandoff:
         if self.mem is not None and self.mem.oom.recording:  # the allocator snapshot next to the traces
             self.mem.oom.window_snapshot(wdir)
         planned = self.schedule.window(first)
-        partial = error is not None or first > planned[0] or last < planned[1] or self.completed < len(self.steps)
-        meta = {"window": [first, last], "planned": list(planned), "steps": list(self.steps), "partial": partial,
+        partial = error is not None or first > planned[0] or last < planned[1] or completed < len(steps)
+        meta = {"window": [first, last], "planned": list(planned), "steps": list(steps), "partial": partial,
                 "interrupted": type(error).__name__ if error is not None else None, "rank": self.ctx.rank}
         if not self.clock.loader_timed:
             meta["data_wait"] = "not measured"
@@ -89,11 +102,11 @@ class WindowHandoff:
             meta["capture"] = capture.meta()
         if self.mem is not None and self.mem.headline():
             meta["phase_peak"] = self.mem.headline()
-        if self.compile_s:
-            meta["compile_s"] = round(self.compile_s, 3)
-        meta["stall_ms"] = round((time.perf_counter() - self._t_finish) * 1e3, 2)  # up to handing over to the job
-        header = window_header(meta, self.ctx.rank, self.completed) if self.is_reporter else None
-        analyse = self.config.summary and self.enabled and self.outputs.enabled("sidecars")
+        if compile_s:
+            meta["compile_s"] = round(compile_s, 3)
+        meta["stall_ms"] = round((time.perf_counter() - t_finish) * 1e3, 2)  # up to handing over to the job
+        header = window_header(meta, self.ctx.rank, completed) if self.is_reporter else None
+        analyse = self.config.summary and analyse and self.outputs.enabled("sidecars")
         job = WindowJob(raw, self.layout.trace_path(wdir, self.ctx.rank), meta, analyse, header, self.config.top_k)
         job.write_summary, job.tidy = self.outputs.enabled("summaries"), tidy
         job.write_page = self.outputs.enabled("pages")

@@ -10,7 +10,7 @@ a step interrupted by an exception stays, and the summary says what interrupted 
 This module holds the schedule's action at each step (the session created, warmed up, started, marked, stopped; the
 instruments that follow the recording on and off; standing aside for another profiler). What a window writes into its
 trace besides the profiler's events is gathered in ``core/windows/trace_meta.py``; its export, its background job and
-what the job reports are in ``core/windows/handoff.py`` (a base class of the recorder).
+what the job reports are in ``core/windows/handoff.py`` (the recorder's ``handoff``).
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from perf_callbacks.core.triggers.captures import CaptureSchedule
 from perf_callbacks.core.triggers.schedule import Action, Schedule
 from perf_callbacks.core.warn import WarnFn, quiet
 from perf_callbacks.core.windows import trace_meta
-from perf_callbacks.core.windows.background import WindowJob, start_worker
+from perf_callbacks.core.windows.background import start_worker
 from perf_callbacks.core.windows.handoff import WindowHandoff
 from perf_callbacks.core.windows.profiler import ProfilerSession, foreign_profiler_running
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 
-class WindowRecorder(WindowHandoff):
+class WindowRecorder:
     """Runs the profiler windows of one rank: the schedule's action at each step.
 
     Args:
@@ -84,14 +84,9 @@ class WindowRecorder(WindowHandoff):
         self.steps: list[int] = []  # steps begun while recording, in this window
         self.completed = 0  # of those, steps that finished their optimizer step
         self._retracted: int | None = None  # a step begun in this window that never completed (training ended)
-        self.exported: list[Path] = []
-        self.summaries: list[str] = []
-        self.jobs: list[WindowJob] = []
         self.stall_s = 0.0  # the training loop's wait at the last window's end
         self._t_finish = 0.0
         self._skip: tuple[int, int] | None = None  # a window left to another profiler
-        self.too_large: list[str] = []  # the steps of each window recorded, then dropped for its size
-        self.uploads = Uploads(ctx.remote, ctx.output_dir, config.storage_options, self.outputs) if ctx.remote else None
         if self.enabled:
             start_worker()  # the thread that finishes windows, started now rather than at a window's end
         self.compile_s = 0.0  # torch.compile's seconds in the window's recorded steps (added by the engine)
@@ -103,6 +98,30 @@ class WindowRecorder(WindowHandoff):
         self._load: LoadMark | None = None  # the counters at the window's start: its load goes into its trace
         self.parts: WindowParts | None = None  # the engine's: parameters, gradients, optimizer state into each trace
         self.at_exit = False  # closed by the interpreter's exit: a session still warming up is left as it is
+        self.handoff = WindowHandoff(config, ctx, warn, self.outputs, schedule=self.schedule, layout=self.layout,
+                                     clock=self.clock, mem=mem, is_reporter=self.is_reporter, fail=self._fail)
+
+    @property
+    def exported(self) -> list[Path]:
+        """Traces written so far (their jobs finished)."""
+        return self.handoff.exported
+
+    @property
+    def uploads(self) -> Uploads | None:
+        """The uploads to a remote ``output_dir``, None for a local one."""
+        return self.handoff.uploads
+
+    def poll(self) -> None:
+        """Report the background jobs that finished (:meth:`WindowHandoff.poll`)."""
+        self.handoff.poll()
+
+    def wait(self, timeout_s: float) -> None:
+        """Wait for the background jobs, ``timeout_s`` in all (:meth:`WindowHandoff.wait`)."""
+        self.handoff.wait(timeout_s)
+
+    def nothing_recorded_line(self, steps_run: int) -> str:
+        """Why no trace was written (:meth:`WindowHandoff.nothing_recorded_line`)."""
+        return self.handoff.nothing_recorded_line(steps_run)
 
     # ---- per step ------------------------------------------------------------------------------------------------
     def step_starts(self, step: int) -> bool:
@@ -110,8 +129,9 @@ class WindowRecorder(WindowHandoff):
         nsys_steps = self.config.nsys_steps
         if nsys_steps is not None and step == nsys_steps[0]:
             self.nsys.start(step)
-        if (self.jobs or self.uploads is not None) and self.busy:  # the property only when it can be true
-            self.poll()
+        handoff = self.handoff
+        if (handoff.jobs or handoff.uploads is not None) and handoff.busy:  # the property only when it can be true
+            handoff.poll()
         # before the schedule's next window the action stays NONE (quiet_until, set by begin_step): no call
         return step >= self.quiet_until and self.begin_step(step)
 
@@ -226,7 +246,8 @@ class WindowRecorder(WindowHandoff):
             recorded = session.recording
             session.stop()
             if recorded and self.steps and (self.completed > 0 or error is not None):  # an interrupted step ran
-                self._export(session, error)
+                self.handoff.export(session, error, self.steps, completed=self.completed, retracted=self._retracted,
+                                    compile_s=self.compile_s, t_finish=self._t_finish, analyse=self.enabled)
         except Exception as err:  # noqa: BLE001
             self._fail(err)
         finally:
@@ -265,7 +286,7 @@ class WindowRecorder(WindowHandoff):
 
     def nothing_recorded(self) -> bool:
         """True when this rank was to profile, stood aside for no one, and recorded no window."""
-        return self.enabled and not (self.exported or self.jobs or self.stood_aside)
+        return self.enabled and not (self.handoff.exported or self.handoff.jobs or self.stood_aside)
 
     @property
     def stood_aside(self) -> bool:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -224,18 +225,18 @@ def test_export_and_logging_are_overhead_not_step_time(tmp_path: Path) -> None:
     engine = make_engine(tmp_path, schedule={"skip_first": 1, "wait": 0, "warmup": 0, "active": 1},
                          data_wait_steps=1000)
     clock = FakeClock()
-    real_export = engine.windows._export
+    real_export = engine.windows.handoff.export
 
-    def slow_export(*args: object) -> None:
+    def slow_export(*args: Any, **kwargs: Any) -> None:
         clock.t += 2.0  # a large trace
-        real_export(*args)
+        real_export(*args, **kwargs)
 
     def slow_logger(metrics: dict, step: int) -> None:
         clock.t += 2.0  # a slow tracker, or a cross-rank gather waiting for a slower rank
         logged.append(metrics)
 
     engine.ctx.log_metrics = slow_logger
-    with mock.patch("time.perf_counter", clock), mock.patch.object(engine.windows, "_export", slow_export):
+    with mock.patch("time.perf_counter", clock), mock.patch.object(engine.windows.handoff, "export", slow_export):
         fake_steps(engine, clock, 11, wait=0.01, work=0.09)
     engine.close()
     assert len(logged) == 2  # at steps 5 (steps 0, 2, 3 measured) and 10 (steps 4-8, the first logging in step 4)

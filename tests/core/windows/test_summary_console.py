@@ -77,7 +77,7 @@ def test_the_reporting_rank_publishes_its_windows_summary(tmp_path: Path, capsys
     engine.close()
     (path,) = engine.exported
     summary = (path.parent / "summary.txt").read_text()
-    assert engine.windows.summaries == [summary]
+    assert engine.windows.handoff.summaries == [summary]
     assert texts == [("perf/window/summary", f"```\n{summary}```", 6)]
     ((step, figures),) = scalars
     assert step == 6 and figures and all(k.startswith("perf/window/") for k in figures)
@@ -102,4 +102,4 @@ def test_only_the_lowest_rank_traced_reports_the_summary(tmp_path: Path, capsys:
     engine.close()
     (path,) = engine.exported  # rank 1 records its window, analysed for its sidecar...
     assert not (path.parent / "summary.txt").exists()  # ...but rank 0 reports
-    assert engine.windows.summaries == texts == scalars == [] and capsys.readouterr().out == ""
+    assert engine.windows.handoff.summaries == texts == scalars == [] and capsys.readouterr().out == ""

@@ -151,7 +151,7 @@ def test_a_run_whose_windows_were_all_exported_prints_no_nothing_recorded_line(
     engine = make_engine(tmp_path)  # one window: 4-5, exported (its job done) by the time close() asks
     run_steps(engine, 8)
     engine.close()
-    assert len(engine.exported) == 1 and engine.windows.jobs == []
+    assert len(engine.exported) == 1 and engine.windows.handoff.jobs == []
     assert "no profiling window was recorded" not in capsys.readouterr().err
 
 
@@ -183,7 +183,7 @@ def test_a_windows_metadata_holds_its_steps_rank_stall_and_data_wait(tmp_path: P
             engine.batch_start(step)
             clock.t += 0.1
             engine.batch_end(stepped=True, samples=8)
-    meta = engine.windows.jobs[-1].meta  # handed over at step 5's end; the next step's begin would collect it
+    meta = engine.windows.handoff.jobs[-1].meta  # handed over at step 5's end; the next step's begin would collect it
     engine.close()
     expected = {"window": [4, 5], "planned": [4, 5], "steps": [4, 5], "partial": False, "interrupted": None,
                 "rank": 0, "stall_ms": 250.43}
@@ -194,7 +194,7 @@ def test_a_window_that_starts_after_its_planned_first_step_is_partial(tmp_path: 
     """A run resumed at step 5 holds only the last step of the window 4-5."""
     engine = make_engine(tmp_path)
     run_steps(engine, 1, start=5)
-    meta = engine.windows.jobs[-1].meta
+    meta = engine.windows.handoff.jobs[-1].meta
     engine.close()
     assert (meta["window"], meta["planned"], meta["partial"]) == ([5, 5], [4, 5], True)
 
@@ -218,7 +218,7 @@ def test_waiting_for_jobs_is_bounded_in_all_and_names_the_jobs_left(tmp_path: Pa
     engine = make_engine(tmp_path)
     clock = FakeClock()
     jobs = [HeldJob(tmp_path / f"window-00000{i}-00000{i}" / "rank0.pt.trace.json.gz", clock) for i in (4, 8)]
-    engine.windows.jobs = list(jobs)
+    engine.windows.handoff.jobs = list(jobs)
     with mock.patch("time.monotonic", clock):
         engine.windows.wait(5.0)
     assert [j.joins for j in jobs] == [[5.0], [0.0]]  # the second gets what is left of the 5 s: nothing
@@ -226,7 +226,7 @@ def test_waiting_for_jobs_is_bounded_in_all_and_names_the_jobs_left(tmp_path: Pa
     for i in (4, 8):
         assert (f"perf-callbacks: the summary of {tmp_path / f'window-00000{i}-00000{i}'} is still being written in "
                 "the background\n") in err
-    engine.windows.jobs = []  # nothing real to wait for at close
+    engine.windows.handoff.jobs = []  # nothing real to wait for at close
     engine.close()
 
 
