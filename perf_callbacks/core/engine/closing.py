@@ -15,7 +15,11 @@ from perf_callbacks.core.spans import exit_span
 from perf_callbacks.core.warn import quiet
 
 CLOSE_WAIT_S = 120.0
-"""How long close waits for the last window's background job (compression, analysis)."""
+"""How long close waits for the last window's background job (compression, analysis).
+
+Then, unless an exception ended training, the reporting rank rebuilds the run's page once more (a few seconds at most:
+``PAGE_WAIT_S`` in ``core/windows/handoff.py``).
+"""
 
 
 def close_engine(engine: Any, exc: BaseException | None, batch: Any) -> None:
@@ -31,7 +35,8 @@ def close_engine(engine: Any, exc: BaseException | None, batch: Any) -> None:
     for fn in (engine.flops.close, engine.compile.close, engine.end_phase,
                lambda: exit_span(phases.ckpt_span) if phases.ckpt_span is not None else None,
                lambda: windows.finish(exc), windows.nsys.close, engine.nvtx.pop_all,
-               lambda: windows.wait(CLOSE_WAIT_S), engine.mem.oom.stop_history, engine.captures.close):
+               lambda: windows.wait(CLOSE_WAIT_S, last_page=exc is None), engine.mem.oom.stop_history,
+               engine.captures.close):
         quiet(fn)
     phases.recording = False
     phases.replain()

@@ -8,7 +8,7 @@ compresses, and the analysis runs in a separate, lower-priority Python process
 half-way. The worker waits for that process to exit, never for end-of-file on a pipe that a process the user forks
 meanwhile (a persistent ``DataLoader`` worker) could hold open (see :mod:`perf_callbacks.core.files.detached`). The
 engine polls finished jobs from its hooks (an event check, only while a job is pending) and waits for them when training
-ends.
+ends; a :class:`PageJob` then rebuilds the run's page once more on the same thread.
 """
 
 from __future__ import annotations
@@ -146,16 +146,41 @@ class WindowJob:
                 self.failures.append(("summaries", err, trace.parent / "summary.txt"))
         self.summary = text
         if self.write_page:
-            self._write_page(trace.parent.parent)
+            _write_page(trace.parent.parent, self.failures)
 
-    def _write_page(self, run_dir: Path) -> None:
-        """The run's page, ``report.html``, rebuilt from the sidecars written so far (no trace is read)."""
+
+class PageJob:
+    """Rebuild the run's page once more at the run's end, on the same worker thread, after every window's job.
+
+    Other ranks' sidecars written after this rank's last window summary are then on the page. A failure is kept in
+    ``failures``, as a :class:`WindowJob` keeps it.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.failures: list[tuple[str, BaseException | str, Path | None]] = []
+        self.finished = threading.Event()
+
+    def start(self) -> None:
+        """Queue the job on the worker thread (behind any window's job still queued)."""
+        _runner().put(self)
+
+    def run(self) -> None:
+        """Write the page; never raises."""
         try:
-            from perf_callbacks.analysis.html.run_page import write_run_page
+            _write_page(self.run_dir, self.failures)
+        finally:
+            self.finished.set()
 
-            write_run_page(run_dir)
-        except Exception as err:  # noqa: BLE001 - a page that cannot be written never reaches training
-            self.failures.append(("pages", err, run_dir / "report.html"))
+
+def _write_page(run_dir: Path, failures: list[tuple[str, BaseException | str, Path | None]]) -> None:
+    """The run's page, ``report.html``, rebuilt from the sidecars written so far (no trace is read)."""
+    try:
+        from perf_callbacks.analysis.html.run_page import write_run_page
+
+        write_run_page(run_dir)
+    except Exception as err:  # noqa: BLE001 - a page that cannot be written never reaches training
+        failures.append(("pages", err, run_dir / "report.html"))
 
 
 def start_worker() -> None:
@@ -163,11 +188,11 @@ def start_worker() -> None:
     _runner()
 
 
-_QUEUE: queue.SimpleQueue[WindowJob] | None = None
+_QUEUE: queue.SimpleQueue[WindowJob | PageJob] | None = None
 _LOCK = threading.Lock()
 
 
-def _runner() -> queue.SimpleQueue[WindowJob]:
+def _runner() -> queue.SimpleQueue[WindowJob | PageJob]:
     global _QUEUE
     with _LOCK:
         if _QUEUE is None or not any(t.name == "perf-callbacks-jobs" for t in threading.enumerate()):
@@ -185,7 +210,7 @@ def _forget_worker() -> None:
 os.register_at_fork(after_in_child=_forget_worker)
 
 
-def _serve(jobs: queue.SimpleQueue[WindowJob]) -> None:
+def _serve(jobs: queue.SimpleQueue[WindowJob | PageJob]) -> None:
     while True:
         jobs.get().run()
 

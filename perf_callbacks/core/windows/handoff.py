@@ -5,8 +5,8 @@ the window's trace is exported under the steps it really holds (cut before a ste
 all above ``max_trace_mb``, which the user is told once), and goes with the metadata its sidecar keeps (steps, planned,
 partial, interrupted, the loop's stall) to a :class:`~perf_callbacks.core.windows.background.WindowJob`. Finished jobs
 are polled from the training loop: their traces are logged, their summaries printed and logged, their folders uploaded
-to a remote ``output_dir``; at the run's end the recorder waits for them, a bounded time, and says what it did not wait
-for, or why no window was recorded at all.
+to a remote ``output_dir``; at the run's end the recorder waits for them, a bounded time, rebuilds the run's page once
+more (other ranks may have finished since), and says what it did not wait for, or why no window was recorded at all.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ from perf_callbacks.core.files.traces import TraceLayout, TraceTooLargeError, ex
 from perf_callbacks.core.memory.watch import MemoryWatch
 from perf_callbacks.core.triggers.captures import CaptureSchedule
 from perf_callbacks.core.warn import WarnFn, quiet
-from perf_callbacks.core.windows.background import WindowJob
+from perf_callbacks.core.windows.background import PageJob, WindowJob
 from perf_callbacks.core.windows.profiler import ProfilerSession
 from perf_callbacks.core.windows.summary import publish_summary, window_header, window_line
 from perf_callbacks.core.windows.trace_cut import cut_at_step
 from perf_callbacks.exceptions import TraceSizeWarning
 
+PAGE_WAIT_S = 5.0
+"""How long the run's end waits for the last rebuild of the run's page (a few JSON reads per window)."""
 log = logging.getLogger("perf_callbacks.core.windows.recorder")  # the recorder's, where "trace written" always was
 
 
@@ -126,8 +128,12 @@ class WindowHandoff:
         if self.uploads is not None:
             self.uploads.report()
 
-    def wait(self, timeout_s: float) -> None:
-        """Join pending jobs for up to ``timeout_s`` in all, then report them; a job still running is left to finish."""
+    def wait(self, timeout_s: float, last_page: bool = False) -> None:
+        """Join pending jobs for up to ``timeout_s`` in all, then report them; a job still running is left to finish.
+
+        With ``last_page`` (the run's end), the reporting rank then rebuilds the run's page once more (see
+        :meth:`_last_page`).
+        """
         deadline = time.monotonic() + timeout_s
         try:
             for job in list(self.jobs):
@@ -138,8 +144,30 @@ class WindowHandoff:
         for job in self.jobs:
             print(f"perf-callbacks: the summary of {job.dest.parent} is still being written in the background",
                   file=sys.stderr, flush=True)
+        if last_page:
+            self._last_page()
         if self.uploads is not None:  # the rest of the run folder (events, OOM evidence), with a bounded wait
             self.uploads.finish(FINISH_WAIT_S)
+
+    def _last_page(self) -> None:
+        """Rebuild ``report.html`` with the sidecars other ranks wrote after this rank's last window summary.
+
+        Only where the window jobs wrote it: the reporting rank, pages still on, a window summarised, none still
+        pending (that job writes the page itself), a local ``output_dir`` (staged window folders are uploaded and
+        removed). It runs on the jobs' worker thread, waited for ``PAGE_WAIT_S`` at most; a failure turns pages off.
+        """
+        if not (self.is_reporter and self.summaries and self.exported) or self.jobs or self.uploads is not None:
+            return
+        if not self.outputs.enabled("pages"):
+            return
+        job = PageJob(self.exported[-1].parent.parent)
+        job.start()
+        try:
+            done = job.finished.wait(PAGE_WAIT_S)
+        except KeyboardInterrupt:  # a second Ctrl-C: the page is written atomically, or not at all
+            done = False
+        for writer, cause, path in job.failures if done else []:
+            self.outputs.failed(writer, cause, path)
 
     def _report(self, job: WindowJob) -> None:
         for writer, cause, path in job.failures:  # a sidecar or summary.txt it could not write
