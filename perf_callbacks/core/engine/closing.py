@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import atexit
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from perf_callbacks.core.engine.captures import EngineCaptures
+from perf_callbacks.core.engine.phases import PhaseRanges
+from perf_callbacks.core.engine.step_state import StepState
+from perf_callbacks.core.flops.compile_watch import CompileWatch
+from perf_callbacks.core.flops.step import StepFlops
+from perf_callbacks.core.hang.watchdog import HangWatch
+from perf_callbacks.core.memory.watch import MemoryWatch
+from perf_callbacks.core.ranges.nvtx import NvtxRanges
 from perf_callbacks.core.spans import exit_span
 from perf_callbacks.core.warn import quiet
+from perf_callbacks.core.windows.recorder import WindowRecorder
 
 CLOSE_WAIT_S = 120.0
 """How long close waits for the last window's background job (compression, analysis).
@@ -22,8 +32,31 @@ Then, unless an exception ended training, the reporting rank rebuilds the run's 
 """
 
 
-def close_engine(engine: Any, exc: BaseException | None, batch: Any) -> None:
-    """Stop every part of ``engine`` (a ``PerfEngine``, which imports this module) and flush (see its ``close``)."""
+class Closing(Protocol):
+    """What closing reads of the engine (a ``PerfEngine``, which imports this module): its parts and three verbs."""
+
+    is_main: bool
+    hang: HangWatch | None
+    state: StepState
+    phases: PhaseRanges
+    windows: WindowRecorder
+    mem: MemoryWatch
+    flops: StepFlops
+    compile: CompileWatch
+    nvtx: NvtxRanges
+    captures: EngineCaptures
+    end_phase: Callable[[], None]
+    _at_exit: Callable[[], None]  # its exit handler, unregistered here
+
+    def log_short_run(self) -> bool:
+        """Log a run shorter than one logging interval, once."""
+
+    def record_no_windows(self) -> None:
+        """Record no more windows."""
+
+
+def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None:
+    """Stop every part of ``engine`` and flush (see ``PerfEngine.close``)."""
     if engine.hang is not None:  # first: our own close (the window's export and analysis) is no hang
         quiet(engine.hang.stop)
     state, phases, windows = engine.state, engine.phases, engine.windows

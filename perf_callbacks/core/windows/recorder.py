@@ -115,9 +115,9 @@ class WindowRecorder:
         """Report the background jobs that finished (:meth:`WindowHandoff.poll`)."""
         self.handoff.poll()
 
-    def wait(self, timeout_s: float) -> None:
-        """Wait for the background jobs, ``timeout_s`` in all (:meth:`WindowHandoff.wait`)."""
-        self.handoff.wait(timeout_s)
+    def wait(self, timeout_s: float, last_page: bool = False) -> None:
+        """Wait for the background jobs, ``timeout_s`` in all, then the run's page (:meth:`WindowHandoff.wait`)."""
+        self.handoff.wait(timeout_s, last_page)
 
     def nothing_recorded_line(self, steps_run: int) -> str:
         """Why no trace was written (:meth:`WindowHandoff.nothing_recorded_line`)."""

@@ -47,7 +47,7 @@ def _train(engine: PerfEngine, steps: int = 12, between: Callable[[int], None] =
 
 def _settle(engine: PerfEngine) -> None:
     """Wait for this rank's window jobs (as close would), without closing."""
-    for job in list(engine.windows.jobs):
+    for job in list(engine.windows.handoff.jobs):
         job.join(120)
 
 
