@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
@@ -45,6 +47,28 @@ def run_steps(engine: PerfEngine, steps: int, accumulate: int = 1, start: int = 
             engine.batch_start(step)
             (x @ x).sum().backward()
             engine.batch_end(stepped=micro == accumulate - 1, samples=8)
+
+
+def train_mlp(engine: PerfEngine, steps: int = 12, width: int = 32, hidden: int = 64, batch: int = 16,
+              attach: bool = False, between: Callable[[int], None] = lambda _: None) -> nn.Module:
+    """A real MLP (``width -> hidden -> width``, SGD) trained on CPU through ``engine``, left open; ``attach``: the
+    engine gets the model (FLOPs by module, NVTX module ranges); ``between(step)`` runs after each step."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, width))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if attach:
+        engine.attach_model(model)
+    x = torch.randn(batch, width)
+    for step in range(steps):
+        engine.data_start()
+        engine.data_end()
+        engine.batch_start(step)
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        engine.batch_end(True, batch)
+        between(step)
+    return model
 
 
 def trace_events(path: Path) -> list[dict]:

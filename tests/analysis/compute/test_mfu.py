@@ -7,8 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
 
 from perf_callbacks.analysis import analyze, compare, format_diff, format_text, render_html
 from perf_callbacks.analysis.compute.mfu import IDLE, META_KEY, flops_meta, mfu_gap, mfu_line, window_mfu
@@ -16,6 +14,7 @@ from perf_callbacks.analysis.results.result import AnalysisResult
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
 from perf_callbacks.core.flops import step as core_flops
+from tests.core.engine_helpers import train_mlp
 
 GAP = (*IDLE, "below_peak")
 
@@ -89,19 +88,7 @@ def run_windows(tmp_path: Path, summary: bool, **options: object) -> PerfEngine:
     cfg = PerfConfig.from_dict({"schedule": {"skip_first": 2, "wait": 1, "warmup": 1, "active": 3},
                                 "summary": summary, **options})
     engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=50))
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    engine.attach_model(model)
-    x = torch.randn(32, 64)
-    for step in range(8):
-        engine.data_start()
-        engine.data_end()
-        engine.batch_start(step)
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
-        engine.batch_end(True, 32)
+    train_mlp(engine, 8, width=64, hidden=256, batch=32, attach=True)
     engine.close()
     return engine
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
 
 import perf_callbacks.analysis.rank.collect as collect
 from perf_callbacks.analysis.html.run_page import run_results, write_run_page
@@ -14,6 +12,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.engine.engine import PerfEngine
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from tests.core.engine_helpers import train_mlp
 
 
 def _train(tmp_path: Path, steps: int = 12) -> Path:
@@ -21,18 +20,7 @@ def _train(tmp_path: Path, steps: int = 12) -> Path:
     cfg = PerfConfig.from_dict({"schedule": {"skip_first": 1, "wait": 1, "warmup": 1, "active": 2, "repeat": 2},
                                 "summary": True})
     engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=50))
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(16, 32)
-    for step in range(steps):
-        engine.data_start()
-        engine.data_end()
-        engine.batch_start(step)
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
-        engine.batch_end(True, 16)
+    train_mlp(engine, steps)
     engine.close()
     return tmp_path / "run"
 

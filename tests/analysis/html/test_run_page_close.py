@@ -8,8 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
 
 import perf_callbacks.analysis.html.run_page as run_page
 from perf_callbacks.analysis.sidecar import write_sidecar
@@ -18,6 +16,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.engine.engine import PerfEngine
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from tests.core.engine_helpers import train_mlp
 
 BEHIND = "1 of 2 ranks had a summary"
 
@@ -30,19 +29,7 @@ def _engine(tmp_path: Path, skip_first: int = 1) -> PerfEngine:
 
 def _train(engine: PerfEngine, steps: int = 12, between: Callable[[int], None] = lambda _: None) -> None:
     """A real MLP on CPU through ``engine`` (left open); ``between(step)`` runs after each step."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(16, 32)
-    for step in range(steps):
-        engine.data_start()
-        engine.data_end()
-        engine.batch_start(step)
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad()
-        engine.batch_end(True, 16)
-        between(step)
+    train_mlp(engine, steps, between=between)
 
 
 def _settle(engine: PerfEngine) -> None:
