@@ -4,7 +4,8 @@ FLOPs follow ``torch.utils.flop_counter`` (FlopCounterMode): a matrix product of
 (bias additions are not counted), attention ``2 * batch * heads * L * S * (E + Ev)`` forward and twice that
 backward, a convolution ``2 * output elements * (C_in / groups) * kernel size`` forward and twice that backward.
 Element-wise ops count one FLOP per output element, reductions one per input element (a convention: their bound is
-the memory bandwidth). Bytes are the least traffic the call can do: each input read once, each output written once.
+the memory bandwidth). Bytes are the least traffic the call can do: each input read once, each output written once;
+the tensor that ``fill_``, ``zero_`` and ``copy_`` write over is not read.
 
 Example:
     >>> op_cost("aten::mm", [[64, 32], [32, 16]], ["float", "float"], [])
@@ -13,6 +14,8 @@ Example:
     ('elementwise', 32, 192)
     >>> op_cost("aten::mm", [[64, 32], []], ["float", ""], []) is None
     True
+    >>> op_cost("aten::copy_", [[8, 4], [8, 4], []], ["float", "c10::BFloat16", "Scalar"], [])  # read 64, write 128
+    ('elementwise', 32, 192)
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from perf_callbacks.analysis.trace.op_names import (
 )
 from perf_callbacks.analysis.trace.window import element_bytes
 
+OVERWRITE = frozenset(("aten::fill_", "aten::zero_", "aten::copy_"))
+"""Ops that write over their first tensor without reading it: its bytes are the output's, not an input's."""
 Cost = tuple[str, int, int]
 """``(kind, FLOPs, bytes)``: kind is ``gemm``, ``attention``, ``conv``, ``elementwise`` or ``reduction``."""
 
@@ -59,7 +64,7 @@ def op_cost(name: str, dims: Any, types: Any, concrete: Any) -> Cost | None:
         if name in CONV or name in CONV_BACKWARD:
             return _conv(name, dims, tensors, concrete if isinstance(concrete, list) else [])
         if name in ELEMENTWISE:
-            return _elementwise(tensors)
+            return _elementwise(tensors, overwrite=name in OVERWRITE)
         if name in REDUCTIONS:
             return "reduction", _numel(tensors[0][0]), _bytes(*tensors[0])
     except (IndexError, ValueError, TypeError):
@@ -150,13 +155,15 @@ def _conv(name: str, dims: list[Any], tensors: list[tuple[list[int], str]], conc
     return "conv", flops, (_numel(x) + _numel(w) + bias + _numel(out)) * size
 
 
-def _elementwise(tensors: list[tuple[list[int], str]]) -> Cost:
+def _elementwise(tensors: list[tuple[list[int], str]], overwrite: bool = False) -> Cost:
+    """One FLOP per output element; each input read once (not the first when it is written over), the output once."""
     shape: list[int] = []
     for d, _ in tensors:
         shape = _broadcast(shape, d)
     size = element_bytes(tensors[0][1]) or 0
     numel = _numel(shape)
-    return "elementwise", numel, sum(_bytes(d, t) for d, t in tensors) + numel * size
+    read = tensors[1:] if overwrite else tensors
+    return "elementwise", numel, sum(_bytes(d, t) for d, t in read) + numel * size
 
 
 def _broadcast(a: list[int], b: list[int]) -> list[int]:

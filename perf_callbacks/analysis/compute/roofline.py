@@ -119,6 +119,8 @@ def roofline_lines(rows: list[dict[str, Any]], peaks: dict[str, Any], top_k: int
             f"{_num(r['achieved_tbps'], 6)} {_num(r['intensity'], 7)} {_pct(r['bound_share'])} "
             f"{r['bound'] or 'n/a':>7}  {r['op']}{shapes} {r['dtype']}"
         )
+    if (note := over_bound_note(rows[:top_k])) is not None:
+        lines.append(f"  {note}")
     tflops = ", ".join(f"{k} {v:g}" for k, v in peaks.get("tflops", {}).items())
     lines.append(
         f"  peaks: {tflops or 'no peak FLOP/s known'} TFLOP/s ({peaks.get('tflops_source') or 'n/a'}); "
@@ -129,6 +131,34 @@ def roofline_lines(rows: list[dict[str, Any]], peaks: dict[str, Any], top_k: int
         )
     )
     return lines
+
+
+def over_bound_note(rows: list[dict[str, Any]]) -> str | None:
+    """What a share above 100% of the bound means, for the rows that have one; None when none has.
+
+    Above the bandwidth bound, the op moved fewer bytes through device memory than the model counts (each input read
+    and each output written once in device memory): part of its operands stayed in a cache. Above the compute bound,
+    the peak FLOP/s taken for its dtype is below what the device did (the peak to check).
+
+    Example:
+        >>> over_bound_note([{"op": "aten::pow", "bound": "memory", "bound_share": 1.07}])
+        'aten::pow above 100% of the bandwidth bound: part of its bytes stayed in a cache (e.g. L2) instead of device memory, which the bound assumes.'
+    """  # noqa: E501
+    over = [r for r in rows if (r.get("bound_share") or 0.0) > 1.0]
+    memory = list(dict.fromkeys(r["op"] for r in over if r["bound"] == "memory"))
+    compute = list(dict.fromkeys(r["op"] for r in over if r["bound"] != "memory"))
+    said = []
+    if memory:
+        said.append(f"{', '.join(memory)} above 100% of the bandwidth bound: part of {_its(memory)} bytes stayed in a "
+                    "cache (e.g. L2) instead of device memory, which the bound assumes")
+    if compute:
+        said.append(f"{', '.join(compute)} above 100% of the compute bound: faster than the peak FLOP/s taken for "
+                    f"{_its(compute)} dtype (check the peak)")
+    return "; ".join(said) + "." if said else None
+
+
+def _its(ops: list[str]) -> str:
+    return "its" if len(ops) == 1 else "their"
 
 
 def _device_groups(trace: RankTrace, inside: InWindow) -> dict[tuple[str, str, str], dict[str, Any]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from perf_callbacks.analysis.compute.roofline import over_bound_note
+
 _COLUMNS = ("op", "shapes", "dtype", "calls", "device ms", "TFLOP/s", "TB/s", "FLOP/B", "% of bound", "bound")
 
 
@@ -21,7 +23,9 @@ def roofline_sections(rows: list[dict[str, Any]], hint: dict[str, Any] | None, t
     if rows:
         head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
         body = "".join(_row(r) for r in rows[:top_k])
-        parts.append(f"<h2>Operators against the roofline</h2><table><tr>{head}</tr>{body}</table>")
+        note = over_bound_note(rows[:top_k])
+        parts.append(f"<h2>Operators against the roofline</h2><table><tr>{head}</tr>{body}</table>"
+                     + (f"<figcaption>{escape(note)}</figcaption>" if note else ""))
     return parts
 
 

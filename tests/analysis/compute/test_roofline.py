@@ -173,3 +173,33 @@ def test_nothing_about_precision_on_a_cpu_trace(cpu_trace: Path) -> None:
     assert result.precision is None and result.to_dict()["precision"] is None
     assert "precision" not in format_text(result).lower()
     assert "Precision" not in render_html(result)
+
+
+def test_ops_that_write_over_a_tensor_do_not_read_it() -> None:
+    """fill_/zero_ write n elements and read none; copy_ reads its source once and writes its destination once."""
+    from perf_callbacks.analysis.compute.op_cost import op_cost
+
+    n = 2048 * 4096
+    assert op_cost("aten::fill_", [[2048, 4096], []], ["float", "Scalar"], []) == ("elementwise", n, 4 * n)
+    assert op_cost("aten::zero_", [[2048, 4096]], ["float"], []) == ("elementwise", n, 4 * n)
+    assert op_cost("aten::copy_", [[2048, 4096], [2048, 4096], []], ["c10::BFloat16", "float", "Scalar"], []) == (
+        "elementwise", n, 4 * n + 2 * n)  # read fp32, write bf16
+    assert op_cost("aten::add_", [[2048, 4096], [2048, 4096], []], ["float", "float", "Scalar"], []) == (
+        "elementwise", n, 3 * 4 * n)  # in place: self is read as well as written
+
+
+def test_no_op_is_above_the_bandwidth_bound_from_a_miscounted_write(results: dict) -> None:
+    """compute_bound's fill_ read as 141% of the bandwidth bound when its overwritten tensor counted as read."""
+    fills = [r for r in results["compute_bound"].roofline if r["op"] in ("aten::fill_", "aten::zero_", "aten::copy_")]
+    assert fills and all(r["bound_share"] is None or r["bound_share"] <= 1.0 for r in fills)
+
+
+def test_a_share_above_the_bound_is_explained_where_the_table_is_shown(results: dict) -> None:
+    """sync_bound's aten::pow reaches 101% of the bandwidth bound (2048x4096 fp32, 32 MB: it fits the H200's L2)."""
+    pow_rows = [r for r in results["sync_bound"].roofline if r["op"] == "aten::pow"]
+    assert pow_rows and pow_rows[0]["bound_share"] > 1.0
+    note = "aten::pow above 100% of the bandwidth bound: part of its bytes stayed in a cache"
+    assert note in format_text(results["sync_bound"], top_k=20)
+    assert note in render_html(results["sync_bound"])
+    for quiet in ("input_bound", "compute_bound"):
+        assert "above 100% of the" not in format_text(results[quiet], top_k=20)
