@@ -28,6 +28,7 @@ from tests.integrations import capture_helpers as ch
 from tests.integrations.acc_helpers import data
 from tests.integrations.hf_helpers import make_trainer
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
+from tests.integrations.loader_helpers import busy
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
@@ -110,10 +111,12 @@ def test_lightning_no_anomaly_window_without_the_option(tmp_path: Path) -> None:
 def test_lightning_a_healthy_noisy_run_opens_no_window(tmp_path: Path) -> None:
     """Steps of 10 ms (sleep) plus the model's own, with other processes taking the cores: no anomaly.
 
-    Run once under ``python ../shared/tools/burn.py 2`` (see the report): the steps the machine delays are left out
-    by their CPU wait, and the bar is at least 2.5x the median.
+    Two processes spin on every core this process may use while it trains (as ``../shared/tools/burn.py 2`` does), on
+    top of whatever else the machine runs: the steps the machine delays are left out by their CPU wait, and the bar is
+    at least 2.5x the median.
     """
-    fit(tmp_path, Planted(), steps=150, summary=False)
+    with busy(os.sched_getaffinity(0), 2):
+        fit(tmp_path, Planted(), steps=150, summary=False)
     assert [p.name for p in (tmp_path / "perf").glob("*/window-*")] == ["window-000012-000014"]
 
 
