@@ -139,6 +139,24 @@ def test_lightning_the_signal_opens_a_window_at_the_next_step_and_the_user_handl
         signal.signal(signal.SIGUSR2, previous)
 
 
+def test_lightning_a_request_file_dropped_by_hand_opens_a_window_at_the_next_step(tmp_path: Path) -> None:
+    """The request file written without the CLI (its documented JSON) into ``output_dir`` at step 20: steps 21-22 are
+    recorded once (the file stays, and the run goes on to step 30); the step waits until the rank's thread saw it."""
+
+    def drop() -> None:
+        (tmp_path / "perf" / "capture").write_text(json.dumps({"id": "by-hand", "steps": 2}))
+        (cb,) = [c for c in model.trainer.callbacks if isinstance(c, GPUPerfCallback)]  # type: ignore[attr-defined]
+        assert cb.engine is not None
+        ch.wait_served(cb.engine)
+
+    model = Planted(at={20: drop})
+    fit(tmp_path, model, steps=30, capture_on_anomaly=False, capture_poll_s=0.05)
+    found = ch.windows(tmp_path / "perf")
+    assert list(found) == ["window-000012-000014", "window-000021-000022"]
+    assert found["window-000021-000022"]["reason"] == "file"
+    assert found["window-000021-000022"]["request"] == "by-hand"
+
+
 def test_accelerate_a_slow_step_opens_one_window(tmp_path: Path) -> None:
     acc = Accelerator(cpu=True)
     model = nn.Linear(8, 1)
