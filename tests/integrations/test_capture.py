@@ -63,7 +63,13 @@ def test_lightning_a_slow_step_opens_one_window_at_the_next_with_its_reason(tmp_
     found = ch.windows(tmp_path / "perf")
     assert list(found) == ["window-000012-000014", "window-000038-000040"]
     capture = found["window-000038-000040"]
-    assert capture["reason"] == "anomaly" and capture["step"] == 37 and 2.5 < capture["ratio"] < 3.5  # about 3x
+    assert capture["reason"] == "anomaly" and capture["step"] == 37
+    # about 3x: the planted sleeps are the least of each (a loaded machine delays the slow step further: 3.56x seen at
+    # a load of 5 on 2 cores); under 4.3x, what the slow step measured together with a neighbour's 100 ms would reach
+    step_s, spike_s = ch.THREE_X
+    assert capture["step_ms"] >= 1e3 * spike_s and capture["median_ms"] >= 1e3 * step_s
+    assert capture["ratio"] == pytest.approx(capture["step_ms"] / capture["median_ms"], rel=0.01)
+    assert 2.5 < capture["ratio"] < (spike_s + step_s) / step_s, capture
     (summary,) = (tmp_path / "perf").glob("*/window-000038-000040/summary.txt")
     assert f"captured: step 37 took {capture['step_ms']:,.0f} ms, {capture['ratio']:.1f}x the median" in \
         summary.read_text()
