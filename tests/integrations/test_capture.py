@@ -28,6 +28,7 @@ from tests.integrations import capture_helpers as ch
 from tests.integrations.acc_helpers import data
 from tests.integrations.hf_helpers import make_trainer
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
+from tests.integrations.loader_helpers import busy
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("fresh_accelerate_state")  # conftest.py
@@ -62,7 +63,13 @@ def test_lightning_a_slow_step_opens_one_window_at_the_next_with_its_reason(tmp_
     found = ch.windows(tmp_path / "perf")
     assert list(found) == ["window-000012-000014", "window-000038-000040"]
     capture = found["window-000038-000040"]
-    assert capture["reason"] == "anomaly" and capture["step"] == 37 and 2.5 < capture["ratio"] < 3.5  # about 3x
+    assert capture["reason"] == "anomaly" and capture["step"] == 37
+    # about 3x: the planted sleeps are the least of each (a loaded machine delays the slow step further: 3.56x seen at
+    # a load of 5 on 2 cores); under 4.3x, what the slow step measured together with a neighbour's 100 ms would reach
+    step_s, spike_s = ch.THREE_X
+    assert capture["step_ms"] >= 1e3 * spike_s and capture["median_ms"] >= 1e3 * step_s
+    assert capture["ratio"] == pytest.approx(capture["step_ms"] / capture["median_ms"], rel=0.01)
+    assert 2.5 < capture["ratio"] < (spike_s + step_s) / step_s, capture
     (summary,) = (tmp_path / "perf").glob("*/window-000038-000040/summary.txt")
     assert f"captured: step 37 took {capture['step_ms']:,.0f} ms, {capture['ratio']:.1f}x the median" in \
         summary.read_text()
@@ -110,11 +117,14 @@ def test_lightning_no_anomaly_window_without_the_option(tmp_path: Path) -> None:
 def test_lightning_a_healthy_noisy_run_opens_no_window(tmp_path: Path) -> None:
     """Steps of 10 ms (sleep) plus the model's own, with other processes taking the cores: no anomaly.
 
-    Run once under ``python ../shared/tools/burn.py 2`` (see the report): the steps the machine delays are left out
-    by their CPU wait, and the bar is at least 2.5x the median.
+    Two processes spin on every core this process may use while it trains (as ``../shared/tools/burn.py 2`` does), on
+    top of whatever else the machine runs: the steps the machine delays are left out by their CPU wait, and the bar is
+    at least 2.5x the median.
     """
-    fit(tmp_path, Planted(), steps=150, summary=False)
-    assert [p.name for p in (tmp_path / "perf").glob("*/window-*")] == ["window-000012-000014"]
+    with busy(os.sched_getaffinity(0), 2):
+        fit(tmp_path, Planted(), steps=150, summary=False)
+    found = ch.windows(tmp_path / "perf")
+    assert list(found) == ["window-000012-000014"], found  # the capture block of any other: why it opened
 
 
 def test_lightning_the_signal_opens_a_window_at_the_next_step_and_the_user_handler_stays(tmp_path: Path) -> None:
@@ -134,6 +144,24 @@ def test_lightning_the_signal_opens_a_window_at_the_next_step_and_the_user_handl
         assert calls == [signal.SIGUSR2] * 2
     finally:
         signal.signal(signal.SIGUSR2, previous)
+
+
+def test_lightning_a_request_file_dropped_by_hand_opens_a_window_at_the_next_step(tmp_path: Path) -> None:
+    """The request file written without the CLI (its documented JSON) into ``output_dir`` at step 20: steps 21-22 are
+    recorded once (the file stays, and the run goes on to step 30); the step waits until the rank's thread saw it."""
+
+    def drop() -> None:
+        (tmp_path / "perf" / "capture").write_text(json.dumps({"id": "by-hand", "steps": 2}))
+        (cb,) = [c for c in model.trainer.callbacks if isinstance(c, GPUPerfCallback)]  # type: ignore[attr-defined]
+        assert cb.engine is not None
+        ch.wait_served(cb.engine)
+
+    model = Planted(at={20: drop})
+    fit(tmp_path, model, steps=30, capture_on_anomaly=False, capture_poll_s=0.05)
+    found = ch.windows(tmp_path / "perf")
+    assert list(found) == ["window-000012-000014", "window-000021-000022"]
+    assert found["window-000021-000022"]["reason"] == "file"
+    assert found["window-000021-000022"]["request"] == "by-hand"
 
 
 def test_accelerate_a_slow_step_opens_one_window(tmp_path: Path) -> None:
