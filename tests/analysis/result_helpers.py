@@ -13,8 +13,8 @@ def rank(**fields: Any) -> RankResult:
     base: dict[str, Any] = {
         "rank": 0, "path": "rank0.pt.trace.json.gz", "span_ms": 100.0, "gpu_utilization": 0.5,
         "kernel_busy_fraction": None, "step_time_ms": None, "data_wait_fraction": 0.0, "losses": {}, "steps": [],
-        "copies_ms": {}, "comm_ms": {}, "top_ops": [], "peak_memory_bytes": None, "device_memory_bytes": None,
-        "profiler_flags": [], "data_loader": None, "collectives_ms": [], "sync_calls_ms": {},
+        "copies_ms": {}, "comm_ms": {}, "top_ops": [], "profiler_flags": [], "data_loader": None, "collectives_ms": [],
+        "sync_calls_ms": {},
         "launches_per_step": None,
     }
     r = RankResult(**{**base, **fields})

@@ -100,7 +100,7 @@ def run_both(out: Path) -> dict[str, Any]:
             "readings": growth.detector.seen if growth is not None else 0,
             "true": kept_bytes(losses, hook.params) / len(losses),  # type: ignore[attr-defined]
             "warnings": [str(w.message) for w in warned],
-            "found": analysed.memory_growth,
+            "found": analysed.memory.growth,
             "text": format_text(analysed),
             "html": render_html(analysed),
             "summary": (window / "summary.txt").read_text() if (window / "summary.txt").exists() else "",

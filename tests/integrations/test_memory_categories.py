@@ -73,7 +73,7 @@ def accelerate_run(tmp_path: Path, cpu: bool) -> tuple[Any, tuple[int, int, int]
 
 
 def check_host(tmp_path: Path, result: Any, expected: tuple[int, int, int]) -> None:
-    cats, at = result.memory_categories, result.memory_at_peak
+    cats, at = result.memory.categories, result.memory.at_peak
     assert tuple(cats) == KEYS
     assert (cats["parameters"], cats["gradients"], cats["optimizer_state"]) == expected
     assert sum(cats[k] for k in KEYS[:-1]) == cats["peak"]
@@ -118,11 +118,11 @@ def test_diff_names_the_category_that_changed(tmp_path: Path) -> None:
 def test_accelerate_adam_peak_by_category(tmp_path: Path) -> None:
     result, expected = accelerate_run(tmp_path, cpu=True)
     check_host(tmp_path, result, expected)
-    assert result.memory_categories["gradients"] > 0  # read at the optimizer step: zero_grad freed them by the end
+    assert result.memory.categories["gradients"] > 0  # read at the optimizer step: zero_grad freed them by the end
 
 
 def check_cuda(tmp_path: Path, result: Any, expected: tuple[int, int, int], blocks: int) -> None:
-    cats, at = result.memory_categories, result.memory_at_peak
+    cats, at = result.memory.categories, result.memory.at_peak
     assert (cats["parameters"], cats["gradients"], cats["optimizer_state"]) == expected
     _, total = most_held(trace_of(tmp_path / "perf"), device_type=1)
     assert cats["peak"] == total  # the allocator's own count
@@ -156,7 +156,7 @@ def test_transformers_trainer_parts_are_its_model_and_adamw(tmp_path: Path) -> N
     cb = TransformersPerfCallback(output_dir=str(tmp_path / "perf"), **{**QUIET, **OPTIONS})
     t = make_trainer(tmp_path / "hf", [cb], max_steps=4)
     t.train()
-    cats = analyze(str(tmp_path / "perf")).memory_categories
+    cats = analyze(str(tmp_path / "perf")).memory.categories
     assert cats is not None
     assert (cats["parameters"], cats["gradients"], cats["optimizer_state"]) == sizes(
         list(t.model.parameters()), t.optimizer, "cpu")  # AdamW: two moments and a step per parameter

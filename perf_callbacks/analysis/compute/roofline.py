@@ -93,11 +93,13 @@ def combine(
 
 
 def window_roofline(ranks: list[Any], peak_tbps: float | None = None) -> dict[str, Any]:
-    """The ``AnalysisResult`` fields ``roofline``, ``roofline_peaks`` and ``precision`` from its ``RankResult``s."""
+    """The ``AnalysisResult.measures`` fields ``roofline``, ``roofline_peaks`` and ``precision`` from its ranks'."""
     times = [s.time_ms for r in ranks for s in r.steps]
     step_ms = median(times) if times else None
-    rows, peaks = combine([r.roofline for r in ranks], [r.roofline_peaks for r in ranks if r.roofline_peaks], peak_tbps)
-    hint = precision.combine([(r.rank, r.precision, r.roofline, r.span_ms) for r in ranks], peaks, step_ms)
+    parts = [r.measures for r in ranks]
+    rows, peaks = combine([m.roofline for m in parts], [m.roofline_peaks for m in parts if m.roofline_peaks], peak_tbps)
+    hint = precision.combine([(r.rank, r.measures.precision, r.measures.roofline, r.span_ms) for r in ranks], peaks,
+                             step_ms)
     return {"roofline": rows, "roofline_peaks": peaks, "precision": hint}
 
 

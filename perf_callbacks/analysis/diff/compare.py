@@ -7,9 +7,9 @@ Example:
     >>> from perf_callbacks.analysis.results.result import AnalysisResult, RankResult, StepResult
     >>> def run(ms):
     ...     steps = [StepResult(i, ms + i % 3 * 0.1, {"compute": ms}) for i in range(8)]
-    ...     rank = RankResult(0, "t", 1.0, None, None, ms, 0.0, {}, steps, {}, {}, [], None, None, [], None, [], {},
+    ...     rank = RankResult(0, "t", 1.0, None, None, ms, 0.0, {}, steps, {}, {}, [], [], None, [], {},
     ...                       None)
-    ...     return AnalysisResult("t", "compute_bound", None, 0.0, ms, [], None, [], [rank])
+    ...     return AnalysisResult("t", "compute_bound", None, 0.0, ms, [], [], [rank])
     >>> d = compare(run(10.0), run(13.0))
     >>> d.regression, d.summary
     (True, 'step time +29.7% (10.1 -> 13.1 ms/step, significant regression): compute +3.0 ms/step')
@@ -27,6 +27,7 @@ from perf_callbacks.analysis.diff.measures import compare_measures
 from perf_callbacks.analysis.diff.memory import compare_categories
 from perf_callbacks.analysis.diff.mfu import mfu_delta
 from perf_callbacks.analysis.judge.noise import Change, compare_samples
+from perf_callbacks.analysis.results.parts import flat
 from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.timeline import CAUSES
@@ -113,24 +114,29 @@ def compare(base: AnalysisResult, new: AnalysisResult) -> DiffResult:
     ops = _ops(base, new)
     outcome = "within noise" if not step.significant else "regression" if step.change > 0 else "improvement"
     contributors = _contributors(causes, ops)
-    mfu, gap = mfu_delta(vars(base), vars(new))
+    mfu, gap = mfu_delta(vars(base.efficiency), vars(new.efficiency))
     result = DiffResult(estimates=estimate_check(base, step, causes),
         base=_side(base), new=_side(new), step_time_ms=_step_dict(step),
         gpu_utilization=_delta(base.gpu_utilization, new.gpu_utilization),
         data_wait_fraction=_delta(base.data_wait_fraction, new.data_wait_fraction),
-        peak_memory_bytes=_delta(base.peak_memory_bytes, new.peak_memory_bytes),
+        peak_memory_bytes=_delta(base.memory.peak_bytes, new.memory.peak_bytes),
         causes=causes, ops=ops, verdict={"base": base.verdict, "new": new.verdict},
         regression=outcome == "regression", summary="", outcome=outcome,
         recommendations=_recommendations(base.recommendations, new.recommendations),
         contributors=contributors, ranks=_ranks(base.ranks, new.ranks),
         stragglers={"base": base.stragglers, "new": new.stragglers, "changed": base.stragglers != new.stragglers},
         base_result=base, new_result=new, mfu=mfu, mfu_gap=gap,
-        measures=compare_measures(vars(base), vars(new), sum(len(x.steps) for x in base.ranks),
+        measures=compare_measures(_figures(base), _figures(new), sum(len(x.steps) for x in base.ranks),
                                   sum(len(x.steps) for x in new.ranks)),
-        memory_categories=compare_categories(base.memory_categories, new.memory_categories),
+        memory_categories=compare_categories(base.memory.categories, new.memory.categories),
     )
     result.summary = summarize(result)
     return result
+
+
+def _figures(r: AnalysisResult) -> dict[str, Any]:
+    """The window's measures and memory under their JSON keys (``communication``, ``memory_peak``...)."""
+    return {**flat(r.measures), **flat(r.memory)}
 
 
 def summarize(d: DiffResult) -> str:

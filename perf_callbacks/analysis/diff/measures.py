@@ -24,7 +24,7 @@ def compare_measures(base: dict[str, Any], new: dict[str, Any], base_steps: int,
     """Both sides' figures, matched: ``communication`` by collective and group, ``copies`` by kind and memory.
 
     Args:
-        base: the base window's ``AnalysisResult`` fields (``vars(result)``).
+        base: the base window's ``measures`` and ``memory`` under their JSON keys (``communication``, ``memory_peak``).
         new: the same for the new window.
         base_steps: steps summed over the base window's ranks (the per-step divisor).
         new_steps: the same for the new window.

@@ -38,9 +38,9 @@ def render_diff_html(d: DiffResult, top_k: int = 25) -> str:
         >>> from perf_callbacks.analysis.diff.compare import compare
         >>> from perf_callbacks.analysis.results.result import AnalysisResult, RankResult, StepResult
         >>> steps = [StepResult(i, 10.0 + i, {"compute": 9.0, "input": 1.0 + i}) for i in range(3)]
-        >>> rank = RankResult(0, "t", 1.0, None, None, 11.0, 0.1, {}, steps, {}, {}, [], None, None, [], None, [],
+        >>> rank = RankResult(0, "t", 1.0, None, None, 11.0, 0.1, {}, steps, {}, {}, [], [], None, [],
         ...                   {}, None)
-        >>> run = AnalysisResult("t", "compute_bound", None, 0.1, 11.0, [], None, [], [rank])
+        >>> run = AnalysisResult("t", "compute_bound", None, 0.1, 11.0, [], [], [rank])
         >>> page = render_diff_html(compare(run, run))
         >>> page.startswith("<!DOCTYPE html>") and "http" not in page and "within noise" in page
         True

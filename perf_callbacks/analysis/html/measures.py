@@ -13,17 +13,17 @@ from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
 def measure_sections(result: AnalysisResult) -> list[str]:
     """Each section whose figures the window has; the per-rank balance only with several ranks."""
     parts = []
-    if result.communication:
-        over = "" if result.overlap_fraction is None else f" &middot; {result.overlap_fraction:.0%} of collective " \
-                                                          "time overlapped compute"
-        rows = "".join(f"<li>{escape(comm_line(c))}</li>" for c in result.communication)
+    if result.measures.communication:
+        overlap = result.measures.overlap_fraction
+        over = "" if overlap is None else f" &middot; {overlap:.0%} of collective time overlapped compute"
+        rows = "".join(f"<li>{escape(comm_line(c))}</li>" for c in result.measures.communication)
         parts.append(f"<h2>Collectives</h2><p>total bytes / total time{over}</p><ul>{rows}</ul>")
-    if result.copies:
+    if result.measures.copies:
         parts.append("<h2>Transfers</h2>" + _table(
             ("kind", "memory", "count", "bytes", "ms", "GB/s (per copy where too small for a rate)"),
             [(c["kind"], c["memory"], c["count"], size(c["bytes"]), f"{c['total_ms']:.2f}", copy_speed(c))
-             for c in result.copies]))
-    launch = result.launch
+             for c in result.measures.copies]))
+    launch = result.measures.launch
     if launch and launch["p50_us"] is not None:
         parts.append(f"<h2>Kernel launch</h2><p>launch-call end to kernel start p50 {duration(launch['p50_us'])}, p95 "
                      f"{duration(launch['p95_us'])}{escape(queue_note(launch))}; {launch['small_kernels']} kernels "
@@ -36,23 +36,23 @@ def measure_sections(result: AnalysisResult) -> list[str]:
 
 
 def _memory(result: AnalysisResult) -> list[str]:
-    peak = result.memory_peak
+    peak = result.memory.peak
     if peak is None:
         return []
     kind = "Host" if peak.get("memory") == "host" else "Device"
     parts = [f"<h2>{kind} memory</h2><p>peak {size(peak['bytes'])} allocated in {escape(str(peak['op']))}, "
              f"{peak['ts_ms']:.1f} ms into the window</p>"]  # the curve: html_window's timeline chart
-    if cats := result.memory_categories:
+    if cats := result.memory.categories:
         parts.append(_table(("the peak by category", "bytes"),
                             [(k.replace("_", " "), size(v)) for k, v in cats.items()]))
     if peak.get("held_by_op"):
         parts.append(_table(("op that allocated it", "held at the peak"),
                             [(m["name"], size(m["bytes"])) for m in peak["held_by_op"]]))
-    if result.memory_by_op:
+    if result.memory.by_op:
         parts.append(_table(("op", "self memory (allocated less freed inside the op; not what is held)", "calls"),
-                            [(m["name"], size(m["self_bytes"]), m["calls"]) for m in result.memory_by_op]))
-    if result.memory_growth is not None:  # the run's memory grew: what this window kept across steps
-        parts.append("".join(f"<p>{escape(line.strip())}</p>" for line in growth_lines(result.memory_growth)))
+                            [(m["name"], size(m["self_bytes"]), m["calls"]) for m in result.memory.by_op]))
+    if result.memory.growth is not None:  # the run's memory grew: what this window kept across steps
+        parts.append("".join(f"<p>{escape(line.strip())}</p>" for line in growth_lines(result.memory.growth)))
     return parts
 
 
@@ -60,7 +60,7 @@ def _balance(ranks: list[RankResult]) -> str:
     """Per rank: utilization, median step time, exposed collective time and data wait, side by side."""
     rows = []
     for r in ranks:
-        exposed = sum(c["exposed_ms"] for c in r.communication)
+        exposed = sum(c["exposed_ms"] for c in r.measures.communication)
         util = "n/a" if r.gpu_utilization is None else f"{r.gpu_utilization:.1%}"
         step = "n/a" if r.step_time_ms is None else f"{r.step_time_ms:.1f}"
         rows.append((r.rank, util, step, f"{exposed:.1f}", f"{r.data_wait_fraction:.1%}", r.verdict))

@@ -42,7 +42,7 @@ def render_html(result: AnalysisResult) -> str:
 
     Example:
         >>> from perf_callbacks.analysis.results.result import AnalysisResult
-        >>> page = render_html(AnalysisResult("t.json", "compute_bound", None, 0.0, None, [], None, [], []))
+        >>> page = render_html(AnalysisResult("t.json", "compute_bound", None, 0.0, None, [], [], []))
         >>> page.startswith("<!DOCTYPE html>") and "http" not in page
         True
     """
@@ -72,13 +72,13 @@ def _window(result: AnalysisResult) -> list[str]:
         f'<p class="{css}">{escape(verdict_line(result))}</p>',
         f"<p>{gpu} &middot; data wait {result.data_wait_fraction:.1%} &middot; "
         f"stragglers {escape(str(result.stragglers or 'none'))}</p>",
-        *(f"<p>{escape(line)}</p>" for line in mfu_lines(vars(result))),
+        *(f"<p>{escape(line)}</p>" for line in mfu_lines(vars(result.efficiency))),
         "<h2>What to change first</h2>" + recommendations_table(result.recommendations),
         "<h2>Where the time goes</h2>",
     ]
     parts += [chart(result) for chart in WINDOW_CHARTS]
     parts.append(rank_charts(result))
-    parts += roofline_sections(result.roofline, result.precision)
+    parts += roofline_sections(result.measures.roofline, result.measures.precision)
     parts.append("<details><summary>The figures behind the charts</summary><h2>Top ops</h2>" + _ops_table(result))
     parts += measure_sections(result)
     parts += module_section(result)

@@ -89,8 +89,8 @@ def _heatmap(ranks: list[RankResult], marked: set[int]) -> str:
 
 
 def _waits(ranks: list[RankResult]) -> str:
-    rows = [(f"rank {r.rank}", sum(c["exposed_ms"] for c in r.communication), "exposed collective time")
-            for r in ranks if r.communication]
+    rows = [(f"rank {r.rank}", sum(c["exposed_ms"] for c in r.measures.communication), "exposed collective time")
+            for r in ranks if r.measures.communication]
     if not rows or not any(v > 0 for _, v, _ in rows):
         rows = [(f"rank {r.rank}", mean(s.causes_ms.get("communication", 0.0) for s in r.steps) if r.steps else 0.0,
                  "mean collective time per step") for r in ranks]

@@ -22,7 +22,7 @@ def steps_of(r: AnalysisResult) -> tuple[int, int] | None:
     """The window's first and last training step: from its folder (``window-000012-000014``), else its ProfilerSteps.
 
     Example:
-        >>> steps_of(AnalysisResult("run/window-000012-000014", "compute_bound", None, 0.0, None, [], None, [], []))
+        >>> steps_of(AnalysisResult("run/window-000012-000014", "compute_bound", None, 0.0, None, [], [], []))
         (12, 14)
     """
     folder = _WINDOW.search(r.path)
@@ -58,12 +58,13 @@ def run_overview(results: list[AnalysisResult], anchors: dict[int, str] | None =
         parts.append(figure("Mean step by cause, per window", "Windows top to bottom in run order: bars that grow "
                             "down the page are a run that slows down; a colour that grows is why.",
                             stacked(rows, scale, "windows"), key=legend()))
-    mfu = [(n, 100 * r.mfu, f"MFU {r.mfu:.1%}") for n, r in zip(names, ordered, strict=True) if r.mfu is not None]
+    mfu = [(n, 100 * m, f"MFU {m:.1%}") for n, r in zip(names, ordered, strict=True)
+           if (m := r.efficiency.mfu) is not None]
     if mfu:
         parts.append(figure("MFU, per window", "Model FLOPs utilization of each window: a falling bar is a run that "
                             "degrades.", hbars(mfu, "%", "windows-mfu", "#455a64", fmt="{:.1f}")))
-    mem = [(n, r.peak_memory_bytes / 1e9, f"{r.peak_memory_bytes / 1e9:.2f} GB peak allocated")
-           for n, r in zip(names, ordered, strict=True) if r.peak_memory_bytes]
+    mem = [(n, r.memory.peak_bytes / 1e9, f"{r.memory.peak_bytes / 1e9:.2f} GB peak allocated")
+           for n, r in zip(names, ordered, strict=True) if r.memory.peak_bytes]
     if mem:
         parts.append(figure("Peak memory, per window", "Peak allocated memory of each window: a bar that grows window "
                             "after window is memory that is never freed.", hbars(mem, "GB", "windows-memory",

@@ -90,11 +90,11 @@ def step_chart(result: AnalysisResult) -> str:
 
 def timeline_chart(result: AnalysisResult) -> str:
     """What each device did or why it idled over the window, and memory allocated, over one time axis."""
-    ranks = [r for r in result.ranks if r.strip or r.memory_curve]
+    ranks = [r for r in result.ranks if r.strip or r.memory.curve]
     if not ranks:
         return ""
     span = max([(r.end_us - r.start_us) / 1e3 for r in ranks if r.strip] +
-               [p[0] for r in ranks for p in r.memory_curve])
+               [p[0] for r in ranks for p in r.memory.curve])
     scale = scale_to(span, "ms")
     charts = [_strips(ranks, scale)]
     memory = _memory(ranks, scale)
@@ -119,7 +119,7 @@ def ops_chart(result: AnalysisResult) -> str:
 
 def launch_chart(result: AnalysisResult) -> str:
     """Launch latency: the launch call on the host, and launch-call end to kernel start (p50, p95)."""
-    launch = result.launch
+    launch = result.measures.launch
     if not launch or launch.get("p50_us") is None:
         return ""
     rows = [("launch call (host) p50", launch.get("launch_call_p50_us")),
@@ -135,7 +135,7 @@ def launch_chart(result: AnalysisResult) -> str:
 def copies_chart(result: AnalysisResult) -> str:
     """Copy bandwidth per kind and host memory, GB/s."""
     rows = [(f"{c['kind']} {c['memory']}", float(c["gbps"]), f"{c['count']} copies, {size(c['bytes'])} in "
-             f"{c['total_ms']:.2f} ms") for c in result.copies if c.get("gbps")]
+             f"{c['total_ms']:.2f} ms") for c in result.measures.copies if c.get("gbps")]
     if not rows:
         return ""
     return figure("Copy bandwidth", "Host-to-device copies from pageable memory run far below pinned ones: a short "
@@ -146,7 +146,7 @@ def comm_chart(result: AnalysisResult) -> str:
     """Bus bandwidth of each collective, GB/s."""
     rows = [(f"{c['name']} {c.get('group', '')}".strip(), float(c["busbw_gbps"]),
              f"x{c['count']}, {size(c['bytes'])} in {c['total_ms']:.2f} ms, exposed {c['exposed_ms']:.2f} ms")
-            for c in result.communication if c.get("busbw_gbps")]
+            for c in result.measures.communication if c.get("busbw_gbps")]
     if not rows:
         return ""
     return figure("Collective bandwidth", "Bus bandwidth per collective: compare with the link's rate (NVLink "
@@ -156,10 +156,10 @@ def comm_chart(result: AnalysisResult) -> str:
 
 def mfu_chart(result: AnalysisResult) -> str:
     """The MFU gap by cause, in points of the device's peak."""
-    if result.mfu is None or not result.mfu_gap:
+    if result.efficiency.mfu is None or not result.efficiency.mfu_gap:
         return ""
     colours = {**COLORS, "below_peak": "#b0bec5"}
-    parts = {"achieved (MFU)": result.mfu, **result.mfu_gap}
+    parts = {"achieved (MFU)": result.efficiency.mfu, **result.efficiency.mfu_gap}
     rows = [(n, 100 * float(v), f"{100 * float(v):.1f} points") for n, v in parts.items() if v and v > 0]
     body = hbars(rows, "%", "mfu", "#455a64", fmt="{:.1f}", fills=colours)
     return figure("MFU and its gap", "Percent of peak FLOP/s achieved, and the points lost to each cause: the "
@@ -226,10 +226,10 @@ def coarsen(pixels: list[str | None], n: int) -> list[str | None]:
 
 def _memory(ranks: list[RankResult], scale: Scale) -> str:
     """Allocated memory over the window, one line per rank, on the timeline's time scale."""
-    curves = [r for r in ranks if r.memory_curve]
+    curves = [r for r in ranks if r.memory.curve]
     if not curves:
         return ""
-    top = max(b for r in curves for _, b in r.memory_curve) or 1.0
+    top = max(b for r in curves for _, b in r.memory.curve) or 1.0
     gb = scale_to(top / 1e9, "GB")
     height = 140
     lines = [grid(scale, 0, height)]
@@ -237,8 +237,8 @@ def _memory(ranks: list[RankResult], scale: Scale) -> str:
         y = height - v / gb.hi * (height - 10)
         lines.append(label(LEFT - 6, y + 4, f"{v:g} GB"))
     for i, r in enumerate(curves):
-        xy = " ".join(f"{scale(t):.1f},{height - b / 1e9 / gb.hi * (height - 10):.1f}" for t, b in r.memory_curve)
+        xy = " ".join(f"{scale(t):.1f},{height - b / 1e9 / gb.hi * (height - 10):.1f}" for t, b in r.memory.curve)
         lines.append(f'<polyline fill="none" stroke="{_LINES[i % len(_LINES)]}" stroke-width="1.5" points="{xy}">'
-                     f"<title>rank {r.rank}: peak {escape(size(max(b for _, b in r.memory_curve)))}</title>"
+                     f"<title>rank {r.rank}: peak {escape(size(max(b for _, b in r.memory.curve)))}</title>"
                      "</polyline>")
     return svg("".join(lines) + axis(scale, height + 2), height + AXIS_H, "memory")

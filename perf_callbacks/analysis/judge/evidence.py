@@ -22,7 +22,7 @@ Example:
     >>> from perf_callbacks.analysis.results.result import RankResult, StepResult
     >>> steps = [StepResult(n, 10.0, {"compute": 9.0, "input": 1.0}) for n in (1, 2)]
     >>> steps.append(StepResult(3, 24.0, {"compute": 9.0, "input": 15.0}))  # one 15 ms hiccup
-    >>> r = RankResult(0, "t", 44.0, None, None, 14.0, 0.39, {"input": 17 / 44}, steps, {}, {}, [], None, None, [],
+    >>> r = RankResult(0, "t", 44.0, None, None, 14.0, 0.39, {"input": 17 / 44}, steps, {}, {}, [], [],
     ...                None, [], {}, None)
     >>> round(input_evidence(r).share, 2), input_evidence(r).median_wait_ms
     (0.1, 1.0)
@@ -109,7 +109,7 @@ def evidence_note(ranks: list[RankResult], threshold: float) -> str:
     Example:
         >>> from perf_callbacks.analysis.results.result import RankResult, StepResult
         >>> steps = [StepResult(n, 3.0, {"compute": 2.4, "input": 0.6}) for n in (1, 2, 3)]
-        >>> r = RankResult(0, "t", 9.0, None, None, 3.0, 0.2, {"input": 0.2}, steps, {}, {}, [], None, None, [],
+        >>> r = RankResult(0, "t", 9.0, None, None, 3.0, 0.2, {"input": 0.2}, steps, {}, {}, [], [],
         ...                None, [], {}, None)
         >>> evidence_note([r], 0.10)  # doctest: +NORMALIZE_WHITESPACE
         "data wait 20.0% of the window, but the median step waited 0.6 ms: under 1 ms is the loop's own work

@@ -146,11 +146,11 @@ def window_gains(result: AnalysisResult, lead: str) -> list[Recommendation]:
     recs = []
     for x in map(Recommendation.of, result.recommendations):
         if x.cause == "compute":
-            x = compute_gain(x, result.mfu_gap, result.step_time_ms, dtype)
+            x = compute_gain(x, result.efficiency.mfu_gap, result.step_time_ms, dtype)
         elif x.cause == "communication" and result.stragglers:
             x = without_straggling(x, result.ranks, result.stragglers)
         recs.append(x)
-    hint = result.precision
+    hint = result.measures.precision
     if hint and hint.get("text") and not any(x.cause == "precision" for x in recs):
         recs.append(Recommendation(str(hint["text"]), "precision", hint.get("estimated_gain_ms"),
                                    hint.get("estimated_gain_fraction"), str(hint.get("basis") or "")))

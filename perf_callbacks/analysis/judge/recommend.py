@@ -102,11 +102,11 @@ def _copy_advice(r: RankResult, share: float) -> str:
 
 def _comm_advice(r: RankResult, share: float) -> str:
     """The collectives' advice, quoting the collectives table's names and times where the rank has the table."""
-    if r.communication:
+    if r.measures.communication:
         by_name: dict[str, float] = {}
-        for row in r.communication:  # the table's rows, most time first; one figure per collective
+        for row in r.measures.communication:  # the table's rows, most time first; one figure per collective
             by_name[row["name"]] = by_name.get(row["name"], 0.0) + row["total_ms"]
-        tot, exposed = sum(by_name.values()), sum(row["exposed_ms"] for row in r.communication)
+        tot, exposed = sum(by_name.values()), sum(row["exposed_ms"] for row in r.measures.communication)
         named, figures = by_name, f"{tot:.1f} ms in collectives, {exposed:.1f} ms exposed"
     else:
         tot, over = r.comm_ms.get("total", 0.0), r.comm_ms.get("overlapped", 0.0)
@@ -218,10 +218,10 @@ def _inflated(r: RankResult) -> str:
 
 def memory_note(r: RankResult) -> str | None:
     """Close to OOM, or room for a larger batch (when the verdict is host- or compute-bound), else None."""
-    if r.peak_memory_bytes is None or not r.device_memory_bytes:
+    if r.memory.peak_bytes is None or not r.memory.device_bytes:
         return None
-    share = r.peak_memory_bytes / r.device_memory_bytes
-    gb = f"{r.peak_memory_bytes / 1e9:.2f} of {r.device_memory_bytes / 1e9:.0f} GB"
+    share = r.memory.peak_bytes / r.memory.device_bytes
+    gb = f"{r.memory.peak_bytes / 1e9:.2f} of {r.memory.device_bytes / 1e9:.0f} GB"
     if share >= 0.9:
         return f"peak memory {gb} ({_pct(share)}): close to OOM; use activation checkpointing or a smaller batch"
     if share < 0.3 and r.verdict in ("host_bound", "compute_bound"):

@@ -73,7 +73,7 @@ def copy_advice(r: RankResult) -> list[tuple[str, str, str]]:
     ``kind`` is the timeline's name of the copies (``HtoD/pageable``), so that a recommendation about them can carry the
     rates instead of repeating the advice.
     """
-    rates = {(c["kind"], c["memory"]): c for c in r.copies if c["gbps"] is not None}
+    rates = {(c["kind"], c["memory"]): c for c in r.measures.copies if c["gbps"] is not None}
     out = []
     for (kind, memory), c in sorted(rates.items()):
         if memory != "pageable" or kind not in ("HtoD", "DtoH"):

@@ -12,17 +12,17 @@ from perf_callbacks.analysis.results.result import AnalysisResult
 
 def measure_lines(result: AnalysisResult) -> list[str]:
     """Memory, communication, transfers and launch latency, each only when the trace holds it."""
-    lines = _memory(result) + growth_lines(result.memory_growth) + _communication(result) + _copies(result)
+    lines = _memory(result) + growth_lines(result.memory.growth) + _communication(result) + _copies(result)
     lines += _launch(result)
     return [""] + lines if lines else []
 
 
 def op_lines(result: AnalysisResult, top_k: int, sort: str) -> list[str]:
     """The op table sorted by ``sort`` (``self_cpu``, ``calls``, ``memory`` or ``device_time``), ``top_k`` rows."""
-    rows = sorted_ops(result.op_table, sort)[:top_k]
+    rows = sorted_ops(result.measures.op_table, sort)[:top_k]
     if not rows:
         return []
-    if sort == "memory" and result.memory_peak is None:
+    if sort == "memory" and result.memory.peak is None:
         return ["top ops by self memory: the trace has no [memory] events (profile with profile_memory=True)"]
     label = {"device_time": "self device time", "self_cpu": "self CPU time", "calls": "calls",
              "memory": "self memory"}[sort]
@@ -73,21 +73,21 @@ def comm_line(c: dict[str, Any]) -> str:
 
 
 def _communication(result: AnalysisResult) -> list[str]:
-    if not result.communication:
+    if not result.measures.communication:
         return []
-    over = "" if result.overlap_fraction is None else f"; {result.overlap_fraction:.0%} of their time overlapped " \
-                                                      "compute"
+    overlap = result.measures.overlap_fraction
+    over = "" if overlap is None else f"; {overlap:.0%} of their time overlapped compute"
     ranks = f", summed over {len(result.ranks)} ranks" if len(result.ranks) > 1 else ""
     return [f"collectives (total bytes / total time{ranks}{over}):"] + \
-        [f"  {comm_line(c)}" for c in result.communication]
+        [f"  {comm_line(c)}" for c in result.measures.communication]
 
 
 def _copies(result: AnalysisResult) -> list[str]:
-    if not result.copies:
+    if not result.measures.copies:
         return []
     ranks = f", summed over {len(result.ranks)} ranks" if len(result.ranks) > 1 else ""
     lines = [f"transfers (memcpy{ranks}):"]
-    for c in result.copies:
+    for c in result.measures.copies:
         what = f"{c['kind']} {c['memory']}" if c["memory"] != "device" else c["kind"]
         lines.append(f"  {what} x{c['count']}, {size(c['bytes'])}: {c['total_ms']:.2f} ms, {copy_speed(c)}")
     return lines
@@ -109,7 +109,7 @@ def copy_speed(c: dict[str, Any]) -> str:
 
 
 def _launch(result: AnalysisResult) -> list[str]:
-    x = result.launch
+    x = result.measures.launch
     if not x:
         return []
     small = f"{x['small_kernels']} kernels under 10 us ({x['small_kernel_fraction']:.0%} of kernel time)"
@@ -175,18 +175,18 @@ def duration(us: float) -> str:
 
 
 def _memory(result: AnalysisResult) -> list[str]:
-    peak = result.memory_peak
+    peak = result.memory.peak
     if peak is None:
         return []
     kind = "host" if peak.get("memory") == "host" else "device"
     lines = [f"{kind} memory: peak {size(peak['bytes'])} allocated in {peak['op']}, {peak['ts_ms']:.1f} ms into the "
              "window"]
-    lines += category_lines(result.memory_categories, result.memory_at_peak)
+    lines += category_lines(result.memory.categories, result.memory.at_peak)
     if peak.get("held_by_op"):
         held = ", ".join(f"{m['name']} {size(m['bytes'])}" for m in peak["held_by_op"][:3])
         lines.append(f"  held at the peak, by the op that allocated it: {held}")
-    if result.memory_by_op:
-        tops = ", ".join(f"{m['name']} {size(m['self_bytes'])} (x{m['calls']})" for m in result.memory_by_op[:3])
+    if result.memory.by_op:
+        tops = ", ".join(f"{m['name']} {size(m['self_bytes'])} (x{m['calls']})" for m in result.memory.by_op[:3])
         lines.append(f"  most self memory (allocated less freed inside the op, over the window; memory another op "
                      f"frees still counts, so these are not what is held): {tops}")
     return lines

@@ -1,9 +1,9 @@
 """What an expert reads after the verdict: collective and transfer bandwidth, launch latency, memory by operator.
 
-``rank_measures`` computes one rank's figures (the ``RankResult`` fields ``communication``, ``overlap_fraction``,
-``copies``, ``launch``, ``memory_by_op``, ``memory_peak``, ``memory_curve``, ``memory_growth``, ``op_table`` and
-``measure_notes``);
-``window_measures`` combines the ranks of a window into the ``AnalysisResult`` fields of the same names, and
+``rank_measures`` computes one rank's figures (the ``RankResult`` parts ``memory`` and ``measures``: communication,
+overlap, copies, launch, memory by op, its peak, curve, categories and growth, the op table, the roofline and the
+notes; and ``modules``);
+``window_measures`` combines the ranks of a window into the ``AnalysisResult`` parts of the same names, and
 ``headline_scalars`` gives the TensorBoard figures.
 """
 
@@ -17,14 +17,18 @@ from perf_callbacks.analysis.measures import comms, copies, launch, op_table
 from perf_callbacks.analysis.memory import growth as memory_growth
 from perf_callbacks.analysis.memory import ops as memory_ops
 from perf_callbacks.analysis.memory import parts as memory_parts
+from perf_callbacks.analysis.results.parts import Measures, MemoryParts
 from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.results.result import RankResult
 from perf_callbacks.analysis.trace.events import RankTrace
 from perf_callbacks.analysis.trace.timeline import Timeline
 
 
-def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, Any]:
-    """One rank's figures, as ``RankResult`` keyword arguments."""
+def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10, device_bytes: int | None = None) -> dict[str, Any]:
+    """One rank's figures, as ``RankResult`` keyword arguments: its ``memory``, ``measures`` and ``modules``.
+
+    ``device_bytes`` is the device's capacity (``MemoryParts.device_bytes``), None on a host.
+    """
     comm_rows, overlap, comm_notes = comms.communication(trace, tl)
     copy_rows, copy_notes = copies.copies(trace, tl)
     events, kind = memory_ops.memory_events(trace)
@@ -34,54 +38,67 @@ def rank_measures(trace: RankTrace, tl: Timeline, top_k: int = 10) -> dict[str, 
     cats, at = memory_parts.categories(events, owners, trace.phase_spans, memory_parts.parts_of(trace.meta), kind)
     rows, peaks = roofline.rank_roofline(trace, tl)
     return {
-        "communication": comm_rows,
-        "overlap_fraction": overlap,
-        "copies": copy_rows,
-        "launch": launch.launch(trace, tl),
-        "memory_by_op": memory_ops.top_by_op(by_op, top_k),
-        "memory_peak": memory_ops.peak(events, owners, tl, kind),
-        "memory_curve": memory_ops.curve(events, tl),
-        "memory_categories": cats,
-        "memory_at_peak": at,
-        "memory_growth": memory_growth.kept_alive(trace, events, owners, kind),
-        "op_table": op_table.op_table(trace, self_cpu, calls, memory, top_k),
+        "memory": MemoryParts(
+            peak_bytes=trace.peak_allocated,
+            device_bytes=device_bytes,
+            by_op=memory_ops.top_by_op(by_op, top_k),
+            peak=memory_ops.peak(events, owners, tl, kind),
+            curve=memory_ops.curve(events, tl),
+            categories=cats,
+            at_peak=at,
+            growth=memory_growth.kept_alive(trace, events, owners, kind),
+        ),
+        "measures": Measures(
+            communication=comm_rows,
+            overlap_fraction=overlap,
+            copies=copy_rows,
+            launch=launch.launch(trace, tl),
+            op_table=op_table.op_table(trace, self_cpu, calls, memory, top_k),
+            notes=comm_notes + copy_notes,
+            roofline=rows,
+            roofline_peaks=peaks,
+            precision=precision.rank_precision(trace, tl, rows, peaks),
+        ),
         "modules": modules.rank_modules(trace, tl),
-        "measure_notes": comm_notes + copy_notes,
-        "roofline": rows,
-        "roofline_peaks": peaks,
-        "precision": precision.rank_precision(trace, tl, rows, peaks),
     }
 
 
 def window_measures(ranks: list[RankResult], top_k: int = 10) -> dict[str, Any]:
-    """The window's figures from its ranks.
+    """The window's figures from its ranks: its ``memory``, ``measures`` and ``modules``.
 
     Rows are summed over ranks, ``overlap_fraction`` is their mean, the memory peak the highest, and the launch
     latencies as ``launch.combine`` puts them.
     """
-    overlaps = [r.overlap_fraction for r in ranks if r.overlap_fraction is not None]
-    peaks = [r.memory_peak for r in ranks if r.memory_peak is not None]
+    overlaps = [r.measures.overlap_fraction for r in ranks if r.measures.overlap_fraction is not None]
+    peaks = [r.memory.peak for r in ranks if r.memory.peak is not None]
     single = len(ranks) == 1
-    cats, at = memory_parts.combine([(r.memory_categories, r.memory_at_peak) for r in ranks])
+    cats, at = memory_parts.combine([(r.memory.categories, r.memory.at_peak) for r in ranks])
     return {
-        "memory_categories": cats,
-        "memory_at_peak": at,
-        "communication": ranks[0].communication if single else comms.combine([r.communication for r in ranks]),
-        "overlap_fraction": sum(overlaps) / len(overlaps) if overlaps else None,
-        "copies": ranks[0].copies if single else copies.combine([r.copies for r in ranks]),
-        "launch": launch.combine([r.launch for r in ranks if r.launch is not None]),
-        "memory_by_op": memory_ops.combine_by_op([r.memory_by_op for r in ranks], top_k),
-        "memory_peak": max(peaks, key=lambda p: p["bytes"]) if peaks else None,
-        "memory_growth": next((r.memory_growth for r in ranks if r.memory_growth is not None), None),
-        "op_table": ranks[0].op_table if single else op_table.combine([r.op_table for r in ranks]),
-        **roofline.window_roofline(ranks),
+        "memory": MemoryParts(
+            peak_bytes=max((r.memory.peak_bytes for r in ranks if r.memory.peak_bytes is not None), default=None),
+            by_op=memory_ops.combine_by_op([r.memory.by_op for r in ranks], top_k),
+            peak=max(peaks, key=lambda p: p["bytes"]) if peaks else None,
+            categories=cats,
+            at_peak=at,
+            growth=next((r.memory.growth for r in ranks if r.memory.growth is not None), None),
+        ),
+        "measures": Measures(
+            communication=(ranks[0].measures.communication if single
+                           else comms.combine([r.measures.communication for r in ranks])),
+            overlap_fraction=sum(overlaps) / len(overlaps) if overlaps else None,
+            copies=ranks[0].measures.copies if single else copies.combine([r.measures.copies for r in ranks]),
+            launch=launch.combine([r.measures.launch for r in ranks if r.measures.launch is not None]),
+            op_table=(ranks[0].measures.op_table if single
+                      else op_table.combine([r.measures.op_table for r in ranks])),
+            **roofline.window_roofline(ranks),
+        ),
         "modules": modules.module_rows(ranks),
     }
 
 
 def window_notes(ranks: list[RankResult]) -> list[str]:
     """The ranks' notes on what could not be measured, each once."""
-    return list(dict.fromkeys(n for r in ranks for n in r.measure_notes))
+    return list(dict.fromkeys(n for r in ranks for n in r.measures.notes))
 
 
 def window_advice(ranks: list[RankResult], recommendations: list[Recommendation]) -> list[Recommendation]:
@@ -92,7 +109,7 @@ def window_advice(ranks: list[RankResult], recommendations: list[Recommendation]
     the rank's exposed copies.
     """
     out = list(recommendations)
-    cats, at = memory_parts.combine([(r.memory_categories, r.memory_at_peak) for r in ranks])
+    cats, at = memory_parts.combine([(r.memory.categories, r.memory.at_peak) for r in ranks])
     if (memory := memory_parts.advice(cats, at)) is not None:
         out.append(Recommendation(memory, "memory", None, None, "memory decides whether the run fits, not its speed: "
                                   "the peak is close to the device's capacity"))

@@ -57,8 +57,6 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         copies_ms={k: v / 1e3 for k, v in copy_times(trace, dev).items()},
         comm_ms=_comm_ms(trace, tl),
         top_ops=top_ops(trace, top_k),
-        peak_memory_bytes=trace.peak_allocated,
-        device_memory_bytes=_device_memory(trace, dev),
         profiler_flags=[k for k in ("with_stack", "record_shapes", "profile_memory") if trace.flag(k)],
         data_loader=min(trace.data_names) if trace.data_names else None,
         collectives_ms=[ms for ms, _ in collectives],
@@ -67,7 +65,7 @@ def analyze_rank(trace: RankTrace, top_k: int = 10) -> RankResult | None:
         launches_per_step=_launches_per_step(trace, len(steps), dev, tl.aside) if on_gpu else None,
         timeline=tl,
         **_extra(trace, tl, span),
-        **rank_measures(trace, tl, top_k),
+        **rank_measures(trace, tl, top_k, _device_memory(trace, dev)),
     )
 
 

@@ -16,9 +16,11 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from perf_callbacks.analysis.measures.check import measures_valid
 from perf_callbacks.analysis.rank.sidecar_values import values_sound
+from perf_callbacks.analysis.results.parts import Measures, MemoryParts, json_hints
 from perf_callbacks.analysis.results.result import RankResult
 from perf_callbacks.analysis.results.verdicts import VERDICTS
 
+_REQUIRED_PARTS = {"peak_memory_bytes", "device_memory_bytes"}  # the memory part's keys every sidecar has
 _TOP_OP = {"name": str, "device": str, "self_time_us": float, "count": int, "fraction": float}
 _DEVICE = {"device": int, "gpu_utilization": float | None, "losses": dict[str, float],
            "kernels_per_step": float | None, "top_kernels": list[dict[str, Any]]}
@@ -44,7 +46,7 @@ def rank_from_sidecar(side: dict[str, Any]) -> RankResult | None:
 def _valid(data: dict[str, Any]) -> bool:
     hints = _hints()
     fields = RankResult.__dataclass_fields__.items()
-    required = {k for k, f in fields if f.default is MISSING and f.default_factory is MISSING}
+    required = {k for k, f in fields if f.default is MISSING and f.default_factory is MISSING} | _REQUIRED_PARTS
     if not required <= data.keys():
         return False
     if not all(_fits(v, hints[k]) for k, v in data.items() if k in hints and k != "timeline"):
@@ -66,6 +68,9 @@ def _entry(value: dict[str, Any], schema: dict[str, Any]) -> bool:
 @cache
 def _hints() -> dict[str, Any]:
     hints = get_type_hints(RankResult)
+    del hints["memory"], hints["measures"]
+    hints.update(json_hints(MemoryParts))
+    hints.update(json_hints(Measures))
     hints["steps"] = hints["recommendations"] = list[dict[str, Any]]
     return hints
 

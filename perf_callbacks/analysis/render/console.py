@@ -10,7 +10,7 @@ Example:
     >>> from perf_callbacks.analysis.results.result import RankResult
     >>> r = RankResult(rank=0, path="t", span_ms=10.0, gpu_utilization=0.4, kernel_busy_fraction=None,
     ...                step_time_ms=10.0, data_wait_fraction=0.0, losses={"sync": 0.45}, steps=[], copies_ms={},
-    ...                comm_ms={}, top_ops=[], peak_memory_bytes=None, device_memory_bytes=None, profiler_flags=[],
+    ...                comm_ms={}, top_ops=[], profiler_flags=[],
     ...                data_loader=None, collectives_ms=[], sync_calls_ms={"aten::item": 4.5},
     ...                launches_per_step=None, verdict="sync_bound")
     >>> rank_parts(r)
@@ -55,8 +55,8 @@ def console_parts(result: AnalysisResult) -> dict[str, str]:
     if rank is None:
         return {"verdict": result.verdict, "figure": "", "action": ""}
     parts = rank_parts(rank)
-    if result.verdict == "compute_bound" and result.mfu is not None and rank.gpu_utilization is not None:
-        parts["figure"] += f", MFU {result.mfu:.0%}"
+    if result.verdict == "compute_bound" and result.efficiency.mfu is not None and rank.gpu_utilization is not None:
+        parts["figure"] += f", MFU {result.efficiency.mfu:.0%}"
     gain = verdict_gain(result)
     if gain and parts["action"]:
         parts["action"] += f": {gain}"

@@ -34,9 +34,9 @@ def format_text(result: AnalysisResult, top_k: int = 5, sort: str = "device_time
     lines += [""] if result.notes or result.errors else []
     lines += ["recommendations (largest estimated gain first):"]
     lines += [f"  {i}. [{gain_label(t)}] {t}" for i, t in enumerate(result.recommendations, 1)] + [""]
-    lines += [f"precision: {result.precision['text']}", ""] if result.precision else []
+    lines += [f"precision: {result.measures.precision['text']}", ""] if result.measures.precision else []
     lines += _ops(result, top_k) if sort == "device_time" else op_lines(result, top_k, sort)
-    lines += roofline_lines(result.roofline, result.roofline_peaks, top_k)
+    lines += roofline_lines(result.measures.roofline, result.measures.roofline_peaks, top_k)
     lines += measure_lines(result)
     lines += module_lines(result)
     lines += _devices(result)
@@ -83,11 +83,11 @@ def _headline(result: AnalysisResult) -> list[str]:
         _utilization(result),
         f"step time (median): {_ms(result.step_time_ms)}   data wait: {_pct(result.data_wait_fraction)}",
     ]
-    lines += mfu_lines(vars(result))
-    if result.peak_memory_bytes is not None:
-        total = next((r.device_memory_bytes for r in result.ranks if r.device_memory_bytes), None)
+    lines += mfu_lines(vars(result.efficiency))
+    if result.memory.peak_bytes is not None:
+        total = next((r.memory.device_bytes for r in result.ranks if r.memory.device_bytes), None)
         of = f" of {total / 1e9:.0f} GB" if total else ""
-        lines.append(f"peak memory allocated: {result.peak_memory_bytes / 1e9:.2f} GB{of}")
+        lines.append(f"peak memory allocated: {result.memory.peak_bytes / 1e9:.2f} GB{of}")
     if len(result.ranks) == 1:
         lines.append("time by cause: " + _causes(result.ranks[0]))
     if result.loader is not None:

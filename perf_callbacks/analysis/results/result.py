@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from perf_callbacks.analysis.results.keys import RANK_KEYS, WINDOW_KEYS
+from perf_callbacks.analysis.results.parts import Measures, MemoryParts, MfuParts, flat, unflat
 from perf_callbacks.analysis.results.recommendation import Recommendation, pageable_copies, recommendation_dicts
 from perf_callbacks.analysis.results.scalars import window_scalars
 from perf_callbacks.analysis.results.verdicts import Verdict
@@ -57,6 +59,10 @@ class RankResult:
     (None for traces of other tools; see :mod:`perf_callbacks.analysis.judge.load`). With the load measured, ``losses``
     holds ``cpu_contention``: the share of the window the training thread waited for a CPU.
     ``modules`` holds the module figures at full depth (``analysis.modules.rank_modules``; empty without spans).
+    ``memory`` (:class:`~perf_callbacks.analysis.results.parts.MemoryParts`: the peak, the device's capacity, memory
+    by op, the curve, categories and growth) and ``measures`` (:class:`~perf_callbacks.analysis.results.parts.Measures`:
+    collectives, copies, launch latency, the op table, the roofline) are parts; in the JSON their keys are flat among
+    the others (``peak_memory_bytes``, ``memory_peak``, ``communication``...), in the order of ``keys.RANK_KEYS``.
     """
 
     rank: int
@@ -71,8 +77,6 @@ class RankResult:
     copies_ms: dict[str, float]
     comm_ms: dict[str, float]
     top_ops: list[dict[str, Any]]
-    peak_memory_bytes: int | None
-    device_memory_bytes: int | None
     profiler_flags: list[str]
     data_loader: str | None
     collectives_ms: list[float]
@@ -92,18 +96,6 @@ class RankResult:
     copy_exposed_ms: dict[str, float] = field(default_factory=dict)
     collectives_by_op_ms: dict[str, float] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)
-    communication: list[dict[str, Any]] = field(default_factory=list)
-    overlap_fraction: float | None = None
-    copies: list[dict[str, Any]] = field(default_factory=list)
-    launch: dict[str, Any] | None = None
-    memory_by_op: list[dict[str, Any]] = field(default_factory=list)
-    memory_peak: dict[str, Any] | None = None
-    memory_curve: list[list[float]] = field(default_factory=list)
-    memory_categories: dict[str, int] | None = None
-    memory_at_peak: dict[str, Any] | None = None
-    memory_growth: dict[str, Any] | None = None
-    op_table: list[dict[str, Any]] = field(default_factory=list)
-    measure_notes: list[str] = field(default_factory=list)
     bad_events: int = 0
     runtime_calls: int = 0
     host_traced: bool = True
@@ -118,10 +110,9 @@ class RankResult:
     strip_names: list[str] = field(default_factory=list)
     load: dict[str, Any] = field(default_factory=dict)
     loader: dict[str, Any] | None = None
-    roofline: list[dict[str, Any]] = field(default_factory=list)
-    roofline_peaks: dict[str, Any] = field(default_factory=dict)
-    precision: dict[str, Any] | None = None
     modules: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryParts = field(default_factory=MemoryParts)
+    measures: Measures = field(default_factory=Measures)
 
     def named_copies(self) -> list[tuple[str, float]]:
         """The kinds the copy advice names, and their ms: the top 3 by exposed (else all) time, >= 1/10 the first."""
@@ -129,11 +120,13 @@ class RankResult:
         return [(k, ms) for k, ms in ranked if ms >= 0.1 * ranked[0][1]][:3]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view (the timeline is left out)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("timeline", "steps")}
+        """JSON-ready view (the timeline is left out): one flat object, the parts' keys among the others."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("timeline", "steps", "memory", "measures")}
+        out.update(flat(self.memory))
+        out.update(flat(self.measures))
         out["steps"] = [s.__dict__ for s in self.steps]
         out["recommendations"] = recommendation_dicts(self.recommendations)
-        return out
+        return {k: out[k] for k in RANK_KEYS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankResult:
@@ -143,8 +136,9 @@ class RankResult:
         figures it was written from (:meth:`named_copies`), as :func:`perf_callbacks.analysis.judge.verdict.judge_rank`
         did.
         """
-        known = {f for f in cls.__dataclass_fields__ if f not in ("timeline", "steps")}
+        known = {f for f in cls.__dataclass_fields__ if f not in ("timeline", "steps", "memory", "measures")}
         kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["memory"], kwargs["measures"] = unflat(MemoryParts, data), unflat(Measures, data)
         kwargs["sync_calls_ms"] = dict(kwargs.get("sync_calls_ms", {}))
         kwargs["recommendations"] = [Recommendation.of(x) for x in kwargs.get("recommendations", [])]
         steps = [StepResult(int(s["step"]), float(s["time_ms"]), dict(s.get("causes_ms", {})))
@@ -166,7 +160,6 @@ class AnalysisResult:
         data_wait_fraction: mean over ranks of the share of the window spent waiting for data.
         step_time_ms: median step time over all ranks.
         top_ops: the top ops over all ranks.
-        peak_memory_bytes: highest device memory allocated on any rank, when memory was profiled.
         recommendations: ranked by their gain, each naming its evidence and its fix; each a ``Recommendation``
             (:mod:`perf_callbacks.analysis.results.recommendation`): its text, with ``cause``, ``estimated_gain_ms``,
             ``estimated_gain_fraction`` and ``basis``; in the JSON one object with those keys and ``text``.
@@ -185,48 +178,25 @@ class AnalysisResult:
         partial: whether the window has fewer completed steps than it was meant to hold.
         device: the kind of device activity in the window (``cuda``, ``rocm``, ``mtia``...), ``none`` when no rank
             has any: every figure is then host time, and ``compute_bound`` means host compute.
-        flops_per_step: model FLOPs of one optimizer step (from the traces' metadata), None when not known.
-        achieved_tflops: ``flops_per_step`` over the median step time, in TFLOP/s per device.
-        peak_tflops: the device's peak TFLOP/s for the run's compute dtype, None when not known.
-        mfu: ``achieved_tflops / peak_tflops`` (model FLOPs utilization), None without both.
-        mfu_gap: ``1 - mfu`` by cause: ``{input, host, sync, copy, communication, other, below_peak}`` as fractions
-            (0.12 = 12 points); see ``analysis.mfu``.
-        flops_source: where ``flops_per_step`` comes from (``counted with FlopCounterMode on step 0``...).
-        peak_source: where ``peak_tflops`` comes from.
-        communication: per collective and process group, summed over ranks: ``{name, group, count, bytes, total_ms,
-            exposed_ms, algbw_gbps, busbw_gbps, group_size, busbw_p50_gbps}`` (see ``analysis.comms``).
-        overlap_fraction: the share of collective time overlapped by compute (mean over ranks).
-        copies: per copy kind and host memory kind, summed over ranks: ``{kind, memory, count, bytes, total_ms,
-            gbps}`` (see ``analysis.copies``).
-        launch: ``{p50_us, p95_us, launch_call_p50_us, small_kernels, small_kernel_fraction}`` (``analysis.launch``).
-        memory_by_op: the ops with the most self memory, ``{name, self_bytes, calls}`` (``analysis.memory_ops``).
-        memory_peak: ``{bytes, op, ts_ms, memory}``: the highest allocated memory of any rank and the op there.
-        memory_categories: ``{parameters, gradients, optimizer_state, activations, other, peak}`` in bytes: what the
-            peak of the rank with the highest peak is made of (see ``analysis.memory_parts``); None without
-            ``profile_memory`` or without our metadata.
-        memory_at_peak: ``{phase, op, memory, capacity, resident}`` at that peak, with ``before_trace`` and
-            ``not_resident`` on a device.
-        memory_growth: where the run's memory grew step after step (trace metadata): what the window kept across
-            steps, ``{bytes_per_step, since_step, until_step, memory, steps, kept_per_step, by_op}`` of the first
-            rank with a growth (see ``analysis.memory_growth``), else None.
-        op_table: self device time, self CPU time, calls and self memory of the top ops by each (``--sort``).
         loader: the training loader's block, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, of
             the rank that waited longest for data (None without our metadata; see ``analysis.load``).
         hang: what the hang watchdog's ``hang-rank{R}`` folders say, ``{ranks, missing, summary}`` (see
             ``analysis.hang``), None without one.
-        roofline: operators against the roofline, per (op, shapes, dtype) group: ``{op, shapes, dtype, kind,
-            device, count, device_time_ms, time_fraction, flops, bytes, achieved_tflops, achieved_tbps, intensity,
-            peak_dtype, peak_tflops, peak_tbps, bound_tflops, bound_share, bound, kernels}`` (``analysis.roofline``).
-        roofline_peaks: the peaks the rows are held to, ``{tflops, tbps, tflops_source, tbps_source, device}``.
-        precision: the precision hint (fp32 matrix math without tensor cores), None when there is none: ``{kernels,
-            time_ms, device_share, window_share, settings, dtype_evidence, estimated_gain, estimated_gain_ms,
-            estimated_gain_fraction, basis, text, rank}`` (``analysis.precision``).
         modules: device time, FLOPs and parameters by module (``module_spans``) at depth 1, or at ``--modules DEPTH``:
             ``{module, group, members, time_us, time_fraction, flops, flops_fraction, params, calls}`` (see
             ``analysis.modules``); empty without module spans.
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
         captures: each captured window, why it was opened and what differs from the nearest healthy window
             (``analysis.captured``).
+        memory: the device memory (:class:`~perf_callbacks.analysis.results.parts.MemoryParts`): the highest peak of
+            any rank (``peak_memory_bytes``, when memory was profiled), memory by op, what the peak is made of, growth.
+        efficiency: the model FLOPs utilization (:class:`~perf_callbacks.analysis.results.parts.MfuParts`): FLOPs per
+            step, achieved and peak TFLOP/s, ``mfu`` and its gap by cause. Not named ``mfu``: that is the JSON's
+            float (``efficiency.mfu``).
+        measures: collectives, copies, launch latency, the op table and the roofline, combined over the ranks
+            (:class:`~perf_callbacks.analysis.results.parts.Measures`).
+
+    The parts' keys are flat in the JSON among the others, in the order of ``keys.WINDOW_KEYS``.
     """
 
     path: str
@@ -235,7 +205,6 @@ class AnalysisResult:
     data_wait_fraction: float
     step_time_ms: float | None
     top_ops: list[dict[str, Any]]
-    peak_memory_bytes: int | None
     recommendations: list[Recommendation]
     ranks: list[RankResult]
     stragglers: list[int] = field(default_factory=list)
@@ -252,44 +221,31 @@ class AnalysisResult:
     partial: bool = False
     captures: list[dict[str, Any]] = field(default_factory=list)
     device: str = ""
-    flops_per_step: float | None = None
-    achieved_tflops: float | None = None
-    peak_tflops: float | None = None
-    mfu: float | None = None
-    mfu_gap: dict[str, float] | None = None
-    flops_source: str = ""
-    peak_source: str = ""
-    communication: list[dict[str, Any]] = field(default_factory=list)
-    overlap_fraction: float | None = None
-    copies: list[dict[str, Any]] = field(default_factory=list)
-    launch: dict[str, Any] | None = None
-    memory_by_op: list[dict[str, Any]] = field(default_factory=list)
-    memory_peak: dict[str, Any] | None = None
-    memory_categories: dict[str, int] | None = None
-    memory_at_peak: dict[str, Any] | None = None
-    memory_growth: dict[str, Any] | None = None
-    op_table: list[dict[str, Any]] = field(default_factory=list)
     loader: dict[str, Any] | None = None
     hang: dict[str, Any] | None = None
-    roofline: list[dict[str, Any]] = field(default_factory=list)
-    roofline_peaks: dict[str, Any] = field(default_factory=dict)
-    precision: dict[str, Any] | None = None
     modules: list[dict[str, Any]] = field(default_factory=list)
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
+    memory: MemoryParts = field(default_factory=MemoryParts)
+    efficiency: MfuParts = field(default_factory=MfuParts)
+    measures: Measures = field(default_factory=Measures)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the ``perf-callbacks report --json`` object."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("ranks", "others")}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("ranks", "others", "memory", "efficiency",
+                                                                    "measures")}
+        out.update(flat(self.memory))
+        out.update(flat(self.efficiency))
+        out.update(flat(self.measures))
         out["ranks"] = [r.to_dict() for r in self.ranks]
         out["recommendations"] = recommendation_dicts(self.recommendations)
         out["straggler_reasons"] = {str(k): v for k, v in self.straggler_reasons.items()}
-        return out
+        return {k: out[k] for k in WINDOW_KEYS}
 
     def scalars(self) -> dict[str, float]:
         """The ``perf/window/...`` TensorBoard numbers of the window (:mod:`~perf_callbacks.analysis.results.scalars`).
 
         Example:
-            >>> r = AnalysisResult("x", "compute_bound", None, 0.25, 12.0, [], None, [], [])
+            >>> r = AnalysisResult("x", "compute_bound", None, 0.25, 12.0, [], [], [])
             >>> r.scalars()
             {'perf/window/data_wait_fraction': 0.25, 'perf/window/step_time_ms': 12.0}
         """

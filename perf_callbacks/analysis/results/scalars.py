@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from perf_callbacks.analysis.results.headline import headline_scalars
+from perf_callbacks.analysis.results.parts import Measures, MemoryParts, MfuParts
 
 _WORLD = re.compile(r"\bworld_size=(\d+)")  # in RankResult.run_id, from the trace's distributedInfo
 
@@ -16,7 +17,7 @@ class RankFigures(Protocol):
 
     losses: dict[str, float]
     collectives_ms: list[float]
-    communication: list[dict[str, Any]]
+    measures: Measures
     run_id: str
 
 
@@ -26,13 +27,10 @@ class WindowFigures(Protocol):
     gpu_utilization: float | None
     data_wait_fraction: float
     step_time_ms: float | None
-    peak_memory_bytes: int | None
     imbalance_ratio: float | None
-    mfu: float | None
-    achieved_tflops: float | None
-    communication: list[dict[str, Any]]
-    copies: list[dict[str, Any]]
-    launch: dict[str, Any] | None
+    memory: MemoryParts
+    efficiency: MfuParts
+    measures: Measures
 
     @property
     def ranks(self) -> Sequence[RankFigures]:
@@ -50,16 +48,16 @@ def window_scalars(result: WindowFigures) -> dict[str, float]:
         "gpu_utilization": result.gpu_utilization,
         "data_wait_fraction": result.data_wait_fraction,
         "step_time_ms": result.step_time_ms,
-        "peak_memory_gb": None if result.peak_memory_bytes is None else result.peak_memory_bytes / 1e9,
+        "peak_memory_gb": None if result.memory.peak_bytes is None else result.memory.peak_bytes / 1e9,
         "imbalance_ratio": result.imbalance_ratio,
-        "mfu": result.mfu,
-        "achieved_tflops": result.achieved_tflops,
+        "mfu": result.efficiency.mfu,
+        "achieved_tflops": result.efficiency.achieved_tflops,
     }
     for cause in ("sync", "host", "copy", "communication", "other", "cpu_contention"):
         shares = [r.losses[cause] for r in result.ranks if cause in r.losses]
         key = {"sync": "host_sync", "host": "launch_overhead", "other": "unexplained_idle"}.get(cause, cause)
         values[f"{key}_fraction"] = sum(shares) / len(shares) if shares else None
-    values.update(headline_scalars(result.communication, result.copies, result.launch))
+    values.update(headline_scalars(result.measures.communication, result.measures.copies, result.measures.launch))
     if not _distributed(result.ranks):
         values["communication_fraction"] = values["comm_busbw_gbps"] = None
     return {f"perf/window/{k}": float(v) for k, v in values.items() if v is not None}
@@ -72,6 +70,6 @@ def _distributed(ranks: Sequence[RankFigures]) -> bool:
         >>> _distributed([])
         False
     """
-    if len(ranks) > 1 or any(r.collectives_ms or r.communication for r in ranks):
+    if len(ranks) > 1 or any(r.collectives_ms or r.measures.communication for r in ranks):
         return True
     return any((m := _WORLD.search(r.run_id)) is not None and int(m.group(1)) > 1 for r in ranks)

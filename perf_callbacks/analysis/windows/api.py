@@ -15,6 +15,7 @@ from perf_callbacks.analysis.judge.gains import straggler_gain, window_gains
 from perf_callbacks.analysis.judge.verdict import HOST_UNTRACED, host_untraced, lead_cause, window_verdict
 from perf_callbacks.analysis.rank.collect import Loaded, analyze_file, from_sidecar, load_all
 from perf_callbacks.analysis.rank.measures import window_advice, window_measures, window_notes
+from perf_callbacks.analysis.results.parts import MfuParts
 from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.results.verdicts import Verdict
@@ -52,7 +53,8 @@ def analyze(path: str | Path, top_k: int = 10, jobs: int = 1, sidecars: bool = T
     if not entries:
         raise ValueError(_unreadable(path, len(files), errors))
     if peak_tbps is not None:
-        entries = [replace(entry, **window_roofline(entry.ranks, peak_tbps)) for entry in entries]
+        entries = [replace(entry, measures=replace(entry.measures, **window_roofline(entry.ranks, peak_tbps)))
+                   for entry in entries]
     head = _headline(entries)
     ordered = [head] + [e for e in entries if e is not head]
     head.windows = [_summary(r) for r in ordered]
@@ -122,7 +124,6 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         data_wait_fraction=_mean([r.data_wait_fraction for r in ranks]) or 0.0,
         step_time_ms=median(s.time_ms for r in ranks for s in r.steps) if any(r.steps for r in ranks) else None,
         top_ops=_merge_top_ops(ranks, top_k),
-        peak_memory_bytes=max((r.peak_memory_bytes for r in ranks if r.peak_memory_bytes is not None), default=None),
         recommendations=window_advice(ranks, _overall_recommendations(ranks, verdict, slow, reasons)),
         ranks=ranks,
         stragglers=slow,
@@ -139,7 +140,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         **window_measures(ranks, top_k),
     )
     mfu, notes = window_mfu([r.flops for r in ranks], result.step_time_ms, losses)
-    result = replace(result, **mfu)
+    result = replace(result, efficiency=MfuParts(**mfu))
     result.notes += notes
     result.recommendations = window_gains(result, lead_cause(verdict))
     return result

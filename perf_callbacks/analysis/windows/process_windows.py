@@ -27,7 +27,7 @@ def process_windows(ranks: list[RankResult]) -> tuple[list[list[RankResult]], li
     Example:
         >>> from perf_callbacks.analysis.results.result import RankResult, StepResult
         >>> def r(path, start, step): return RankResult(0, path, 1.0, None, None, None, 0.0, {},
-        ...     [StepResult(step, 1.0)], {}, {}, [], None, None, [], None, [], {}, None, start_us=start,
+        ...     [StepResult(step, 1.0)], {}, {}, [], [], None, [], {}, None, start_us=start,
         ...     end_us=start + 10)
         >>> windows, _ = process_windows([r("vm_7.1.pt.trace.json", 0, 2), r("vm_7.2.pt.trace.json", 30, 7)])
         >>> [[x.path for x in w] for w in windows]

@@ -31,7 +31,7 @@ def split_sets(ranks: list[RankResult]) -> tuple[list[list[RankResult]], list[st
     Example:
         >>> from perf_callbacks.analysis.results.result import RankResult
         >>> def r(rank, start): return RankResult(rank, f"r{rank}_{start}", 1.0, None, None, None, 0.0, {}, [], {},
-        ...     {}, [], None, None, [], None, [], {}, None, start_us=start, end_us=start + 10)
+        ...     {}, [], [], None, [], {}, None, start_us=start, end_us=start + 10)
         >>> sets, notes = split_sets([r(0, 0), r(1, 5), r(0, 9)])
         >>> [[x.rank for x in s] for s in sets], notes[0][:20]
         ([[0], [0, 1]], '2 files say rank 0 (')

@@ -97,15 +97,16 @@ def test_report_on_a_window_folder_gives_mfu_from_the_same_runs_numbers(tmp_path
     engine = run_windows(tmp_path, summary=False, peak_tflops=1.0)
     (trace,) = engine.exported
     result = analyze(trace.parent, sidecars=False)  # no sidecar: the FLOPs come from the trace itself
-    assert result.flops_per_step == engine.flops.per_step
-    assert result.peak_tflops == 1.0 and result.step_time_ms is not None
+    assert result.efficiency.flops_per_step == engine.flops.per_step
+    assert result.efficiency.peak_tflops == 1.0 and result.step_time_ms is not None
     expected = engine.flops.per_step / (result.step_time_ms / 1e3) / 1e12  # peak 1 TFLOP/s
-    assert result.mfu == pytest.approx(expected, rel=0.02)
-    assert result.achieved_tflops == pytest.approx(expected, rel=0.02)
-    assert sum(result.mfu_gap.values()) == pytest.approx(1 - result.mfu, abs=1e-9)
+    assert result.efficiency.mfu == pytest.approx(expected, rel=0.02)
+    assert result.efficiency.achieved_tflops == pytest.approx(expected, rel=0.02)
+    mfu = result.efficiency
+    assert sum(mfu.mfu_gap.values()) == pytest.approx(1 - mfu.mfu, abs=1e-9)
     data = json.loads(json.dumps(result.to_dict()))
-    assert set(data["mfu_gap"]) == set(GAP) and data["mfu"] == result.mfu
-    assert result.scalars()["perf/window/mfu"] == result.mfu
+    assert set(data["mfu_gap"]) == set(GAP) and data["mfu"] == result.efficiency.mfu
+    assert result.scalars()["perf/window/mfu"] == result.efficiency.mfu
     text = format_text(result)
     assert re.search(r"\nMFU [0-9.]+%: idle \d+ pts.*; busy but below peak \d+ pts\n", text)
     assert "FLOPs per step: " in text and "(counted with FlopCounterMode on step 0); achieved " in text
@@ -120,14 +121,14 @@ def test_the_window_summary_and_sidecars_carry_the_mfu(tmp_path: Path) -> None:
     assert "\nMFU " in summary and "FLOPs per step: " in summary
     from_sidecars = analyze(tmp_path / "run")
     parsed = analyze(tmp_path / "run", sidecars=False)
-    assert from_sidecars.mfu == parsed.mfu is not None
-    assert from_sidecars.mfu_gap == parsed.mfu_gap
+    assert from_sidecars.efficiency.mfu == parsed.efficiency.mfu is not None
+    assert from_sidecars.efficiency.mfu_gap == parsed.efficiency.mfu_gap
 
 
 def test_without_peak_on_cpu_the_report_gives_achieved_tflops_and_why_no_mfu(tmp_path: Path) -> None:
     engine = run_windows(tmp_path, summary=False)
     result = analyze(engine.exported[0].parent)
-    assert result.mfu is None and result.achieved_tflops is not None
+    assert result.efficiency.mfu is None and result.efficiency.achieved_tflops is not None
     assert "MFU: not given: no peak FLOP/s is known for CPUs: set peak_tflops" in result.notes
     lines = format_text(result).splitlines()
     assert "note: MFU: not given: no peak FLOP/s is known for CPUs: set peak_tflops" in lines
@@ -139,9 +140,9 @@ def _with_mfu(path: str, ms: float, mfu: float, gap: dict[str, float]) -> Analys
     from perf_callbacks.analysis.results.result import RankResult, StepResult
 
     steps = [StepResult(i, ms + i % 3 * 0.1, {"compute": ms}) for i in range(8)]
-    rank = RankResult(0, path, 1.0, None, None, ms, 0.0, {}, steps, {}, {}, [], None, None, [], None, [], {}, None)
-    result = AnalysisResult(path, "compute_bound", None, 0.0, ms, [], None, [], [rank])
-    result.mfu, result.mfu_gap = mfu, {k: gap.get(k, 0.0) for k in GAP}
+    rank = RankResult(0, path, 1.0, None, None, ms, 0.0, {}, steps, {}, {}, [], [], None, [], {}, None)
+    result = AnalysisResult(path, "compute_bound", None, 0.0, ms, [], [], [rank])
+    result.efficiency.mfu, result.efficiency.mfu_gap = mfu, {k: gap.get(k, 0.0) for k in GAP}
     return result
 
 

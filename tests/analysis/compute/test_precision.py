@@ -27,7 +27,7 @@ def _kernels(path: Path) -> tuple[list[dict], float]:
 
 def test_sync_bound_names_the_fp32_gemm_kernels_their_share_and_a_gain() -> None:
     result = analyzed("sync_bound")
-    hint = result.precision
+    hint = result.measures.precision
     assert hint is not None
     kernels, busy_ms = _kernels(fixture_trace("sync_bound"))
     fp32_ms = sum(e["dur"] for e in kernels if any(k in e["name"] for k in FP32)) / 1e3
@@ -64,7 +64,7 @@ def test_nothing_is_said_where_precision_buys_little_or_nothing(name: str) -> No
     """compute_bound's math is bf16 on tensor cores; the other two run fp32 GEMMs too small to matter (under 2% of
     the window)."""
     result = analyzed(name)
-    assert result.precision is None
+    assert result.measures.precision is None
     assert "precision" not in format_text(result).lower()
 
 
@@ -76,7 +76,7 @@ def test_tf32_kernels_are_not_named(tmp_path: Path) -> None:
         if e.get("cat") == "kernel" and any(k in e["name"] for k in FP32):
             e["name"] = "sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8"
     path = save_doc(tmp_path / "tf32.pt.trace.json.gz", doc)
-    assert analyze(path, sidecars=False).precision is None
+    assert analyze(path, sidecars=False).measures.precision is None
 
 
 def test_a_sidecar_gives_the_same_table_and_hint(tmp_path: Path) -> None:
@@ -90,8 +90,8 @@ def test_a_sidecar_gives_the_same_table_and_hint(tmp_path: Path) -> None:
     write_sidecar(trace)
     parsed, side = analyzed("sync_bound"), analyze(trace, sidecars=True)
     assert side.ranks[0].timeline is None  # read from the sidecar, not parsed
-    assert json.dumps(side.roofline) == json.dumps(parsed.roofline)
-    assert side.precision["text"] == parsed.precision["text"]
+    assert json.dumps(side.measures.roofline) == json.dumps(parsed.measures.roofline)
+    assert side.measures.precision["text"] == parsed.measures.precision["text"]
 
 
 def test_the_live_settings_are_read_from_the_trace(tmp_path: Path) -> None:
@@ -101,6 +101,7 @@ def test_the_live_settings_are_read_from_the_trace(tmp_path: Path) -> None:
                                     "peak_tbps_source": "NVML: memory clock 2619 MHz x 6144-bit bus"}
     path = save_doc(tmp_path / "rank0.pt.trace.json.gz", doc)
     result = analyze(path, sidecars=False)
-    assert result.precision["settings"]["float32_matmul_precision"] == "highest"
-    assert "torch.get_float32_matmul_precision() == 'highest'" in result.precision["text"]
-    assert result.roofline_peaks["tbps"] == 4.0 and result.roofline_peaks["tbps_source"].startswith("NVML")
+    assert result.measures.precision["settings"]["float32_matmul_precision"] == "highest"
+    assert "torch.get_float32_matmul_precision() == 'highest'" in result.measures.precision["text"]
+    peaks = result.measures.roofline_peaks
+    assert peaks["tbps"] == 4.0 and peaks["tbps_source"].startswith("NVML")

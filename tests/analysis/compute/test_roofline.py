@@ -27,7 +27,7 @@ def results() -> dict[str, object]:
 @pytest.mark.parametrize("name", FIXTURES)
 def test_every_gemm_group_equals_an_independent_count(results: dict, name: str) -> None:
     truth = gemm_groups(fixture_trace(name))
-    rows = {(r["op"], r["shapes"], r["dtype"]): r for r in results[name].roofline if r["op"] in GEMMS}
+    rows = {(r["op"], r["shapes"], r["dtype"]): r for r in results[name].measures.roofline if r["op"] in GEMMS}
     assert truth and set(rows) == set(truth)
     for key, want in truth.items():
         got = rows[key]
@@ -42,7 +42,7 @@ def test_every_gemm_group_equals_an_independent_count(results: dict, name: str) 
 def test_a_call_that_launches_several_kernels_counts_once(results: dict) -> None:
     """cuDNN's attention backward launches 3 kernels per call: 18 calls (one per layer and step), FLOPs by hand
     (torch's formula: twice the forward's ``2 * batch * heads * L * S * (E + Ev)``)."""
-    rows = [r for r in results["compute_bound"].roofline if r["op"] == "aten::_cudnn_attention_backward"]
+    rows = [r for r in results["compute_bound"].measures.roofline if r["op"] == "aten::_cudnn_attention_backward"]
     (row,) = rows
     assert len(row["kernels"]) == 3
     assert row["count"] == 18 and row["flops"] == 18 * 2 * (2 * 32 * 16 * 1024 * 1024 * (128 + 128))
@@ -62,21 +62,22 @@ def test_without_shapes_the_flops_come_from_the_runs_flop_counter(tmp_path: Path
     doc["perf_callbacks_flops"] = {"flops_per_step": float(sum(per_step.values())), "source": "counted",
                                    "dtype": "fp32", "flops_by_op": per_step}
     result = analyze(save_doc(tmp_path / "rank0.pt.trace.json.gz", doc), sidecars=False)
-    rows = {r["op"]: r for r in result.roofline}
+    rows = {r["op"]: r for r in result.measures.roofline}
     assert len(result.ranks[0].steps) == 3
     for op, flops in per_step.items():
         assert rows[op]["shapes"] == "" and rows[op]["bytes"] is None and rows[op]["intensity"] is None
         assert rows[op]["flops"] == 3 * flops and rows[op]["dtype"] == "fp32"
         assert rows[op]["bound_tflops"] == 67.0 and rows[op]["bound"] is None  # the compute peak alone
     assert "[shapes not recorded]" in format_text(result)
-    assert "FlopCounterMode" in result.precision["basis"] and "fp32 inputs" not in result.precision["text"]
+    hint = result.measures.precision
+    assert "FlopCounterMode" in hint["basis"] and "fp32 inputs" not in hint["text"]
 
 
 def test_the_classes_follow_the_ridge_point(results: dict) -> None:
     """bf16 GEMMs of intensity 1560 FLOP/B are compute-bound on an H200 (ridge 989.4 / 4.8 = 206); tiny fp32 ones
     of intensity 3 memory-bound (ridge 67 / 4.8 = 14)."""
-    big = [r for r in results["compute_bound"].roofline if r["op"] == "aten::mm"]
-    tiny = [r for r in results["launch_bound_tiny_kernels"].roofline if r["op"] == "aten::mm"]
+    big = [r for r in results["compute_bound"].measures.roofline if r["op"] == "aten::mm"]
+    tiny = [r for r in results["launch_bound_tiny_kernels"].measures.roofline if r["op"] == "aten::mm"]
     assert big and all(r["bound"] == "compute" and r["peak_tflops"] == 989.4 for r in big)
     assert tiny and all(r["bound"] == "memory" and r["intensity"] < 67 / 4.8 for r in tiny)
 
@@ -85,11 +86,11 @@ def test_a_given_bandwidth_moves_the_bound(results: dict) -> None:
     """``--peak-tbps 0.05``: at 512 FLOP/B the sync_bound GEMMs' bound is 25.6 TFLOP/s, below the fp32 peak."""
     slow = analyze(fixture_trace("sync_bound"), sidecars=False, peak_tbps=0.05)
     truth = gemm_groups(fixture_trace("sync_bound"), bytes_per_s=0.05e12)
-    for r in (r for r in slow.roofline if r["op"] in GEMMS):
+    for r in (r for r in slow.measures.roofline if r["op"] in GEMMS):
         assert r["bound"] == "memory" and r["bound_tflops"] == pytest.approx(r["intensity"] * 0.05)
         assert r["bound_share"] == pytest.approx(truth[(r["op"], r["shapes"], r["dtype"])]["share"], rel=0.01)
-    assert slow.roofline_peaks["tbps_source"] == "--peak-tbps 0.05"
-    assert results["sync_bound"].roofline_peaks["tbps"] == 4.8
+    assert slow.measures.roofline_peaks["tbps_source"] == "--peak-tbps 0.05"
+    assert results["sync_bound"].measures.roofline_peaks["tbps"] == 4.8
 
 
 def test_the_report_takes_peak_tbps(capsys: pytest.CaptureFixture[str]) -> None:
@@ -152,7 +153,7 @@ def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_cpu_trace_with_shapes_equals_flops_computed_by_hand(cpu_trace: Path) -> None:
     result = analyze(cpu_trace, sidecars=False)
-    rows = {(r["op"], r["shapes"]): r for r in result.roofline}
+    rows = {(r["op"], r["shapes"]): r for r in result.measures.roofline}
     fc1 = rows[("aten::addmm", "[64], [4, 288], [288, 64]")]
     fc2 = rows[("aten::addmm", "[10], [4, 64], [64, 10]")]
     bmm = rows[("aten::bmm", "[4, 10, 1], [4, 1, 10]")]
@@ -160,17 +161,18 @@ def test_a_cpu_trace_with_shapes_equals_flops_computed_by_hand(cpu_trace: Path) 
     assert fc1["flops"] == 3 * 2 * 4 * 288 * 64 and fc1["bytes"] == 3 * 4 * (64 + 4 * 288 + 288 * 64 + 4 * 64)
     assert fc2["flops"] == 3 * 2 * 4 * 64 * 10
     assert bmm["flops"] == 3 * 2 * 4 * 10 * 1 * 10 and bmm["bytes"] == 3 * 4 * (40 + 40 + 400)
-    (conv,) = [r for r in result.roofline if r["kind"] == "conv"]
+    (conv,) = [r for r in result.measures.roofline if r["kind"] == "conv"]
     assert conv["count"] == 3 and conv["flops"] == 3 * 2 * (4 * 8 * 6 * 6) * (3 * 3 * 3)
-    assert all(r["device"] == "cpu" and r["bound_share"] is None for r in result.roofline)  # no CPU peaks known
-    assert not any(r["op"] == "aten::linear" for r in result.roofline)  # a wrapper of addmm: not counted twice
-    assert not any(r["op"] == "aten::copy_" for r in result.roofline)  # addmm's bias copy is addmm's own work
+    rows = result.measures.roofline
+    assert all(r["device"] == "cpu" and r["bound_share"] is None for r in rows)  # no CPU peaks known
+    assert not any(r["op"] == "aten::linear" for r in result.measures.roofline)  # a wrapper of addmm: not counted twice
+    assert not any(r["op"] == "aten::copy_" for r in result.measures.roofline)  # addmm's bias copy is addmm's own work
     assert fc1["achieved_tflops"] == pytest.approx(fc1["flops"] / (fc1["device_time_ms"] / 1e3) / 1e12)
 
 
 def test_nothing_about_precision_on_a_cpu_trace(cpu_trace: Path) -> None:
     result = analyze(cpu_trace, sidecars=False)
-    assert result.precision is None and result.to_dict()["precision"] is None
+    assert result.measures.precision is None and result.to_dict()["precision"] is None
     assert "precision" not in format_text(result).lower()
     assert "Precision" not in render_html(result)
 

@@ -94,7 +94,7 @@ def test_the_timeline_and_the_memory_curve_share_one_time_axis(tmp_path: Path) -
     assert lo == 0.0 and span_ms <= hi < 1.5 * span_ms
     drawn_end = max(float(b["x"]) + float(b["width"]) for b in timeline.rects)
     assert drawn_end == pytest.approx(x0 + span_ms / hi * (x1 - x0), abs=1.5)  # the strip ends at the window's end
-    last_t = r.ranks[0].memory_curve[-1][0]
+    last_t = r.ranks[0].memory.curve[-1][0]
     last_x = float(memory.polylines[0]["points"].split()[-1].split(",")[0])
     assert last_x == pytest.approx(x0 + last_t / hi * (x1 - x0), abs=0.2)  # memory at its time on the same axis
 

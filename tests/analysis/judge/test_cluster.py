@@ -30,8 +30,8 @@ def rank(r: int, work: Sequence[float] = (), comm: float = 0.0, collectives: Seq
     steps = [StepResult(10 + i, w + comm, {"communication": comm, **(causes or {})}) for i, w in enumerate(work)]
     return RankResult(rank=r, path="", span_ms=0.0, gpu_utilization=None, kernel_busy_fraction=None,
                       step_time_ms=step_time_ms, data_wait_fraction=0.0, losses=losses or {}, steps=steps,
-                      copies_ms={}, comm_ms={}, top_ops=[], peak_memory_bytes=None, device_memory_bytes=None,
-                      profiler_flags=[], data_loader=None, collectives_ms=list(collectives), sync_calls_ms={},
+                      copies_ms={}, comm_ms={}, top_ops=[], profiler_flags=[], data_loader=None,
+                      collectives_ms=list(collectives), sync_calls_ms={},
                       launches_per_step=None, collective_steps=list(steps_of or []))
 
 

@@ -12,7 +12,7 @@ def rank(inputs_ms: list[float], window_share: float, step_ms: float = 10.0) -> 
     """Steps of ``step_ms`` each, of which ``inputs_ms`` waited for input; the window's input share as given."""
     steps = [StepResult(n, step_ms, {"compute": step_ms - w, "input": w}) for n, w in enumerate(inputs_ms)]
     total = step_ms * len(steps)
-    return RankResult(0, "t", total, None, None, step_ms, 0.5, {"input": window_share}, steps, {}, {}, [], None, None,
+    return RankResult(0, "t", total, None, None, step_ms, 0.5, {"input": window_share}, steps, {}, {}, [],
                       [], None, [], {}, None)
 
 

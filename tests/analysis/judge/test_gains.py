@@ -61,7 +61,7 @@ def test_every_recommendation_has_a_gain_or_says_why_not_and_a_basis(results, na
             assert rec.estimated_gain_fraction == pytest.approx(rec.estimated_gain_ms / step)
         elif rec.cause == "precision":  # the precision hint: the kernels at the new roofline bound, an upper bound
             assert rec.estimated_gain_ms is not None and rec.estimated_gain_fraction is not None, rec.to_dict()
-            assert rec.estimated_gain_ms == pytest.approx(r.precision["estimated_gain_ms"])
+            assert rec.estimated_gain_ms == pytest.approx(r.measures.precision["estimated_gain_ms"])
         else:  # the compute advice without an MFU, a caveat, a note on memory: no gain, and the basis says why
             assert rec.estimated_gain_ms is None and rec.estimated_gain_fraction is None, rec.to_dict()
             assert rec.basis.startswith("no gain"), rec.basis
@@ -123,8 +123,9 @@ def test_the_compute_advice_gains_the_mfu_gaps_busy_below_peak_share(tmp_path: P
     doc["perf_callbacks_flops"] = {"flops_per_step": 50e12, "peak_tflops": 989.0, "dtype": "bfloat16"}
     result = analyze(save_doc(tmp_path / "rank0.pt.trace.json.gz", doc), sidecars=False)
     (compute,) = [x for x in result.recommendations if x.cause == "compute"]
-    assert result.mfu is not None and result.mfu_gap is not None and result.step_time_ms is not None
-    busy_beyond_peak = 1.0 - result.mfu - sum(v for k, v in result.mfu_gap.items() if k != "below_peak")
+    mfu, gap = result.efficiency.mfu, result.efficiency.mfu_gap
+    assert mfu is not None and gap is not None and result.step_time_ms is not None
+    busy_beyond_peak = 1.0 - mfu - sum(v for k, v in gap.items() if k != "below_peak")
     assert compute.estimated_gain_fraction == pytest.approx(busy_beyond_peak)
     assert compute.estimated_gain_ms == pytest.approx(busy_beyond_peak * result.step_time_ms)
     assert "upper bound" in compute.basis and "bfloat16 peak" in compute.basis

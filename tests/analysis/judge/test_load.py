@@ -31,7 +31,7 @@ def rank(steps: list[tuple[float, float]], measured: dict[str, Any], machine: di
     total = sum(ms for ms, _ in steps)
     share = sum(w for _, w in steps) / total
     r = RankResult(0, "rank0.pt.trace.json.gz", total, gpu, None, None, share,
-                   {"input": share, **contention_loss(measured)}, results, {}, {}, [], None, None, [],
+                   {"input": share, **contention_loss(measured)}, results, {}, {}, [], [],
                    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", [], {}, None,
                    machine=machine if machine is not None else MACHINE, load=measured)
     judge_rank(r)

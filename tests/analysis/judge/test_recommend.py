@@ -21,7 +21,7 @@ def _comm_advice(result: AnalysisResult) -> str:
 
 def _quotes_the_table(result: AnalysisResult) -> None:
     """Each collective the advice names has the table's time (summed over its rows); the totals are the table's."""
-    advice, rows = _comm_advice(result), result.communication
+    advice, rows = _comm_advice(result), result.measures.communication
     named = dict(re.findall(r"(\w+) ([\d.]+) ms", advice.split(") were exposed")[0]))
     assert named, advice
     for name, ms in named.items():
@@ -40,7 +40,7 @@ def test_the_advice_names_a_generic_kernel_as_the_table_does(tmp_path: Path) -> 
                    {**launch(ts, i + 1), "args": {"correlation": i + 1, **ext}}, kernel(ts + 10, 400, i + 1, GENERIC)]
     events += [launch(950, 9), kernel(960, 30, 9)]
     result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
-    assert [r["name"] for r in result.communication] == ["AllReduce"]
+    assert [r["name"] for r in result.measures.communication] == ["AllReduce"]
     assert "Generic" not in _comm_advice(result)
     _quotes_the_table(result)
 

@@ -16,6 +16,7 @@ from perf_callbacks.analysis.judge.verdict import (
     verdict_margin,
     window_verdict,
 )
+from perf_callbacks.analysis.results.parts import MemoryParts
 from perf_callbacks.analysis.results.result import RankResult, StepResult
 from tests.analysis.conftest import load_doc, save_doc, write_trace, x
 from tests.analysis.result_helpers import rank
@@ -87,7 +88,7 @@ def test_no_advice_for_a_small_loss_of_a_compute_bound_window() -> None:
 def test_compute_bound_leads_with_the_compute_advice() -> None:
     top = {"name": "aten::mm", "fraction": 0.42, "device": "GPU"}
     r = rank(losses={"input": 0.05}, gpu_utilization=0.93, top_ops=[top], backlog_fraction=0.02,
-             peak_memory_bytes=10**9, device_memory_bytes=80 * 10**9)
+             memory=MemoryParts(peak_bytes=10**9, device_bytes=80 * 10**9))
     assert r.verdict == "compute_bound"
     assert r.recommendations[0] == "compute-bound (GPU busy 93%; aten::mm has 42% of self GPU time): speed up the " \
                                    "math itself: bf16/TF32, torch.compile, fused or flash attention kernels"
@@ -144,7 +145,7 @@ def test_profiler_caveat_says_what_it_inflates_for_the_verdict(verdict_cause: st
     The caveat follows the verdict's recommendation (whose figure it qualifies), whatever the gains of the others."""
     second = "copy" if verdict_cause != "copy" else "sync"
     r = rank(losses={verdict_cause: 0.4, second: 0.2}, copies_ms={"memset": 1.0}, profiler_flags=["with_stack"],
-             peak_memory_bytes=95, device_memory_bytes=100, machine=machine)
+             memory=MemoryParts(peak_bytes=95, device_bytes=100), machine=machine)
     assert r.recommendations[at] == CAVEAT + effect
     assert r.recommendations[-1] == "peak memory 0.00 of 0 GB (95%): close to OOM; use activation checkpointing or a " \
                                     "smaller batch"
@@ -182,7 +183,7 @@ def test_profiler_caveat_of_a_compute_bound_verdict() -> None:
 ])
 def test_memory_note(peak: int | None, total: int | None, verdict_cause: str | None, note: str | None) -> None:
     losses = {verdict_cause: 0.5} if verdict_cause else {}
-    r = rank(peak_memory_bytes=peak, device_memory_bytes=total, losses=losses)
+    r = rank(memory=MemoryParts(peak_bytes=peak, device_bytes=total), losses=losses)
     assert (r.recommendations[-1] if note else r.recommendations[-1].startswith("peak memory")) == (note or False)
 
 
@@ -291,7 +292,7 @@ def test_copy_advice_drops_kinds_under_a_tenth_of_the_largest() -> None:
 
 
 def test_memory_is_in_decimal_gigabytes() -> None:
-    r = rank(peak_memory_bytes=1_235_000_001, device_memory_bytes=80_500_000_001)
+    r = rank(memory=MemoryParts(peak_bytes=1_235_000_001, device_bytes=80_500_000_001))
     assert r.recommendations[-1] == "peak memory only 1.24 of 81 GB (2%): there is room for a larger batch"
 
 

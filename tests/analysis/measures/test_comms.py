@@ -47,18 +47,18 @@ def _annotated(tmp_path: Path, **meta: Any) -> AnalysisResult:
 
 def test_an_older_torch_collective_is_named_and_sized_by_its_annotation(tmp_path: Path) -> None:
     result = _annotated(tmp_path)
-    rows = {c["name"]: c for c in result.communication}
+    rows = {c["name"]: c for c in result.measures.communication}
     assert set(rows) == {"AllToAll", "AllGather"}  # not SendRecv
     assert rows["AllToAll"]["bytes"] == 2 * 4 * (1 << 20)
     assert rows["AllToAll"]["algbw_gbps"] == pytest.approx(2 * 4 * (1 << 20) / 2_000 / 1e3)
     assert rows["AllGather"]["bytes"] is None  # its output is its input times a group size the trace does not give
-    assert GATHER_UNSIZED in result.ranks[0].measure_notes
+    assert GATHER_UNSIZED in result.ranks[0].measures.notes
 
 
 def test_an_annotated_all_gather_is_sized_by_its_output_when_the_group_is_known(tmp_path: Path) -> None:
     info = {"distributedInfo": {"rank": 0, "world_size": 4,
                                 "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4}]}}
-    rows = {c["name"]: c for c in _annotated(tmp_path, **info).communication}
+    rows = {c["name"]: c for c in _annotated(tmp_path, **info).measures.communication}
     assert rows["AllGather"]["bytes"] == 2 * 4 * 1024 * 4
     assert rows["AllToAll"]["busbw_gbps"] == pytest.approx(rows["AllToAll"]["algbw_gbps"] * 3 / 4)
 
@@ -68,7 +68,7 @@ def test_an_annotated_all_gather_is_sized_by_its_output_when_the_group_is_known(
 def test_older_torch_collectives_match_independent_count(name: str) -> None:
     path = HTA / name
     want = truth.annotated_nccl_figures(truth.events(path), OLDER_TORCH[name])
-    rows = {c["name"]: c for c in _analyzed(path).communication}
+    rows = {c["name"]: c for c in _analyzed(path).measures.communication}
     assert set(rows) == set(want)
     assert "AllToAll" in rows
     for key, row in rows.items():

@@ -39,7 +39,7 @@ def rank_events(allreduce_us: list[float], exposed_gap_us: float = 0.0) -> list[
 
 
 def rows(path: Path) -> dict[str, dict[str, Any]]:
-    return {c["name"]: c for c in analyze(path, sidecars=False).communication}
+    return {c["name"]: c for c in analyze(path, sidecars=False).measures.communication}
 
 
 def test_eight_ranks_reduce_scatter_by_input_and_per_call_busbw_with_the_bus_factor(tmp_path: Path) -> None:
@@ -66,10 +66,10 @@ def test_ranks_that_differ_sum_their_total_and_exposed_time(tmp_path: Path) -> N
     write_trace(folder / "rank0.pt.trace.json", rank_events([100.0, 200.0]))
     write_trace(folder / "rank1.pt.trace.json", rank_events([300.0, 600.0], exposed_gap_us=600.0))
     result = analyze(folder, sidecars=False)
-    per_rank = [{c["name"]: c for c in r.communication}["AllReduce"] for r in result.ranks]
+    per_rank = [{c["name"]: c for c in r.measures.communication}["AllReduce"] for r in result.ranks]
     assert [r["total_ms"] for r in per_rank] == [pytest.approx(0.3), pytest.approx(0.9)]
     assert [r["exposed_ms"] for r in per_rank] == [pytest.approx(0.2), pytest.approx(0.9)]  # 100 us under the gemm
-    summed = {c["name"]: c for c in result.communication}["AllReduce"]
+    summed = {c["name"]: c for c in result.measures.communication}["AllReduce"]
     assert summed["count"] == 4
     assert summed["total_ms"] == pytest.approx(1.2)
     assert summed["exposed_ms"] == pytest.approx(1.1)
@@ -85,12 +85,12 @@ def test_nccl_host_spans_get_no_bandwidth_even_with_shapes(tmp_path: Path) -> No
             "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2}]}
     result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events + [span], distributedInfo=info),
                      sidecars=False)
-    (row,) = result.communication
+    (row,) = result.measures.communication
     assert (row["name"], row["count"], row["total_ms"]) == ("AllReduce", 1, pytest.approx(0.05))
     assert (row["bytes"], row["algbw_gbps"], row["busbw_gbps"], row["busbw_p50_gbps"]) == (None, None, None, None)
     assert any("seen only on the host" in n for n in result.notes)
     # the same span from gloo is sized (the control: the shapes are read)
     (tmp_path / "g").mkdir()
     (sized,) = analyze(write_trace(tmp_path / "g" / "rank0.pt.trace.json", events + [gloo], distributedInfo=info),
-                       sidecars=False).communication
+                       sidecars=False).measures.communication
     assert sized["bytes"] == 4 * NELEMS

@@ -24,7 +24,7 @@ def test_hip_host_copies_are_labelled_host(tmp_path: Path) -> None:
               _copy("Memcpy DtoH (Device -> Host)", 200, 50, 1 << 20), _copy("Memcpy DtoD (Device -> Device)", 300,
                                                                               10, 1 << 20)]
     result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
-    kinds = {(c["kind"], c["memory"]) for c in result.copies}
+    kinds = {(c["kind"], c["memory"]) for c in result.measures.copies}
     assert kinds == {("HtoD", "host"), ("DtoH", "host"), ("DtoD", "device")}
     assert set(result.ranks[0].copies_ms) == {"HtoD/host", "DtoH/host", "DtoD/device"}
 
@@ -35,7 +35,7 @@ def test_rocm_copies_match_independent_count() -> None:
     result = analyze(AMD, sidecars=False)
     want = truth.copy_figures(truth.events(AMD))
     assert set(want) == {("HtoD", "host")}
-    rows = {(c["kind"], c["memory"]): c for c in result.copies}
+    rows = {(c["kind"], c["memory"]): c for c in result.measures.copies}
     assert set(rows) == set(want)
     for key, row in rows.items():
         assert (row["count"], row["bytes"]) == (want[key]["count"], want[key]["bytes"])

@@ -28,7 +28,7 @@ def advice(tmp_path: Path, pageable_us: float, under_kernel: bool = False) -> li
     if under_kernel:
         events += [launch(9_000, 3), kernel(9_990, pageable_us + 20, 3)]
     result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
-    rows = {(c["kind"], c["memory"]): c for c in result.copies}
+    rows = {(c["kind"], c["memory"]): c for c in result.measures.copies}
     assert rows[("HtoD", "pageable")]["gbps"] == pytest.approx(1.0)
     assert result.ranks[0].span_ms == pytest.approx(STEP_US / 1e3)
     return [text for _, _, text in copy_advice(result.ranks[0])]

@@ -25,10 +25,10 @@ def test_mtia_dma_and_event_waits_are_not_small_kernels(tmp_path: Path) -> None:
               _ccp("add-dtype_Float", 420, 5), *(_ccp("dma_request", ts, 5) for ts in (10, 20, 30)),
               _ccp("event_record", 40, 1), _ccp("event_wait", 500, 100)]
     result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
-    assert result.launch is not None
-    assert result.launch["small_kernels"] == 1  # add: not the three DMAs nor the event record
-    assert result.launch["small_kernel_fraction"] == pytest.approx(5 / 305)
-    assert [(c["kind"], c["count"]) for c in result.copies] == [("DMA", 3)]
+    assert result.measures.launch is not None
+    assert result.measures.launch["small_kernels"] == 1  # add: not the three DMAs nor the event record
+    assert result.measures.launch["small_kernel_fraction"] == pytest.approx(5 / 305)
+    assert [(c["kind"], c["count"]) for c in result.measures.copies] == [("DMA", 3)]
     assert result.gpu_utilization == pytest.approx((300 + 5 + 15 + 1 + 100) / 1000)  # as HTA counts it
     causes = result.ranks[0].losses
     assert causes["sync"] == pytest.approx(101 / 1000)  # the record and the wait: the queue on an event, not compute
@@ -43,9 +43,9 @@ def test_mtia_small_kernels_match_independent_count() -> None:
     device = [e for e in ev if e.get("cat") == "mtia_ccp_events" and truth.inside(e, lo, hi)]
     kernels = [e for e in device if not e["name"].startswith(("dma", "event_"))]
     result = analyze(MTIA, sidecars=False)
-    assert result.launch is not None
-    assert result.launch["small_kernels"] == sum(e["dur"] < 10 for e in kernels)
-    assert [(c["kind"], c["count"]) for c in result.copies] == [
+    assert result.measures.launch is not None
+    assert result.measures.launch["small_kernels"] == sum(e["dur"] < 10 for e in kernels)
+    assert [(c["kind"], c["count"]) for c in result.measures.copies] == [
         ("DMA", sum(e["name"].startswith("dma") for e in device))]
     assert result.ranks[0].launches_per_step == len(kernels)  # was 25812, with the DMAs and event records
     assert result.gpu_utilization == pytest.approx(0.578, abs=0.001)  # unchanged: HTA's 57.6% busy, as before

@@ -20,11 +20,12 @@ def test_graph_replay_is_not_a_launch_and_ten_us_is_not_small(tmp_path: Path) ->
               x("cuda_runtime", "cudaGraphLaunch", 100, 30.0, correlation=3)]
     events += [kernel(180 + 20 * i, 15.0, 3, name=f"graph_node_{i}") for i in range(3)]
     result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
-    assert result.launch is not None
-    assert (result.launch["p50_us"], result.launch["p95_us"]) == (pytest.approx(5.0), pytest.approx(5.0))
-    assert result.launch["launch_call_p50_us"] == pytest.approx(5.0)  # the graph launch's 30 us is not a launch call
-    assert result.launch["small_kernels"] == 1
-    assert result.launch["small_kernel_fraction"] == pytest.approx(9.9 / (9.9 + 10.0 + 45.0))
+    assert result.measures.launch is not None
+    figures = result.measures.launch
+    assert (figures["p50_us"], figures["p95_us"]) == (pytest.approx(5.0), pytest.approx(5.0))
+    assert figures["launch_call_p50_us"] == pytest.approx(5.0)  # the graph launch's 30 us is not a launch call
+    assert result.measures.launch["small_kernels"] == 1
+    assert result.measures.launch["small_kernel_fraction"] == pytest.approx(9.9 / (9.9 + 10.0 + 45.0))
 
 
 def test_ranks_give_the_median_of_their_latencies() -> None:

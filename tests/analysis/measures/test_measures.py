@@ -27,7 +27,7 @@ from tests.foreign import needs_foreign
 def test_nccl_collectives_match_independent_count() -> None:
     result = analyzed(NCCL)
     expected = truth.nccl_figures(raw(NCCL))
-    rows = {c["name"]: c for c in result.communication}
+    rows = {c["name"]: c for c in result.measures.communication}
     assert set(rows) == {"AllReduce", "Broadcast"}
     for name, row in rows.items():
         want = expected[name]
@@ -35,7 +35,7 @@ def test_nccl_collectives_match_independent_count() -> None:
         assert (row["count"], row["bytes"], row["group_size"]) == (want["count"], want["bytes"], want["group_size"])
         for key in ("total_ms", "exposed_ms", "algbw_gbps", "busbw_gbps", "busbw_p50_gbps"):
             assert row[key] == approx(want[key]), (name, key)
-    assert result.overlap_fraction == approx(expected["_overlap"]["fraction"])
+    assert result.measures.overlap_fraction == approx(expected["_overlap"]["fraction"])
     assert result.scalars()["perf/window/comm_busbw_gbps"] == approx(expected["AllReduce"]["busbw_gbps"])
 
 
@@ -53,7 +53,7 @@ def test_nccl_busbw_factor_follows_nccl_tests(tmp_path: Path) -> None:
             args["Out msg nelems"] = args["In msg nelems"] * 8
             gathered += 1
     path = save_doc(tmp_path / "rank0.pt.trace.json", doc)
-    rows = {c["name"]: c for c in analyze(path, sidecars=False).communication}
+    rows = {c["name"]: c for c in analyze(path, sidecars=False).measures.communication}
     expected = truth.nccl_figures(truth.events(path))
     assert rows["AllReduce"]["busbw_gbps"] == approx(rows["AllReduce"]["algbw_gbps"] * 1.75)
     assert rows["AllReduce"]["busbw_gbps"] == approx(expected["AllReduce"]["busbw_gbps"])
@@ -69,7 +69,7 @@ def test_group_of_one_moves_no_data(tmp_path: Path) -> None:
         if "Group size" in e.get("args", {}):
             e["args"]["Group size"] = 1
     result = analyze(save_doc(tmp_path / "rank0.pt.trace.json", doc), sidecars=False)
-    assert all(c["busbw_gbps"] == 0.0 and c["group_size"] == 1 for c in result.communication)
+    assert all(c["busbw_gbps"] == 0.0 and c["group_size"] == 1 for c in result.measures.communication)
     assert any("group of one rank moves no data" in n for n in result.notes)
     assert "no data moved (busbw 0)" in format_text(result)
 
@@ -83,7 +83,7 @@ def test_nccl_sizes_from_record_param_comms_when_kernels_carry_none(tmp_path: Pa
             e["args"] = {k: v for k, v in e["args"].items() if k in ("External id", "device", "stream", "correlation")}
     result = analyze(save_doc(tmp_path / "rank0.pt.trace.json", doc), sidecars=False)
     expected = truth.nccl_figures(raw(NCCL))
-    rows = {c["name"]: c for c in result.communication}
+    rows = {c["name"]: c for c in result.measures.communication}
     assert rows["AllReduce"]["bytes"] == expected["AllReduce"]["bytes"]
     assert rows["AllReduce"]["busbw_gbps"] == approx(expected["AllReduce"]["busbw_gbps"])
 
@@ -97,7 +97,7 @@ def test_collectives_without_sizes_degrade_to_counts_and_times(tmp_path: Path) -
             args.pop(key, None)
     result = analyze(save_doc(tmp_path / "rank0.pt.trace.json", doc), sidecars=False)
     expected = truth.nccl_figures(raw(NCCL))
-    rows = {c["name"]: c for c in result.communication}
+    rows = {c["name"]: c for c in result.measures.communication}
     assert rows["AllReduce"]["count"] == expected["AllReduce"]["count"]  # named from the kernel
     assert rows["AllReduce"]["total_ms"] == approx(expected["AllReduce"]["total_ms"])
     assert all(c["bytes"] is None and c["algbw_gbps"] is None and c["busbw_gbps"] is None for c in rows.values())
@@ -111,38 +111,39 @@ def test_h200_copies_launch_and_memory_match_independent_count(name: str) -> Non
     ev = raw(h200(name))
     result = analyzed(h200(name))
     want = truth.copy_figures(ev)
-    got = {(c["kind"], c["memory"]): c for c in result.copies}
+    got = {(c["kind"], c["memory"]): c for c in result.measures.copies}
     assert set(got) == set(want)
     for key, row in got.items():
         assert (row["count"], row["bytes"]) == (want[key]["count"], want[key]["bytes"])
         assert row["total_ms"] == approx(want[key]["total_ms"])
         assert row["gbps"] == approx(want[key]["gbps"])
     launch = truth.launch_figures(ev)
-    assert result.launch is not None
-    assert result.launch["small_kernels"] == launch["small_kernels"]
+    assert result.measures.launch is not None
+    assert result.measures.launch["small_kernels"] == launch["small_kernels"]
     for key in ("p50_us", "p95_us", "launch_call_p50_us", "small_kernel_fraction", "queued_fraction"):
-        assert result.launch[key] == approx(launch[key]), key
-    assert result.launch["idle_p50_us"] == (None if launch["idle_p50_us"] is None else approx(launch["idle_p50_us"]))
+        assert result.measures.launch[key] == approx(launch[key]), key
+    idle = launch["idle_p50_us"]
+    assert result.measures.launch["idle_p50_us"] == (None if idle is None else approx(idle))
     memory = truth.memory_figures(ev)
-    assert result.memory_peak is not None
-    assert result.memory_peak["bytes"] == memory["peak"]["bytes"] == result.peak_memory_bytes
-    assert result.memory_peak["op"] == memory["peak"]["op"]
-    assert result.memory_peak["ts_ms"] == approx(memory["peak"]["ts_ms"])
+    assert result.memory.peak is not None
+    assert result.memory.peak["bytes"] == memory["peak"]["bytes"] == result.memory.peak_bytes
+    assert result.memory.peak["op"] == memory["peak"]["op"]
+    assert result.memory.peak["ts_ms"] == approx(memory["peak"]["ts_ms"])
     held = sorted(memory["held"].items(), key=lambda kv: (-kv[1], kv[0]))[:5]
-    assert [(m["name"], m["bytes"]) for m in result.memory_peak["held_by_op"]] == held
+    assert [(m["name"], m["bytes"]) for m in result.memory.peak["held_by_op"]] == held
     assert sum(memory["held"].values()) == memory["peak"]["bytes"]  # all that is allocated at the peak, by its op
-    assert result.memory_by_op
-    for row in result.memory_by_op:
+    assert result.memory.by_op
+    for row in result.memory.by_op:
         assert row["self_bytes"] == memory["self_bytes"][row["name"]]
         assert row["calls"] == truth.op_calls(memory, row["name"])  # an op's calls, else the events outside
-    ranked = sorted(memory["self_bytes"].values(), reverse=True)[: len(result.memory_by_op)]
-    assert [r["self_bytes"] for r in result.memory_by_op] == ranked
+    ranked = sorted(memory["self_bytes"].values(), reverse=True)[: len(result.memory.by_op)]
+    assert [r["self_bytes"] for r in result.memory.by_op] == ranked
 
 
 def test_scenario_copy_kinds_are_the_documented_ones() -> None:
     """The fixtures README: pageable HtoD in input_bound, DtoD in compute_bound, pinned and pageable DtoH in
     launch_bound_tiny_kernels."""
-    kinds = {n: {(c["kind"], c["memory"]) for c in analyzed(h200(n)).copies} for n in SCENARIOS[:3]}
+    kinds = {n: {(c["kind"], c["memory"]) for c in analyzed(h200(n)).measures.copies} for n in SCENARIOS[:3]}
     assert ("HtoD", "pageable") in kinds["input_bound"]
     assert ("DtoD", "device") in kinds["compute_bound"]
     assert {("DtoH", "pinned"), ("DtoH", "pageable")} <= kinds["launch_bound_tiny_kernels"]
@@ -169,7 +170,7 @@ def test_copy_advice_from_rates_when_pageable_is_slow_and_costly(tmp_path: Path)
     doc["traceEvents"].append(pinned)
     result = analyze(save_doc(tmp_path / "rank0.pt.trace.json", doc), sidecars=False)
     advice = [r for r in result.recommendations if "pageable memory ran at" in r]
-    rows = {(c["kind"], c["memory"]): c for c in result.copies}
+    rows = {(c["kind"], c["memory"]): c for c in result.measures.copies}
     assert len(advice) == 1
     assert len([r for r in result.recommendations if "pageable" in r.lower()]) == 1  # the rates back one advice
     assert f"{rows[('HtoD', 'pageable')]['gbps']:.1f} GB/s" in advice[0]
@@ -190,7 +191,7 @@ def test_copies_without_bytes_are_counted_without_a_rate(tmp_path: Path) -> None
             e["args"].pop("bytes")
     result = analyze(save_doc(tmp_path / "rank0.pt.trace.json", doc), sidecars=False)
     want = truth.copy_figures(raw(h200("launch_bound_tiny_kernels")))
-    for c in result.copies:
+    for c in result.measures.copies:
         assert c["count"] == want[(c["kind"], c["memory"])]["count"]
         assert (c["bytes"], c["gbps"]) == (None, None)
     assert any("copies without a byte count" in n for n in result.notes)
@@ -200,7 +201,7 @@ def test_copies_without_bytes_are_counted_without_a_rate(tmp_path: Path) -> None
 @needs_foreign
 def test_trace_without_memory_events_has_no_memory_figures() -> None:
     result = analyzed(NCCL)
-    assert (result.memory_by_op, result.memory_peak) == ([], None)
+    assert (result.memory.by_op, result.memory.peak) == ([], None)
     assert "profile_memory=True" in format_text(result, sort="memory")
 
 
@@ -211,9 +212,11 @@ def test_sidecar_keeps_every_figure(tmp_path: Path) -> None:
     write_sidecar(trace)
     read = analyze(trace)
     assert read.ranks[0].timeline is None  # really from the sidecar
-    for key in ("communication", "copies", "launch", "memory_by_op", "memory_peak", "op_table"):
-        assert getattr(read, key) == getattr(parsed, key), key
-    assert read.ranks[0].memory_curve == parsed.ranks[0].memory_curve
+    for key in ("communication", "copies", "launch", "op_table"):
+        assert getattr(read.measures, key) == getattr(parsed.measures, key), key
+    for key in ("by_op", "peak"):
+        assert getattr(read.memory, key) == getattr(parsed.memory, key), key
+    assert read.ranks[0].memory.curve == parsed.ranks[0].memory.curve
 
 
 @needs_foreign
@@ -222,7 +225,7 @@ def test_window_summary_and_scalars_carry_the_headline_figures(tmp_path: Path) -
     trace = tmp_path / "rank0.pt.trace.json.gz"
     trace.write_bytes(NCCL.read_bytes())
     side = write_sidecar(trace)
-    allreduce = next(c for c in analyzed(NCCL).communication if c["name"] == "AllReduce")
+    allreduce = next(c for c in analyzed(NCCL).measures.communication if c["name"] == "AllReduce")
     assert "AllReduce x15, " in side["text"] and "launch-call end to kernel start p50" in side["text"]
     assert side["scalars"]["perf/window/comm_busbw_gbps"] == pytest.approx(allreduce["busbw_gbps"])
     assert side["scalars"]["perf/window/launch_p95_us"] == pytest.approx(truth.launch_figures(raw(NCCL))["p95_us"], rel=REL)
@@ -285,7 +288,7 @@ def test_small_copies_show_their_latency_not_a_rate() -> None:
     """sync_bound's 24 four-byte .item() reads ran at "0.003 GB/s": a latency, not a link's speed. The text gives the
     time per copy for copies under 64 kB each, and the rate for the 100 MB DtoD copies."""
     text = format_text(analyzed(h200("sync_bound")))
-    rows = {(c["kind"], c["memory"]): c for c in analyzed(h200("sync_bound")).copies}
+    rows = {(c["kind"], c["memory"]): c for c in analyzed(h200("sync_bound")).measures.copies}
     per_copy = rows[("DtoH", "pinned")]["total_ms"] * 1e3 / 24
     assert f"  DtoH pinned x24, 96 B: 0.04 ms, {per_copy:.1f} us per copy (4 B each: latency, too small for a " \
            "rate)" in text
@@ -324,10 +327,11 @@ def test_launch_delay_on_a_busy_device_is_queue_depth_not_launch_cost(tmp_path: 
         events += [launch(100 + 10 * i, 2 + i), kernel(1020 + 1000 * i, 1000, 2 + i)]
     events += [launch(8000, 9), kernel(8008, 100, 9)]  # free again: 8008 - 8005 = 3 us
     result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
-    assert result.launch is not None
-    assert result.launch["queued_fraction"] == pytest.approx(4 / 6)
-    assert result.launch["idle_p50_us"] == pytest.approx(4.0)  # median of 5 and 3
-    assert result.launch["p50_us"] == pytest.approx(median([5, 3] + [1020 + 1000 * i - (105 + 10 * i) for i in range(4)]))
+    assert result.measures.launch is not None
+    assert result.measures.launch["queued_fraction"] == pytest.approx(4 / 6)
+    assert result.measures.launch["idle_p50_us"] == pytest.approx(4.0)  # median of 5 and 3
+    gaps = [5, 3] + [1020 + 1000 * i - (105 + 10 * i) for i in range(4)]
+    assert result.measures.launch["p50_us"] == pytest.approx(median(gaps))
     text = format_text(result)
     assert "queue depth, not launch cost (67% of kernels waited behind earlier work on a busy device; kernels that " \
            "found the device free: p50 4.0 us)" in text

@@ -30,17 +30,17 @@ def test_gloo_collectives_with_shapes_match_independent_count(gloo_comm: Path) -
     result = analyze(window, sidecars=False)
     for rank in result.ranks:
         want = truth.gloo_figures(truth.events(window / f"rank{rank.rank}.pt.trace.json"))
-        rows = {c["name"]: c for c in rank.communication}
+        rows = {c["name"]: c for c in rank.measures.communication}
         assert set(rows) == {"AllReduce", "Broadcast"}
         for name, row in rows.items():
             assert (row["group"], row["group_size"]) == ("default_pg", 2)
             assert (row["count"], row["bytes"]) == (want[name]["count"], want[name]["bytes"])
             for key in ("total_ms", "exposed_ms", "algbw_gbps", "busbw_gbps", "busbw_p50_gbps"):
                 assert row[key] == pytest.approx(want[name][key], rel=REL), (rank.rank, name, key)
-        assert rank.overlap_fraction == pytest.approx(want["_overlap"]["fraction"], rel=REL, abs=1e-9)
-    summed = {c["name"]: c for c in result.communication}
+        assert rank.measures.overlap_fraction == pytest.approx(want["_overlap"]["fraction"], rel=REL, abs=1e-9)
+    summed = {c["name"]: c for c in result.measures.communication}
     assert summed["AllReduce"]["count"] == sum(
-        next(c["count"] for c in r.communication if c["name"] == "AllReduce") for r in result.ranks)
+        next(c["count"] for c in r.measures.communication if c["name"] == "AllReduce") for r in result.ranks)
     # the model's gradients, all-reduced every step on each of the two ranks, 4 bytes an element
     assert summed["AllReduce"]["bytes"] == 2 * ACTIVE * 4 * (256 * 256 + 256 + 64 * 256 + 64)
     assert summed["Broadcast"]["bytes"] == 2 * ACTIVE * 4 * 1000
@@ -52,11 +52,11 @@ def test_gloo_host_memory_by_op_matches_independent_count(gloo_comm: Path) -> No
     result = analyze(window, sidecars=False)
     for rank in result.ranks:
         want = truth.memory_figures(truth.events(window / f"rank{rank.rank}.pt.trace.json"), device_type=0)
-        assert rank.memory_peak is not None
-        assert rank.memory_peak["memory"] == "host"
-        assert (rank.memory_peak["bytes"], rank.memory_peak["op"]) == (want["peak"]["bytes"], want["peak"]["op"])
-        assert rank.memory_peak["ts_ms"] == pytest.approx(want["peak"]["ts_ms"], rel=REL)
-        for row in rank.memory_by_op:
+        assert rank.memory.peak is not None
+        assert rank.memory.peak["memory"] == "host"
+        assert (rank.memory.peak["bytes"], rank.memory.peak["op"]) == (want["peak"]["bytes"], want["peak"]["op"])
+        assert rank.memory.peak["ts_ms"] == pytest.approx(want["peak"]["ts_ms"], rel=REL)
+        for row in rank.memory.by_op:
             assert row["self_bytes"] == want["self_bytes"][row["name"]]
             assert row["calls"] == truth.op_calls(want, row["name"])  # an op's calls, else the events outside
     assert "host memory: peak" in format_text(result)
@@ -67,7 +67,7 @@ def test_gloo_without_shapes_degrades_to_counts_and_times(gloo_comm: Path) -> No
     result = analyze(window, sidecars=False)
     for rank in result.ranks:
         want = truth.gloo_figures(truth.events(window / f"rank{rank.rank}.pt.trace.json"))
-        for row in rank.communication:
+        for row in rank.measures.communication:
             assert row["count"] == want[row["name"]]["count"]
             assert row["total_ms"] == pytest.approx(want[row["name"]]["total_ms"], rel=REL)
             assert row["exposed_ms"] == pytest.approx(want[row["name"]]["exposed_ms"], rel=REL)
@@ -75,7 +75,7 @@ def test_gloo_without_shapes_degrades_to_counts_and_times(gloo_comm: Path) -> No
     assert any("without a message size" in n for n in result.notes)
     text = format_text(result)
     assert "no message size in the trace" in text and "GB/s" not in text.split("collectives (")[1]
-    assert result.memory_peak is None and "perf/window/comm_busbw_gbps" not in result.scalars()
+    assert result.memory.peak is None and "perf/window/comm_busbw_gbps" not in result.scalars()
 
 
 def test_rank_0s_trace_alone_is_a_distributed_window_with_communication_figures(gloo_comm: Path) -> None:

@@ -52,16 +52,16 @@ def test_two_ranks_sum_and_balance(tmp_path: Path) -> None:
     one = analyzed(h200("launch_bound_tiny_kernels"))
     both = analyze(_two_ranks(tmp_path, h200("launch_bound_tiny_kernels"), slow_copies=2.0), sidecars=False)
     want = truth.copy_figures(truth.events(h200("launch_bound_tiny_kernels")))
-    rows = {(c["kind"], c["memory"]): c for c in both.copies}
+    rows = {(c["kind"], c["memory"]): c for c in both.measures.copies}
     for key, w in want.items():
         assert rows[key]["count"] == 2 * w["count"] and rows[key]["bytes"] == 2 * w["bytes"]
         assert rows[key]["total_ms"] == approx(3 * w["total_ms"])  # rank 1's copies took twice as long
         assert rows[key]["gbps"] == approx(2 * w["bytes"] / (3 * w["total_ms"]) / 1e6)
-    assert [c["gbps"] for c in both.ranks[1].copies] == approx([c["gbps"] / 2 for c in one.copies])
-    assert both.launch is not None and one.launch is not None
-    assert both.launch["small_kernels"] == 2 * one.launch["small_kernels"]
-    assert both.memory_peak == one.memory_peak
-    assert [m["self_bytes"] for m in both.memory_by_op] == [2 * m["self_bytes"] for m in one.memory_by_op]
+    assert [c["gbps"] for c in both.ranks[1].measures.copies] == approx([c["gbps"] / 2 for c in one.measures.copies])
+    assert both.measures.launch is not None and one.measures.launch is not None
+    assert both.measures.launch["small_kernels"] == 2 * one.measures.launch["small_kernels"]
+    assert both.memory.peak == one.memory.peak
+    assert [m["self_bytes"] for m in both.memory.by_op] == [2 * m["self_bytes"] for m in one.memory.by_op]
     page = render_html(both)
     assert "<h2>Balance across ranks</h2>" in page
     assert page.count("<polyline") == 2  # a memory line per rank
@@ -72,11 +72,11 @@ def test_diff_compares_bandwidth_latency_and_memory() -> None:
     d = compare(base, new)
     copies = {(c["kind"], c["memory"]): c for c in d.measures["copies"]}
     assert copies[("DtoD", "device")]["base"]["gbps"] == next(
-        c["gbps"] for c in base.copies if c["kind"] == "DtoD")
+        c["gbps"] for c in base.measures.copies if c["kind"] == "DtoD")
     assert copies[("DtoH", "pageable")]["base"] is None  # only the new side copies from pageable memory
-    assert base.launch is not None and new.launch is not None
-    assert d.measures["launch"]["p95_us"] == {"base": base.launch["p95_us"], "new": new.launch["p95_us"],
-                                              "change": new.launch["p95_us"] - base.launch["p95_us"]}
+    assert base.measures.launch is not None and new.measures.launch is not None
+    a, b = base.measures.launch["p95_us"], new.measures.launch["p95_us"]
+    assert d.measures["launch"]["p95_us"] == {"base": a, "new": b, "change": b - a}
     text = format_diff(d)
     assert "collectives, transfers and launch:" in text
     assert "DtoH pageable rate" in text and "absent" in text
@@ -103,7 +103,7 @@ def test_diff_compares_collectives_per_step(tmp_path: Path) -> None:
 @needs_foreign
 def test_window_scalars_carry_the_headline_figures() -> None:
     scalars = analyzed(NCCL).scalars()
-    allreduce = next(c for c in analyzed(NCCL).communication if c["name"] == "AllReduce")
+    allreduce = next(c for c in analyzed(NCCL).measures.communication if c["name"] == "AllReduce")
     assert scalars["perf/window/comm_busbw_gbps"] == allreduce["busbw_gbps"]
     launch = truth.launch_figures(truth.events(NCCL))
     assert scalars["perf/window/launch_p95_us"] == approx(launch["p95_us"])

@@ -46,7 +46,7 @@ def test_self_cpu_time_leaves_the_children_out(tmp_path: Path) -> None:
     events = [x("user_annotation", "ProfilerStep#1", 0, 200), x("cpu_op", "Optimizer.step", 10, 100),
               x("cpu_op", "aten::add_", 20, 30), x("cpu_op", "aten::mul_", 60, 20), x("cpu_op", "aten::fill_", 65, 5)]
     result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
-    got = {r["name"]: r["self_cpu_us"] for r in result.op_table}
+    got = {r["name"]: r["self_cpu_us"] for r in result.measures.op_table}
     assert got == {"Optimizer.step": 50.0, "aten::add_": 30.0, "aten::mul_": 15.0, "aten::fill_": 5.0}
     assert got == self_cpu_us(events)
 

@@ -22,11 +22,11 @@ def test_two_ranks_sum_calls_and_self_bytes_and_keep_the_higher_peak(tmp_path: P
     save_doc(folder / "rank1.pt.trace.json.gz", doc)
     memory = truth.memory_figures(truth.events(fixture_trace("sync_bound")))
     result = analyze(folder, top_k=1000, sidecars=False)  # every op, the events outside any op too
-    assert result.memory_peak is not None
-    assert (result.memory_peak["bytes"], result.memory_peak["op"]) == (2 * memory["peak"]["bytes"],
+    assert result.memory.peak is not None
+    assert (result.memory.peak["bytes"], result.memory.peak["op"]) == (2 * memory["peak"]["bytes"],
                                                                        memory["peak"]["op"])
-    assert {r["name"] for r in result.memory_by_op} == set(memory["self_bytes"])
+    assert {r["name"] for r in result.memory.by_op} == set(memory["self_bytes"])
     assert memory["events"]["(outside any op)"] > 0
-    for row in result.memory_by_op:
+    for row in result.memory.by_op:
         assert row["self_bytes"] == 3 * memory["self_bytes"][row["name"]]
         assert row["calls"] == 2 * truth.op_calls(memory, row["name"])

@@ -61,5 +61,5 @@ def test_every_verdict_has_its_number_and_a_short_advice(fields: dict[str, Any],
 def console_parts_of(r: RankResult) -> dict[str, str]:
     result = AnalysisResult(path=r.path, verdict=r.verdict, gpu_utilization=r.gpu_utilization,
                             data_wait_fraction=r.data_wait_fraction, step_time_ms=r.step_time_ms, top_ops=[],
-                            peak_memory_bytes=None, recommendations=r.recommendations, ranks=[r])
+                            recommendations=r.recommendations, ranks=[r])
     return console_parts(result)

@@ -77,8 +77,8 @@ def test_profiler_overhead_is_reported(results) -> None:  # type: ignore[no-unty
 
 def test_memory_and_steps(results) -> None:  # type: ignore[no-untyped-def]
     r = results["compute_bound"]
-    assert r.peak_memory_bytes == 22567316480
-    assert r.ranks[0].device_memory_bytes == 150109880320
+    assert r.memory.peak_bytes == 22567316480
+    assert r.ranks[0].memory.device_bytes == 150109880320
     assert [s.step for s in r.ranks[0].steps] == [4, 5, 6]
     assert r.step_time_ms == pytest.approx(146.5, abs=1.0)
 

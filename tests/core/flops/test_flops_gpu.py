@@ -76,6 +76,7 @@ def test_bf16_gemm_loop_mfu_matches_the_tests_own_figure(tmp_path: Path) -> None
     result = analyze(trace.parent, sidecars=False)
     window = range(26, 32)
     expected = flops / statistics.median(own[s] for s in window) / peak
-    assert result.mfu == pytest.approx(expected, rel=0.05)
-    assert result.peak_tflops == pytest.approx(peak / 1e12)
-    assert result.mfu_gap is not None and sum(result.mfu_gap.values()) == pytest.approx(1 - result.mfu, abs=1e-9)
+    assert result.efficiency.mfu == pytest.approx(expected, rel=0.05)
+    assert result.efficiency.peak_tflops == pytest.approx(peak / 1e12)
+    mfu = result.efficiency
+    assert mfu.mfu_gap is not None and sum(mfu.mfu_gap.values()) == pytest.approx(1 - mfu.mfu, abs=1e-9)

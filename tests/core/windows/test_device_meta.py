@@ -42,13 +42,13 @@ def test_the_trace_carries_the_live_settings_and_the_given_bandwidth(tmp_path: P
     meta = json.load(gzip.open(trace))[device_meta.META_KEY]
     assert meta == {"peak_tbps": 3.35, "peak_tbps_source": "peak_tbps: 3.35", "float32_matmul_precision": "high",
                     "cuda_matmul_allow_tf32": tf32[0], "cudnn_allow_tf32": tf32[1], "mixed_precision": "bf16"}
-    assert analyze(trace, sidecars=False).roofline_peaks["tbps"] == 3.35  # the report reads it back
+    assert analyze(trace, sidecars=False).measures.roofline_peaks["tbps"] == 3.35  # the report reads it back
 
 
 def test_without_a_bandwidth_on_cpu_the_report_says_none_is_known(tmp_path: Path) -> None:
     trace = _window(tmp_path)
     assert json.load(gzip.open(trace))[device_meta.META_KEY]["peak_tbps"] is None
-    peaks = analyze(trace, sidecars=False).roofline_peaks
+    peaks = analyze(trace, sidecars=False).measures.roofline_peaks
     assert peaks["tbps"] is None and "no peak memory bandwidth known" in peaks["tbps_source"]
     assert "set peak_tbps (or --peak-tbps)" in peaks["tbps_source"]
 
