@@ -25,7 +25,7 @@ def roofline_sections(rows: list[dict[str, Any]], hint: dict[str, Any] | None, t
         body = "".join(_row(r) for r in rows[:top_k])
         note = over_bound_note(rows[:top_k])
         parts.append(f"<h2>Operators against the roofline</h2><table><tr>{head}</tr>{body}</table>"
-                     + (f"<figcaption>{escape(note)}</figcaption>" if note else ""))
+                     + (f"<p><em>{escape(note)}</em></p>" if note else ""))
     return parts
 
 

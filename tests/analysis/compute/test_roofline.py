@@ -192,13 +192,13 @@ def test_ops_that_write_over_a_tensor_do_not_read_it() -> None:
 
 def test_no_op_is_above_the_bandwidth_bound_from_a_miscounted_write(results: dict) -> None:
     """compute_bound's fill_ read as 141% of the bandwidth bound when its overwritten tensor counted as read."""
-    fills = [r for r in results["compute_bound"].roofline if r["op"] in ("aten::fill_", "aten::zero_", "aten::copy_")]
+    fills = [r for r in results["compute_bound"].measures.roofline if r["op"] in ("aten::fill_", "aten::zero_", "aten::copy_")]
     assert fills and all(r["bound_share"] is None or r["bound_share"] <= 1.0 for r in fills)
 
 
 def test_a_share_above_the_bound_is_explained_where_the_table_is_shown(results: dict) -> None:
     """sync_bound's aten::pow reaches 101% of the bandwidth bound (2048x4096 fp32, 32 MB: it fits the H200's L2)."""
-    pow_rows = [r for r in results["sync_bound"].roofline if r["op"] == "aten::pow"]
+    pow_rows = [r for r in results["sync_bound"].measures.roofline if r["op"] == "aten::pow"]
     assert pow_rows and pow_rows[0]["bound_share"] > 1.0
     note = "aten::pow above 100% of the bandwidth bound: part of its bytes stayed in a cache"
     assert note in format_text(results["sync_bound"], top_k=20)

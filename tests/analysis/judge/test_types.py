@@ -14,6 +14,7 @@ import perf_callbacks
 from perf_callbacks.analysis import VERDICTS
 from perf_callbacks.analysis.judge.verdict import VERDICT_OF, verdict_from, verdict_margin
 from perf_callbacks.analysis.measures import copies
+from perf_callbacks.analysis.results.parts import Measures
 from perf_callbacks.analysis.results.recommendation import PAGEABLE_COPIES, PageableCopy
 from perf_callbacks.analysis.results.verdicts import Verdict
 from tests.analysis.result_helpers import rank
@@ -94,7 +95,7 @@ def test_every_copy_kind_the_copy_advice_gives_is_a_pageable_copy() -> None:
             for d in ("HtoD", "DtoH", "DtoD", "PtoP") for m, g in (("pageable", 1.0), ("pinned", 25.0),
                                                                     ("device", 1.0), ("host", 1.0))]
     exposed = {f"{row['kind']}/{row['memory']}": 20.0 for row in rows}
-    r = rank(span_ms=100.0, copies=rows, copy_exposed_ms=exposed)
+    r = rank(span_ms=100.0, measures=Measures(copies=rows), copy_exposed_ms=exposed)
     assert {kind for kind, _, _ in copies.copy_advice(r)} == set(PAGEABLE_COPIES)
 
 

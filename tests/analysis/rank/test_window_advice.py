@@ -10,6 +10,7 @@ from typing import Any
 from perf_callbacks.analysis.measures.copies import copy_advice
 from perf_callbacks.analysis.rank.measures import window_advice
 from perf_callbacks.analysis.rank.sidecar_check import rank_from_sidecar
+from perf_callbacks.analysis.results.parts import Measures
 from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.results.result import RankResult
 from tests.analysis.result_helpers import rank
@@ -20,7 +21,7 @@ _ROWS = [{"kind": "HtoD", "memory": "pageable", "count": 10, "bytes": 20_000_000
 
 def slow_copies(**fields: Any) -> RankResult:
     """A judged rank whose pageable HtoD copies ran at 1 GB/s against 25 pinned, 20% of its window exposed."""
-    return rank(**{"losses": {"copy": 0.2}, "copies": _ROWS, "copy_exposed_ms": {"HtoD/pageable": 20.0}, **fields})
+    return rank(**{"losses": {"copy": 0.2}, "measures": Measures(copies=_ROWS), "copy_exposed_ms": {"HtoD/pageable": 20.0}, **fields})
 
 
 def rates(r: RankResult) -> str:
