@@ -59,7 +59,8 @@ from perf_callbacks import GPUPerfCallback
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "data" / "gpu_traces"
-OUTSIDE = ("none", "noop_hooks", "perf_callbacks", "device_stats", "lightning_profiler", "torch_profiler")
+OUTSIDE = ("none", "noop_hooks", "perf_callbacks", "perf_callbacks_capture", "device_stats", "lightning_profiler",
+           "torch_profiler")  # perf_callbacks_capture: the same with capture_on_anomaly=True (its CPU-wait sampler on)
 INSIDE = ("perf_callbacks_window", "torch_profiler_window")
 HOOKS = tuple(n for n in dir(Callback) if n.startswith("on_") or n in ("setup", "teardown"))
 FETCH = ("data_start", "data_end")  # the engine calls of the training loop's DataLoader fetch hooks (EngineProbe)
@@ -298,9 +299,9 @@ def run_variant(name: str, plan: Plan, device: str, tmp: Path) -> Run:
     timed: Callback | None = None
     probe: EngineProbe | None = None
     bare: BareProfiler | None = None
-    if name in ("perf_callbacks", "perf_callbacks_window"):
-        schedule = {"skip_first": 10**6} if name == "perf_callbacks" else plan.window_schedule
-        timed = perf_callback(out, schedule)
+    if name in ("perf_callbacks", "perf_callbacks_capture", "perf_callbacks_window"):
+        schedule = plan.window_schedule if name == "perf_callbacks_window" else {"skip_first": 10**6}
+        timed = perf_callback(out, schedule, **({"capture_on_anomaly": True} if name.endswith("capture") else {}))
         probe = EngineProbe(timed)
         callbacks += [timed, probe]
     elif name == "noop_hooks":

@@ -34,6 +34,7 @@ def test_overhead_quick_runs_and_writes_json(tmp_path: Path) -> None:
         "none",
         "noop_hooks",
         "perf_callbacks",
+        "perf_callbacks_capture",
         "device_stats",
         "lightning_profiler",
         "torch_profiler",
@@ -41,6 +42,7 @@ def test_overhead_quick_runs_and_writes_json(tmp_path: Path) -> None:
     assert outside["none"]["ratio_vs_none"] == pytest.approx(1.0)
     ours = outside["perf_callbacks"]
     assert ours["hook_us_per_step"] > 0
+    assert outside["perf_callbacks_capture"]["hook_us_per_step"] > 0  # timed as ours is (capture_on_anomaly=True)
     assert ours["memory_samples_per_run"] >= 1  # the default interval (50) falls inside the quick run
     assert result["inside_windows"]["steps_per_run"] >= 1
     assert result["traces"]["perf_callbacks"]["traces"] >= 1
