@@ -49,6 +49,7 @@ from perf_callbacks.core.memory.watch import MemoryWatch
 from perf_callbacks.core.ranges.nvtx import NvtxRanges
 from perf_callbacks.core.timing.monitor import StepMonitor
 from perf_callbacks.core.triggers.schedule import Action
+from perf_callbacks.core.views import Derived
 from perf_callbacks.core.warn import WarnOnce
 from perf_callbacks.core.windows.recorder import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning, MemoryGrowthWarning
@@ -111,13 +112,17 @@ class PerfEngine:
         self._at_exit = close_at_exit(self, PerfEngine._close_at_exit)  # an engine its owner never closed
         self.hang = watch_engine(self, config.hang_timeout, ctx.rank, ctx.world_size, layout.run_dir)
 
-    step = property(lambda self: self.state.step, doc="The open step (None before the first).")
-    steps_run = property(lambda self: self.state.steps_run, doc="Optimizer steps completed in this run.")
-    memory = property(lambda self: self.intervals.memory, doc="The device memory sampler (None: off, or it failed).")
-    growth = property(lambda self: self.intervals.growth, doc="The memory held at logged steps (None: off, failed).")
-    exported = property(lambda self: self.files.exported, doc="Trace files written so far (see RunFiles.exported).")
-    exported_urls = property(lambda self: self.files.exported_urls, doc="Where each of ``exported`` is uploaded to.")
-    layout = property(lambda self: self.files.layout, doc="Where this run's windows go.")
+    step: Derived[int | None] = Derived(lambda e: e.state.step, "The open step (None before the first).")
+    steps_run: Derived[int] = Derived(lambda e: e.state.steps_run, "Optimizer steps completed in this run.")
+    memory: Derived[MemorySampler | None] = Derived(lambda e: e.intervals.memory,
+                                                    "The device memory sampler (None: off, or it failed).")
+    growth: Derived[MemoryGrowth | None] = Derived(lambda e: e.intervals.growth,
+                                                   "The memory held at logged steps (None: off, or it failed).")
+    exported: Derived[list[Any]] = Derived(lambda e: e.files.exported,
+                                            "Trace files written so far (see RunFiles.exported).")
+    exported_urls: Derived[list[str]] = Derived(lambda e: e.files.exported_urls,
+                                                      "Where each of ``exported`` is uploaded to.")
+    layout: Derived[TraceLayout] = Derived(lambda e: e.files.layout, "Where this run's windows go.")
 
     @property
     def run_dir(self) -> Path:
