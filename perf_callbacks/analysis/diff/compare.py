@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,12 +27,12 @@ from perf_callbacks.analysis.diff.memory import compare_categories
 from perf_callbacks.analysis.diff.mfu import mfu_delta
 from perf_callbacks.analysis.judge.noise import Change, compare_samples
 from perf_callbacks.analysis.results.parts import flat
+from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.timeline import CAUSES
 
 CAUSE_LABELS = {"input": "data wait", "sync": "host-device syncs", "host": "host launch overhead"}
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _UNCHANGED = 0.05
 
 
@@ -255,11 +254,13 @@ def _contributors(causes: dict[str, dict[str, Any]], ops: dict[str, list[dict[st
 
 
 def _recommendations(base: Sequence[str], new: Sequence[str]) -> dict[str, list[str]]:
-    """Compared with their numbers masked, so 'took 41% of step time' and 'took 43% ...' are the same advice."""
-    a = {_NUMBER.sub("#", t) for t in base}
-    b = {_NUMBER.sub("#", t) for t in new}
-    return {"added": [t for t in new if _NUMBER.sub("#", t) not in a],
-            "removed": [t for t in base if _NUMBER.sub("#", t) not in b]}
+    """The advice added and removed, matched by the cause each addresses (its ``cause`` field, not its words).
+
+    'data wait 41%: raise num_workers to 4' and 'data wait 43%: ... to 8' are one advice, measured twice.
+    """
+    old, now = [Recommendation.of(t) for t in base], [Recommendation.of(t) for t in new]
+    a, b = {r.cause for r in old}, {r.cause for r in now}
+    return {"added": [str(r) for r in now if r.cause not in a], "removed": [str(r) for r in old if r.cause not in b]}
 
 
 def _ranks(base: list[RankResult], new: list[RankResult]) -> list[dict[str, Any]]:

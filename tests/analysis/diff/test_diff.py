@@ -157,3 +157,18 @@ def test_parallel_analysis_in_a_child_process_gives_the_same_result(tmp_path: Pa
         diff_paths(sync, tmp_path / "missing", parallel=True)
     with pytest.raises(ValueError, match="no window '9'"):
         diff_paths(sync, launch, new_window="9", parallel=True)
+
+
+def test_advice_is_matched_by_its_cause_not_its_words() -> None:
+    """The same cause reworded between runs is the same advice; a new cause is added, a cause gone is removed."""
+    from perf_callbacks.analysis.diff.compare import _recommendations
+    from perf_callbacks.analysis.results.recommendation import Recommendation
+
+    base = [Recommendation("data wait 41%: raise num_workers to 4", "input"),
+            Recommendation("remove .item() from the step", "sync")]
+    new = [Recommendation("data wait 12%: raise num_workers to 8 and set prefetch_factor=4", "input"),
+           Recommendation("fp32 matrix math without tensor cores: use TF32", "precision")]
+    assert _recommendations(base, new) == {"added": ["fp32 matrix math without tensor cores: use TF32"],
+                                           "removed": ["remove .item() from the step"]}
+    from_json = [r.to_dict() for r in new]  # read back from a sidecar: the cause is in the JSON
+    assert _recommendations(base, from_json)["added"] == ["fp32 matrix math without tensor cores: use TF32"]
