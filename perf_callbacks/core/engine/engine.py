@@ -195,10 +195,8 @@ class PerfEngine:
         if self._flops_on:
             self._flops_on = self.flops.batch_end(stepped, state.micro)
         if stepped and not state.ended and (step := state.step) is not None:
-            clock = self.clock  # state.completes(step, clock.elapsed(now)): the last step's time, if no step follows
-            elapsed = time.perf_counter() - clock.t_begin - clock.aside
-            state.last_elapsed, state.ended, state.expected, state.done = max(elapsed, 0.0), True, step + 1, step
-            state.steps_run += 1
+            elapsed = time.perf_counter() - self.clock.t_begin - self.clock.aside  # the step's time at its optimizer
+            state.completes(step, max(elapsed, 0.0))  # step: the last step's, if no step follows
             if self._nsys_steps is not None and step == self._nsys_steps[1]:
                 self.windows.nsys.stop(step)
             if (step + 1) % self._log_every == 0:  # the steps measured so far (this one is not yet)

@@ -43,25 +43,6 @@ class StepState:
     clean: bool = True
     logged: bool = False
 
-    def fetch_starts(self, t: float) -> int | None:
-        """A fetch starts at ``t`` after the open step ended: the step it opens, or None (its number is not known yet).
-
-        With no number yet the fetch is pending: the step that opens next starts at the first such fetch.
-        """
-        if self.expected is None:
-            if self.pending_t is None:
-                self.pending_t = t
-            return None
-        return self.expected
-
-    def opens(self, step: int, t: float) -> tuple[float, bool]:
-        """Step ``step`` opens at ``t``: its start (the pending fetch's, if any) and whether a fetch carried over."""
-        pending = self.pending_t
-        if pending is not None:
-            t, self.pending_t = pending, None
-        self.step, self.ended, self.expected, self.micro, self.samples = step, False, step, 0, 0
-        return t, pending is not None
-
     def completes(self, step: int, elapsed: float) -> None:
         """The open step ``step`` completed its optimizer step ``elapsed`` seconds after it opened: it has ended."""
         self.last_elapsed, self.ended, self.expected, self.done = elapsed, True, step + 1, step
