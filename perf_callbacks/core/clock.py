@@ -6,7 +6,8 @@ collectives), as ``ProfilerStep#N`` does in a ``for batch in loader: ...; prof.s
 (validation, checkpoint saves, perf-callbacks' own export and logging) is left out of both step time and data wait.
 
 The engine's hot path (``core/engine/engine.py``: ``data_start``, ``data_end``, ``_begin``, ``batch_end`` and
-``_end_step``) reads and writes these times in place, with no call per step; the parts that set time aside call
+``_end_step``) reads and writes these times in place, with no call per step, on its step state (``StepState`` is a
+``StepClock``: one object per step, not two); the parts that set time aside call
 :meth:`StepClock.set_aside`. The step's time is ``t - t_begin - aside``, never negative.
 
 Example:
@@ -19,7 +20,10 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
+
+@dataclass(slots=True)
 class StepClock:
     """The open step's times on the engine's ``perf_counter`` readings (seconds).
 
@@ -31,14 +35,11 @@ class StepClock:
         t_data: when the open fetch started (None: no fetch open).
     """
 
-    __slots__ = ("aside", "loader_timed", "t_begin", "t_data", "wait")
-
-    def __init__(self) -> None:
-        self.t_begin = 0.0
-        self.wait = 0.0
-        self.aside = 0.0
-        self.loader_timed = False
-        self.t_data: float | None = None
+    t_begin: float = 0.0
+    wait: float = 0.0
+    aside: float = 0.0
+    loader_timed: bool = False
+    t_data: float | None = None
 
     def set_aside(self, seconds: float) -> None:
         """Leave ``seconds`` of the open step out of its step time (validation, checkpoint, our own work)."""

@@ -263,14 +263,14 @@ class GPUPerfCallback(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.engine is None:
+        if (engine := self.engine) is None:
             return
         # on_before_optimizer_step ran: this micro-batch completed an optimizer step; with automatic optimization,
         # also when an overridden optimizer_step skipped optimizer.step() (Lightning still counts it in global_step)
-        if not self._stepped and pl_module.automatic_optimization:
-            self._stepped = trainer.global_step > (self._steps or 0)
-        self.engine.batch_end(self._stepped, self._batch_size)  # the engine adds up the step's micro-batches
-        if self._stepped:
+        if not (stepped := self._stepped) and pl_module.automatic_optimization:
+            stepped = self._stepped = trainer.global_step > (self._steps or 0)
+        engine.batch_end(stepped, self._batch_size)  # the engine adds up the step's micro-batches
+        if stepped:
             self._steps = (self._steps or 0) + 1
 
     @override

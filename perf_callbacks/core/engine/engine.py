@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 import torch
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.clock import StepClock
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
@@ -77,9 +76,9 @@ class PerfEngine:
         self.nvtx = NvtxRanges(config.nvtx_domain, enabled=config.nvtx)
         self.cuda = ctx.device is not None and ctx.device.type == "cuda"
         # the pieces the parts share, made first and handed to each
-        self.state = StepState()  # the open step and the next (steps_run, ended, ...)
+        self.state = StepState()  # the open step and the next (steps_run, ended, ...), and its times
         self.outputs = Outputs(warn, ctx.rank, ctx.world_size)  # every file and metric: failures never reach training
-        self.clock, self._closed = StepClock(), False
+        self.clock, self._closed = self.state, False  # the step clock is the step state: one object on the hot path
         layout = TraceLayout(ctx.output_dir, ctx.run_name)
         self.mem = MemoryWatch(config, ctx.rank, ctx.device, layout.run_dir,
                                lambda msg: warn("memory_history", InstrumentUnavailableWarning, msg), self.outputs)
@@ -160,13 +159,13 @@ class PerfEngine:
                 self._begin(step, t)
             elif state.pending_t is None:
                 state.pending_t = t
-        self.clock.t_data = t  # clock.data_start(t), inlined as the clock's other reads below
+        state.t_data = t  # the clock's fetch start (the state is the clock)
         phases.name = "data_wait" if phases.plain else phases.enter("data_wait")  # the fast case without a call
 
     def data_end(self) -> None:
         """The DataLoader handed over the batch (call right after ``next(iterator)`` returned or raised)."""
-        t, clock, phases = time.perf_counter(), self.clock, self.phases
-        if (t_data := clock.t_data) is not None:  # clock.data_end(t)
+        t, clock, phases = time.perf_counter(), self.state, self.phases  # the state is the clock
+        if (t_data := clock.t_data) is not None:
             clock.wait, clock.t_data, clock.loader_timed = clock.wait + t - t_data, None, True
         phases.name = "framework" if phases.plain else phases.enter("framework")
 
@@ -195,22 +194,32 @@ class PerfEngine:
         if self._flops_on:
             self._flops_on = self.flops.batch_end(stepped, state.micro)
         if stepped and not state.ended and (step := state.step) is not None:
-            elapsed = time.perf_counter() - self.clock.t_begin - self.clock.aside  # the step's time at its optimizer
-            state.completes(step, max(elapsed, 0.0))  # step: the last step's, if no step follows
-            if self._nsys_steps is not None and step == self._nsys_steps[1]:
-                self.windows.nsys.stop(step)
-            if (step + 1) % self._log_every == 0:  # the steps measured so far (this one is not yet)
-                self.intervals.logging_step(step + 1)
-            if phases.recording:
-                with self.tool_time("window"):
-                    if self.windows.step_completed():
-                        phases.recording = False
-                        state.mark_unclean()
-                phases.replain()
+            # state.completes(step, elapsed) in place: the step's time at its optimizer step (the last step's, if no
+            # step follows); the state is the clock
+            state.last_elapsed = max(time.perf_counter() - state.t_begin - state.aside, 0.0)
+            state.ended, state.expected, state.done = True, step + 1, step
+            state.steps_run += 1
+            if (step + 1) % self._log_every == 0 or phases.recording or self._nsys_steps is not None:
+                self._completed(step)
         phases.name = "framework" if phases.plain else phases.enter("framework")
 
+    def _completed(self, step: int) -> None:
+        """After step ``step`` completed: the logging step, a window's step, the end of an Nsight capture."""
+        phases = self.phases
+        if self._nsys_steps is not None and step == self._nsys_steps[1]:
+            self.windows.nsys.stop(step)
+        if (step + 1) % self._log_every == 0:  # the steps measured so far (this one is not yet)
+            self.intervals.logging_step(step + 1)
+        if phases.recording:
+            with self.tool_time("window"):
+                if self.windows.step_completed():
+                    phases.recording = False
+                    self.state.mark_unclean()
+            phases.replain()
+
     def _begin(self, step: int, t: float) -> None:
-        phases, state, windows, clock = self.phases, self.state, self.windows, self.clock
+        phases, state, windows = self.phases, self.state, self.windows
+        clock = state  # the state is the clock
         if phases.plain:  # phases.leave() without the call
             phases.name = None
         elif phases.name is not None:
@@ -241,7 +250,8 @@ class PerfEngine:
 
     def _end_step(self, t: float | None) -> None:
         """Measure the step that ended; ``t``: when the next began (None: at its optimizer step, no step follows)."""
-        state, step, clock = self.state, self.state.step, self.clock
+        state = clock = self.state  # the state is the clock
+        step = state.step
         if self.phases.nvtx_on and t is not None:
             self.nvtx.pop()
         if self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not a comparable interval

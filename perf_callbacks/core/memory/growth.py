@@ -217,15 +217,25 @@ def _total_bytes(device: torch.device | None) -> int | None:
 
 
 _clear_refs: list[int] = []  # (pid, fd) of this process's /proc/<pid>/clear_refs, kept open
+_PID = [os.getpid()]  # this process's id, set anew in a forked child: no getpid system call per interval
+
+
+def _forked() -> None:
+    _PID[0] = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
 def _interval_peak_rss() -> int | None:
     """The process's peak RSS since the last call, then reset; None where Linux cannot reset it.
 
     ``getrusage``'s ``ru_maxrss`` is the high-water mark of the process's memory map (after ``exec``), which writing
-    ``5`` to ``/proc/<pid>/clear_refs`` resets (Linux 4.0+): two system calls, no ``/proc/self/status`` to format.
+    ``5`` to ``/proc/<pid>/clear_refs`` resets (Linux 4.0+): two system calls, no ``/proc/self/status`` to format
+    (and no ``getpid``: a forked child learns its id at fork).
     """
-    pid = os.getpid()
+    pid = _PID[0]
     try:
         if not _clear_refs or _clear_refs[0] != pid:  # a forked child opens its own
             _clear_refs[:] = [pid, os.open(f"/proc/{pid}/clear_refs", os.O_WRONLY)]

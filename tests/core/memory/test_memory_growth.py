@@ -173,3 +173,27 @@ def test_on_cuda_the_allocated_bytes_give_the_leak_exactly(tmp_path: Path) -> No
     assert "C allocator" not in said[0]
     assert e.growth is not None and e.growth.growth is not None and e.growth.growth.rate == 2 * MB
     assert "perf/memory/held_mb" in logged[-1][1] and "perf/memory/peak_rss_mb" not in logged[-1][1]
+
+
+def test_the_interval_peak_rss_is_reset_in_this_process_only_and_asks_no_pid(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``clear_refs`` is opened per process (a forked child resets its own peak, never its parent's), and the id that
+    says which process is learnt at fork, not asked for at each logging step."""
+    import os
+
+    from perf_callbacks.core.memory import growth
+
+    if growth._interval_peak_rss() is None:  # not Linux 4.0+: nothing to reset
+        return
+    assert growth._clear_refs[0] == os.getpid()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: which process's clear_refs it now holds
+        growth._interval_peak_rss()
+        os.write(write_fd, str(growth._clear_refs[0] == os.getpid()).encode())
+        os._exit(0)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    assert os.read(read_fd, 10) == b"True"
+    os.close(read_fd)
+    monkeypatch.setattr(os, "getpid", lambda: (_ for _ in ()).throw(AssertionError("getpid called")))
+    assert growth._interval_peak_rss() is not None

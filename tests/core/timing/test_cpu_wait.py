@@ -140,3 +140,12 @@ def test_a_logging_step_reads_the_threads_counters_once(monkeypatch) -> None:  #
         assert len(reads) - before == 1
     if run_delay_s() is not None:  # Linux: both figures measured, from the same counter
         assert "perf/train/cpu_wait_fraction" in logged[-1]
+
+
+def test_a_read_makes_no_getpid_system_call(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A read is one ``pread``: at a logging step a system call costs several microseconds (cold kernel paths), so the
+    process id that tells a forked child is learnt at fork, not asked for at each read."""
+    reader = ThreadWait()
+    assert reader.sched() is not None  # opened on this thread
+    monkeypatch.setattr(os, "getpid", lambda: (_ for _ in ()).throw(AssertionError("getpid called")))
+    assert reader.sched() is not None
