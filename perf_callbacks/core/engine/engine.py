@@ -218,8 +218,7 @@ class PerfEngine:
             phases.replain()
 
     def _begin(self, step: int, t: float) -> None:
-        phases, state, windows = self.phases, self.state, self.windows
-        clock = state  # the state is the clock
+        phases, state, windows = self.phases, self.state, self.windows  # the state is the clock
         if phases.plain:  # phases.leave() without the call
             phases.name = None
         elif phases.name is not None:
@@ -229,9 +228,9 @@ class PerfEngine:
         if (pending := state.pending_t) is not None:
             t, state.pending_t = pending, None
         state.step, state.ended, state.expected, state.micro, state.samples = step, False, step, 0, 0
-        clock.t_begin, clock.aside = t, 0.0  # clock.begin(t, carry_wait=pending is not None)
+        state.t_begin, state.aside = t, 0.0  # clock.begin(t, carry_wait=pending is not None)
         if pending is None:
-            clock.wait = 0.0
+            state.wait = 0.0
         if not state.steps_run and not self.compile.installed:  # a model compiled after the engine was made
             self.compile.install()
         if self.mem.history_at is not None:
@@ -250,8 +249,7 @@ class PerfEngine:
 
     def _end_step(self, t: float | None) -> None:
         """Measure the step that ended; ``t``: when the next began (None: at its optimizer step, no step follows)."""
-        state = clock = self.state  # the state is the clock
-        step = state.step
+        state, step = self.state, self.state.step  # the state is the clock
         if self.phases.nvtx_on and t is not None:
             self.nvtx.pop()
         if self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not a comparable interval
@@ -262,11 +260,11 @@ class PerfEngine:
         if (counted := step == self.flops.counted_step) or self.windows.action is not Action.NONE:
             self.intervals.not_comparable(counted)  # its ops ran through the FLOP counter, or it was profiled
         else:
-            elapsed = state.last_elapsed if t is None else max(t - clock.t_begin - clock.aside, 0.0)  # clock.elapsed
-            if (monitor := self.monitor).data_wait_check.done or not clock.loader_timed:  # no data-wait check to feed
-                monitor.stats.update(elapsed, clock.wait, state.samples, state.micro, step)  # monitor.measured, inlined
+            elapsed = state.last_elapsed if t is None else max(t - state.t_begin - state.aside, 0.0)  # clock.elapsed
+            if (monitor := self.monitor).data_wait_check.done or not state.loader_timed:  # no data-wait check to feed
+                monitor.stats.update(elapsed, state.wait, state.samples, state.micro, step)  # monitor.measured, inlined
             else:
-                monitor.measured(step, elapsed, clock.wait, state.samples or None, clock.loader_timed, state.micro)
+                monitor.measured(step, elapsed, state.wait, state.samples or None, state.loader_timed, state.micro)
             if elapsed > self.intervals.spike_limit:
                 self.captures.spiked(step, elapsed)
 
