@@ -184,7 +184,11 @@ def test_two_processes(tmp_path: Path) -> None:
 
     for window in sorted(next((tmp_path / "good").iterdir()).glob("window-*")):
         result = analyze(window)
-        assert result.verdict != "input_bound" and result.data_wait_fraction < 0.2, (window.name, result.verdict)
+        assert result.verdict != "input_bound", (window.name, result.verdict)
+        # on a loaded machine the worker may wait for a CPU: a wait the window then explains by its measured
+        # contention (a CI run at 0.204 with burn.py 2), never by the loader
+        assert result.data_wait_fraction < 0.2 or result.verdict == "cpu_contention", (
+            window.name, result.verdict, result.data_wait_fraction)
     # the correct loop gives no warning; the double-sharded loader warns once, on rank 0, with evidence and fix
     assert r0["good_warnings"] == r1["good_warnings"] == [] and r1["double_warnings"] == []
     (double,) = r0["double_warnings"]
