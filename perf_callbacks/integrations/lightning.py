@@ -21,6 +21,7 @@ from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig, check_ranks
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.files.remote import resolve_output
 from perf_callbacks.core.files.traces import new_run_name
 from perf_callbacks.core.flops.peak import mixed_precision_dtype
@@ -135,6 +136,7 @@ class GPUPerfCallback(Callback):
         options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}
         self.config = config_or_exit({**options, **unknown}, type(self).__name__)
         self.engine: PerfEngine | None = None
+        self._phases: PhaseRanges | None = None  # the engine's phases: the phase hooks write them without a call
         self._stepped = False
         self._steps: int | None = None  # training steps that stepped an optimizer, the schedule's clock
         self._restored: int | None = None  # the count read from a checkpoint being resumed
@@ -175,6 +177,7 @@ class GPUPerfCallback(Callback):
             compute_dtype=mixed_precision_dtype(getattr(trainer, "precision", None)),
         )
         self.engine = PerfEngine(self.config, ctx)
+        self._phases = self.engine.phases
         self.engine.attach_model(pl_module)
         self.engine.attach_owners(lambda: ([trainer.lightning_module], list(trainer.optimizers)))
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
@@ -241,23 +244,27 @@ class GPUPerfCallback(Callback):
         self._stepped = False
         self.engine.batch_start(self._steps or 0)
 
+    # the phase hooks write the phase as the engine's hot path does (PhaseRanges.enter): no call (0.4 us) if plain
     @override
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        if self.engine is not None:
-            self.engine.phase("backward")
+        if (phases := self._phases) is not None:
+            phases.name = "backward" if phases.plain else phases.enter("backward")
 
     @override
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.engine is not None:
-            self.engine.end_phase()
+        if (phases := self._phases) is not None:
+            if phases.plain:
+                phases.name = None
+            else:
+                phases.leave()
 
     @override
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        if self.engine is not None:
+        if (phases := self._phases) is not None:
             self._stepped = True
-            self.engine.phase("optimizer_step")
+            phases.name = "optimizer_step" if phases.plain else phases.enter("optimizer_step")
 
     @override
     def on_train_batch_end(
