@@ -194,8 +194,8 @@ class PerfEngine:
         if self._flops_on:
             self._flops_on = self.flops.batch_end(stepped, state.micro)
         if stepped and not state.ended and (step := state.step) is not None:
-            # state.completes(step, elapsed) in place: the step's time at its optimizer step (the last step's, if no
-            # step follows); the state is the clock
+            # the step completes, written in place: its time at its optimizer step (the last step's, if no step
+            # follows; the state is the clock)
             state.last_elapsed = max(time.perf_counter() - state.t_begin - state.aside, 0.0)
             state.ended, state.expected, state.done = True, step + 1, step
             state.steps_run += 1

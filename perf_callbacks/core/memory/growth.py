@@ -30,6 +30,7 @@ import torch
 
 from perf_callbacks.analysis.memory.growth import META_KEY
 from perf_callbacks.core.memory.sampler import host_rss_bytes
+from perf_callbacks.core.pid import current_pid
 
 __all__ = ["META_KEY", "Growth", "GrowthDetector", "MemoryGrowth"]
 _MB = 1024.0 * 1024.0
@@ -217,15 +218,6 @@ def _total_bytes(device: torch.device | None) -> int | None:
 
 
 _clear_refs: list[int] = []  # (pid, fd) of this process's /proc/<pid>/clear_refs, kept open
-_PID = [os.getpid()]  # this process's id, set anew in a forked child: no getpid system call per interval
-
-
-def _forked() -> None:
-    _PID[0] = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 
 def _interval_peak_rss() -> int | None:
@@ -233,9 +225,9 @@ def _interval_peak_rss() -> int | None:
 
     ``getrusage``'s ``ru_maxrss`` is the high-water mark of the process's memory map (after ``exec``), which writing
     ``5`` to ``/proc/<pid>/clear_refs`` resets (Linux 4.0+): two system calls, no ``/proc/self/status`` to format
-    (and no ``getpid``: a forked child learns its id at fork).
+    (and no ``getpid``: :func:`~perf_callbacks.core.pid.current_pid`).
     """
-    pid = _PID[0]
+    pid = current_pid()
     try:
         if not _clear_refs or _clear_refs[0] != pid:  # a forked child opens its own
             _clear_refs[:] = [pid, os.open(f"/proc/{pid}/clear_refs", os.O_WRONLY)]

@@ -21,16 +21,9 @@ import weakref
 from collections.abc import Callable
 from types import EllipsisType
 
+from perf_callbacks.core.pid import current_pid
+
 SCHEDSTAT = "/proc/thread-self/schedstat"
-_PID = [os.getpid()]  # this process's id, set anew in a forked child: no getpid system call per read
-
-
-def _forked() -> None:
-    _PID[0] = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 
 def run_delay_s() -> float | None:
@@ -65,7 +58,7 @@ class ThreadWait:
     def sched(self) -> tuple[float, float] | None:
         """``(ran, waited)``: seconds the calling thread ran on a CPU and waited for one; None where not said."""
         try:
-            if self._owner != (_PID[0], threading.get_ident()) or self._fd is None:
+            if self._owner != (current_pid(), threading.get_ident()) or self._fd is None:
                 self._open()
             assert self._fd is not None
             ran, waited = os.pread(self._fd, 128, 0).split()[:2]
@@ -77,7 +70,7 @@ class ThreadWait:
         """Open the calling thread's file (a forked child opens its own: the inherited one is its parent's thread)."""
         if self._closer is not None:
             self._closer()
-        self._fd, self._owner = None, (_PID[0], threading.get_ident())
+        self._fd, self._owner = None, (current_pid(), threading.get_ident())
         self._fd = os.open(SCHEDSTAT, os.O_RDONLY)
         self._closer = weakref.finalize(self, os.close, self._fd)
 
