@@ -13,8 +13,9 @@ a. the callback's own hook time per step outside windows (every hook method of t
 b. the median step time against no callback (step = one ``on_train_batch_start`` to the next, medians per run,
    ratios per round, median of the ratios); and the same from the "min envelope" (each step index's fastest time
    over the rounds, then the median over steps), which is far less sensitive to other processes on the machine;
-c. the same for ``DeviceStatsMonitor``, ``PyTorchProfiler(schedule=...)`` (5-step window) and a bare
-   ``torch.profiler`` stepped by a callback (same 5-step window);
+c. the same for ``MinimalStepTimer`` (the least a step-timing callback does), ``DeviceStatsMonitor``,
+   ``PyTorchProfiler(schedule=...)`` (5-step window) and a bare ``torch.profiler`` stepped by a callback (same 5-step
+   window);
 d. inside windows: recorded-step time against a bare ``torch.profiler`` with the same options and schedule (the last
    step of each window, which exports, is left out of both);
 e. trace export time (ours: export + gzip; plain torch: ``export_chrome_trace("*.json.gz")``), trace size gz vs raw;
@@ -59,8 +60,10 @@ from perf_callbacks import GPUPerfCallback
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "data" / "gpu_traces"
-OUTSIDE = ("none", "noop_hooks", "perf_callbacks", "perf_callbacks_capture", "device_stats", "lightning_profiler",
-           "torch_profiler")  # perf_callbacks_capture: the same with capture_on_anomaly=True (its CPU-wait sampler on)
+OUTSIDE = ("none", "noop_hooks", "perf_callbacks", "perf_callbacks_capture", "step_timer", "device_stats",
+           "lightning_profiler", "torch_profiler")
+# perf_callbacks_capture: the same with capture_on_anomaly=True (its CPU-wait sampler on); step_timer: the least a
+# step-timing callback does (MinimalStepTimer), the floor that any of them pays in this loop
 INSIDE = ("perf_callbacks_window", "torch_profiler_window")
 HOOKS = tuple(n for n in dir(Callback) if n.startswith("on_") or n in ("setup", "teardown"))
 FETCH = ("data_start", "data_end")  # the engine calls of the training loop's DataLoader fetch hooks (EngineProbe)
@@ -169,6 +172,25 @@ class NoopHooks(Callback):
 
     def on_train_batch_end(self, *args: Any) -> None:
         return None
+
+
+class MinimalStepTimer(Callback):
+    """The least a step-timing callback does: one clock read per hook, and the mean step time logged at the Trainer's
+    logging steps. Its hook time is the floor of any callback that times steps in this loop."""
+
+    def __init__(self) -> None:
+        self.t0 = 0.0
+        self.times: list[float] = []
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.times.append(time.perf_counter() - self.t0)
+        if len(self.times) == getattr(trainer, "log_every_n_steps", 50):
+            for logger in trainer.loggers:
+                logger.log_metrics({"step_time_ms": sum(self.times) / len(self.times) * 1e3}, trainer.global_step)
+            self.times = []
 
 
 class HookTimer:
@@ -306,6 +328,9 @@ def run_variant(name: str, plan: Plan, device: str, tmp: Path) -> Run:
         callbacks += [timed, probe]
     elif name == "noop_hooks":
         timed = NoopHooks()
+        callbacks.append(timed)
+    elif name == "step_timer":
+        timed = MinimalStepTimer()
         callbacks.append(timed)
     elif name == "device_stats":
         timed = DeviceStatsMonitor()
