@@ -41,15 +41,39 @@ def test_fast_in_memory_loader_is_not_input_bound(tmp_path: Path) -> None:
     for window in windows:
         result = analyze(window)
         assert result.verdict != "input_bound", (window.name, result.verdict, result.data_wait_fraction)
-        assert result.data_wait_fraction < 0.2, (window.name, result.data_wait_fraction)
+        # a loaded runner may preempt the loader's next(): a wait the window then explains by its measured contention
+        assert result.data_wait_fraction < 0.2 or result.verdict == "cpu_contention", (
+            window.name, result.verdict, result.data_wait_fraction)
         assert len(result.ranks) == 2
         for trace in window.glob("rank*.pt.trace.json.gz"):  # the data_wait spans are the loader's next() alone
-            events = json.load(gzip.open(trace))["traceEvents"]
-            waits = [e["dur"] for e in events if e.get("name") == "perf_callbacks.data_wait"]
-            loader = [e["dur"] for e in events if str(e.get("name", "")).startswith("enumerate(DataLoader)")]
-            framework = [e["dur"] for e in events if e.get("name") == "perf_callbacks.framework"]
-            assert waits and framework and len(waits) == len(loader), trace
-            assert sum(waits) <= 1.5 * sum(loader) + 100 * len(waits), (waits, loader)
+            _assert_waits_hold_the_loader_alone(trace)
+
+
+def _inside(event: dict, outer: dict, slack_us: float = 1.0) -> bool:
+    return (event.get("tid") == outer.get("tid") and event["ts"] >= outer["ts"] - slack_us
+            and event["ts"] + event.get("dur", 0) <= outer["ts"] + outer["dur"] + slack_us)
+
+
+def _assert_waits_hold_the_loader_alone(trace: Path) -> None:
+    """Every op inside a data_wait span runs inside the loader's ``next()``; the broadcast runs in framework time.
+
+    Checked by nesting in the trace, not by durations: on a loaded runner a preemption can land anywhere in a span.
+    """
+    events = [e for e in json.load(gzip.open(trace))["traceEvents"] if e.get("ph") == "X"]
+    named = lambda name: [e for e in events if e.get("name") == name]  # noqa: E731
+    waits, framework = named("perf_callbacks.data_wait"), named("perf_callbacks.framework")
+    loader = [e for e in events if str(e.get("name", "")).startswith("enumerate(DataLoader)")]
+    broadcasts = named("c10d::broadcast_")
+    assert waits and framework and broadcasts, trace.name
+    for wait in waits:
+        fetches = [e for e in loader if _inside(e, wait)]
+        assert len(fetches) == 1, (trace.name, wait["ts"], len(fetches))
+        fetch = fetches[0]
+        stray = [e["name"] for e in events if e is not wait and _inside(e, wait) and not _inside(e, fetch)]
+        assert not stray, (trace.name, stray)
+    for broadcast in broadcasts:  # Lightning's SIGTERM broadcast: never data wait, always framework time
+        assert not any(_inside(broadcast, wait) for wait in waits), trace.name
+        assert any(_inside(broadcast, span) for span in framework), trace.name
 
 
 def test_unsharded_loader_warns_once_on_rank_zero(tmp_path: Path) -> None:
