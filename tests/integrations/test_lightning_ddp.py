@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
 
 from tests.integrations.ddp_helpers import launch, run_ddp
 from tests.integrations.lit_helpers import profiler_steps
@@ -49,6 +50,9 @@ def test_fast_in_memory_loader_is_not_input_bound(tmp_path: Path) -> None:
             _assert_waits_hold_the_loader_alone(trace)
 
 
+_BROADCASTS_SIGTERM = hasattr(_TrainingEpochLoop, "_broadcast_sigterm_tensor")  # Lightning 2.5+, at every step
+
+
 def _inside(event: dict, outer: dict, slack_us: float = 1.0) -> bool:
     return (event.get("tid") == outer.get("tid") and event["ts"] >= outer["ts"] - slack_us
             and event["ts"] + event.get("dur", 0) <= outer["ts"] + outer["dur"] + slack_us)
@@ -64,7 +68,8 @@ def _assert_waits_hold_the_loader_alone(trace: Path) -> None:
     waits, framework = named("perf_callbacks.data_wait"), named("perf_callbacks.framework")
     loader = [e for e in events if str(e.get("name", "")).startswith("enumerate(DataLoader)")]
     broadcasts = named("c10d::broadcast_")
-    assert waits and framework and broadcasts, trace.name
+    assert waits and framework, trace.name
+    assert broadcasts or not _BROADCASTS_SIGTERM, trace.name  # Lightning 2.4 has no per-step broadcast
     for wait in waits:
         fetches = [e for e in loader if _inside(e, wait)]
         assert len(fetches) == 1, (trace.name, wait["ts"], len(fetches))
