@@ -60,8 +60,12 @@ from perf_callbacks import GPUPerfCallback
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "data" / "gpu_traces"
-OUTSIDE = ("none", "noop_hooks", "perf_callbacks", "perf_callbacks_capture", "step_timer", "device_stats",
-           "lightning_profiler", "torch_profiler")
+OUTSIDE = ("none", "noop_hooks", "perf_callbacks", "perf_callbacks_capture", "perf_callbacks_every", "step_timer",
+           "device_stats", "lightning_profiler", "torch_profiler")
+VARIANT_OPTIONS: dict[str, dict[str, Any]] = {"perf_callbacks_capture": {"capture_on_anomaly": True},
+                                              "perf_callbacks_every": {"log_min_interval_s": 0}}
+# perf_callbacks_every: the same logging at every log_every_n_steps-th step (log_min_interval_s=0: in this fast loop
+# the default logs the first two intervals of each run, then at most two a second);
 # perf_callbacks_capture: the same with capture_on_anomaly=True (its CPU-wait sampler on); step_timer: the least a
 # step-timing callback does (MinimalStepTimer), the floor that any of them pays in this loop
 INSIDE = ("perf_callbacks_window", "torch_profiler_window")
@@ -321,9 +325,9 @@ def run_variant(name: str, plan: Plan, device: str, tmp: Path) -> Run:
     timed: Callback | None = None
     probe: EngineProbe | None = None
     bare: BareProfiler | None = None
-    if name in ("perf_callbacks", "perf_callbacks_capture", "perf_callbacks_window"):
+    if name in ("perf_callbacks", "perf_callbacks_capture", "perf_callbacks_every", "perf_callbacks_window"):
         schedule = plan.window_schedule if name == "perf_callbacks_window" else {"skip_first": 10**6}
-        timed = perf_callback(out, schedule, **({"capture_on_anomaly": True} if name.endswith("capture") else {}))
+        timed = perf_callback(out, schedule, **VARIANT_OPTIONS.get(name, {}))
         probe = EngineProbe(timed)
         callbacks += [timed, probe]
     elif name == "noop_hooks":

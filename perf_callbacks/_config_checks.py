@@ -124,6 +124,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "module_spans": (bool,),
     "nsys_capture": (bool,),
     "log_every_n_steps": (int, type(None)),
+    "log_min_interval_s": (int, float),
     "memory": (bool,),
     "nvml": (bool,),
     "degradation_threshold": (int, float),

@@ -89,6 +89,10 @@ class PerfConfig:
             ``nsys profile --capture-range=cudaProfilerApi`` records exactly those steps.
         nsys_steps: ``[first, last]`` optimizer steps for the Nsight capture instead of the torch.profiler window.
         log_every_n_steps: memory and timing log interval; default: the Trainer's ``log_every_n_steps`` (50 elsewhere).
+        log_min_interval_s: the least time between two logged intervals, in seconds: a loop so fast that
+            ``log_every_n_steps`` steps take less logs every few multiples of it instead (at most about two intervals
+            a second by default, as tqdm's ``mininterval``); 0: at every ``log_every_n_steps``-th step. Multi-process
+            Accelerate runs log at every one (their gather across ranks is a collective).
         memory: log allocated/reserved/peak device memory (host RSS on CPU-only runs).
         nvml: also log GPU utilization and power through NVML when ``nvidia-ml-py`` is installed.
         degradation_threshold: warn when an interval's median step time exceeds the early baseline by this fraction.
@@ -142,6 +146,7 @@ class PerfConfig:
     nsys_capture: bool = False
     nsys_steps: tuple[int, int] | None = None
     log_every_n_steps: int | None = None
+    log_min_interval_s: float = 0.5
     memory: bool = True
     nvml: bool = True
     degradation_threshold: float = 0.2
@@ -182,6 +187,9 @@ class PerfConfig:
                                   "capture range); set nsys_capture: true, or remove nsys_steps")
         if self.log_every_n_steps is not None and self.log_every_n_steps < 1:
             raise PerfConfigError(f"log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
+        if not (math.isfinite(self.log_min_interval_s) and self.log_min_interval_s >= 0):
+            raise PerfConfigError(f"log_min_interval_s must be a number of seconds >= 0 (0: every "
+                                  f"log_every_n_steps steps), got {self.log_min_interval_s!r}")
         check_positive("degradation_threshold", self.degradation_threshold)
         check_positive("data_wait_threshold", self.data_wait_threshold, maximum=1.0)
         for name in ("data_wait_steps", "top_k"):

@@ -35,6 +35,7 @@ def test_overhead_quick_runs_and_writes_json(tmp_path: Path) -> None:
         "noop_hooks",
         "perf_callbacks",
         "perf_callbacks_capture",
+        "perf_callbacks_every",
         "step_timer",
         "device_stats",
         "lightning_profiler",
@@ -44,6 +45,7 @@ def test_overhead_quick_runs_and_writes_json(tmp_path: Path) -> None:
     ours = outside["perf_callbacks"]
     assert ours["hook_us_per_step"] > 0
     assert outside["perf_callbacks_capture"]["hook_us_per_step"] > 0  # timed as ours is (capture_on_anomaly=True)
+    assert outside["perf_callbacks_every"]["hook_us_per_step"] > 0  # and logging at every interval
     assert outside["step_timer"]["hook_us_per_step"] is not None  # the floor of a step timer, timed as ours is
     assert ours["memory_samples_per_run"] >= 1  # the default interval (50) falls inside the quick run
     assert result["inside_windows"]["steps_per_run"] >= 1

@@ -23,6 +23,9 @@ class RunContext:
         world_size: number of ranks.
         device: this rank's device (CUDA device, or None/CPU).
         log_every_n_steps: memory and timing log interval, in optimizer steps.
+        log_min_interval_s: the least wall time between two logged intervals (a multiple of ``log_every_n_steps``
+            in faster loops); 0: every ``log_every_n_steps`` steps. An adapter whose logging is a cross-rank
+            collective gives 0 (every rank must log at the same count).
         log_metrics: receives ``{"perf/...": value}`` and the step; None disables metric logging.
         log_text: receives (tag, text, step) for the window summary; optional.
         log_summary: receives the window summary's scalars on the reporting rank alone; default ``log_metrics``
@@ -45,6 +48,7 @@ class RunContext:
     world_size: int = 1
     device: torch.device | None = None
     log_every_n_steps: int = 50
+    log_min_interval_s: float = 0.0
     log_metrics: MetricsFn | None = None
     log_text: TextFn | None = None
     log_summary: MetricsFn | None = None

@@ -112,6 +112,8 @@ class AcceleratePerfHook(StepCounting, FromConfig):
             world_size=acc.num_processes,
             device=acc.device,
             log_every_n_steps=self.config.log_every_n_steps or 50,
+            # several processes gather the interval at every logging step (a collective): no floor
+            log_min_interval_s=self.config.log_min_interval_s if acc.num_processes == 1 else 0.0,
             log_metrics=None,  # set below, once the run folder is known
             distributed_initialized=distributed_initialized(),
             compute_dtype=mixed_precision_dtype(getattr(acc, "mixed_precision", None)),

@@ -67,6 +67,7 @@ class GPUPerfCallback(Callback):
         nsys_capture: cudaProfilerStart/Stop around the window for ``nsys --capture-range=cudaProfilerApi``.
         nsys_steps: ``[first, last]`` steps for the Nsight capture instead of the profiler window.
         log_every_n_steps: default ``trainer.log_every_n_steps``.
+        log_min_interval_s: least seconds between logged intervals (fast loops: a multiple of the steps); 0: none.
         memory: log allocated/reserved/peak memory (host RSS on CPU).
         nvml: log GPU utilization and power via NVML when available.
         degradation_threshold: slowdown over the early baseline that triggers a warning.
@@ -76,18 +77,16 @@ class GPUPerfCallback(Callback):
         summary: print and save a summary at the end of each window (rank 0).
         verbose: print the whole summary on the console, not one line per window.
         top_k: operators in the summary.
-        flops: measure one step's FLOPs with FlopCounterMode when neither ``flops_per_step`` nor the
-            LightningModule's ``flops_per_batch`` attribute gives them.
+        flops: count one step's FLOPs when neither ``flops_per_step`` nor the module's ``flops_per_batch`` gives them.
         flops_per_step: model FLOPs of one optimizer step on one device (the base of TFLOP/s and MFU).
         peak_tflops: the device's peak TFLOP/s for the compute dtype; default Lightning's ``get_available_flops``.
         peak_tbps: the device's peak memory bandwidth in TB/s for the roofline; default NVML, else a known-device table.
         memory_history: allocator-history entries recorded for ``snapshot.pickle`` (0: off; CUDA only).
         memory_history_start: step at which that recording starts; default the first profiling window.
         storage_options: fsspec options for a remote ``output_dir`` (endpoint, credentials).
-        hang_timeout: seconds without a completed step before every rank writes ``hang-rank{R}/``; default
-            ``max(300, 20 x the median step)``; 0: off.
-        capture_on_anomaly: an extra window after a step that took k times the median, or after the slowdown alarm.
-        capture_max_per_hour: at most this many such windows per hour on each rank.
+        hang_timeout: seconds with no completed step before each rank writes ``hang-rank{R}/``; 0: off.
+        capture_on_anomaly: an extra window after a step that took k times the median, or after the slowdown alarm;
+            at most ``capture_max_per_hour`` such windows per hour on each rank.
         capture_signal: the signal that opens a window at the next step; null: no handler.
         capture_poll_s: seconds between two looks for a ``capture`` request file in the output folder; 0: never.
     """
@@ -110,6 +109,7 @@ class GPUPerfCallback(Callback):
         nsys_capture: bool = False,
         nsys_steps: list[int] | None = None,
         log_every_n_steps: int | None = None,
+        log_min_interval_s: float = 0.5,
         memory: bool = True,
         nvml: bool = True,
         degradation_threshold: float = 0.2,
@@ -164,13 +164,13 @@ class GPUPerfCallback(Callback):
             return
         output_dir, remote = resolve_output(self._output_dir(trainer), trainer.global_rank)
         ctx = RunContext(
-            output_dir=output_dir,
-            remote=remote,
+            output_dir=output_dir, remote=remote,
             run_name=trainer.strategy.broadcast(new_run_name()),
             rank=trainer.global_rank,
             world_size=trainer.world_size,
             device=trainer.strategy.root_device,
             log_every_n_steps=self.config.log_every_n_steps or max(1, getattr(trainer, "log_every_n_steps", 50)),
+            log_min_interval_s=self.config.log_min_interval_s,
             log_metrics=metrics_sink(trainer) if trainer.is_global_zero else None,
             log_text=text_sink(trainer) if trainer.is_global_zero else None,
             distributed_initialized=distributed_initialized(),

@@ -93,6 +93,7 @@ class TransformersPerfCallback(TrainerCallback, FromConfig):
             world_size=args.world_size,
             device=args.device,
             log_every_n_steps=self.config.log_every_n_steps or _logging_interval(args, state),
+            log_min_interval_s=self.config.log_min_interval_s,
             data_loader=("train_dataloader", getattr(loader, "num_workers", None)),
             distributed_initialized=distributed_initialized(),
             advice=_in_training_args_words,

@@ -37,6 +37,7 @@ def setup(tmp_path: Path, ga: int = 1, n: int = 64, **options: Any) -> tuple[Acc
     options.setdefault("output_dir", str(tmp_path / "perf"))
     options.setdefault("schedule", SCHEDULE)
     options.setdefault("degradation_threshold", 1e6)
+    options.setdefault("log_min_interval_s", 0)  # every interval, as the tests count them (test_log_interval_floor.py)
     hook = AcceleratePerfHook(**options).register(acc)
     return acc, hook, (model, opt, dl)
 

@@ -41,7 +41,7 @@ def leak_run(tmp: Path, detach: bool, **options: Any) -> tuple[AcceleratePerfHoo
     model, opt, dl = acc.prepare(model, torch.optim.Adam(model.parameters(), lr=1e-3),
                                  DataLoader(ds, batch_size=BATCH, num_workers=0))
     options = {"output_dir": str(tmp / "perf"), "schedule": WINDOW, "log_every_n_steps": 2,
-               "degradation_threshold": 1e6, "profile_memory": True, **options}
+               "degradation_threshold": 1e6, "profile_memory": True, "log_min_interval_s": 0, **options}
     hook = AcceleratePerfHook(**options).register(acc)
     losses: list[torch.Tensor] = []
     with warnings.catch_warnings(record=True) as seen:

@@ -16,7 +16,8 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from perf_callbacks import TransformersPerfCallback
 
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}
-QUIET = {"data_wait_steps": 1000, "degradation_threshold": 1e6, "check_dataloaders": False}
+# log_min_interval_s 0: every interval, as the tests count them (the floor: test_log_interval_floor.py)
+QUIET = {"data_wait_steps": 1000, "degradation_threshold": 1e6, "check_dataloaders": False, "log_min_interval_s": 0}
 
 
 class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):

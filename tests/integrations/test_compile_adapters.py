@@ -23,7 +23,8 @@ from perf_callbacks import GPUPerfCallback
 from perf_callbacks.exceptions import CompileWarning, PerfWarning
 from tests.integrations.lit_helpers import Recorder, trainer
 
-QUIET = {"data_wait_steps": 100_000, "check_dataloaders": False, "schedule": {"skip_first": 100_000}}
+QUIET = {"data_wait_steps": 100_000, "check_dataloaders": False, "schedule": {"skip_first": 100_000},
+         "log_min_interval_s": 0}  # every interval: the figures are counted at each logging step
 
 
 @pytest.fixture(autouse=True)

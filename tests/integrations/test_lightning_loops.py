@@ -19,7 +19,8 @@ from perf_callbacks import GPUPerfCallback, InstrumentUnavailableWarning
 from tests.integrations.lit_helpers import TinyModel, events, loader, profiler_steps, trainer
 
 ROOT = Path(__file__).resolve().parents[2]
-QUIET = {"degradation_threshold": 1e6, "data_wait_steps": 100_000, "check_dataloaders": False}
+QUIET = {"degradation_threshold": 1e6, "data_wait_steps": 100_000, "check_dataloaders": False,
+         "log_min_interval_s": 0}  # every logging interval, as the tests count them
 
 
 class GanModel(L.LightningModule):

@@ -20,7 +20,7 @@ from perf_callbacks import GPUPerfCallback
 from perf_callbacks.exceptions import PerfWarning
 from tests.integrations.lit_helpers import Recorder, TinyModel, loader, profiler_steps, trainer
 
-QUIET = {"data_wait_steps": 100_000, "check_dataloaders": False}
+QUIET = {"data_wait_steps": 100_000, "check_dataloaders": False, "log_min_interval_s": 0}  # every logging interval
 NO_WINDOW = {"skip_first": 100_000}
 
 

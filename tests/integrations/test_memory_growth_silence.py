@@ -20,7 +20,8 @@ STEPS, EVERY = 80, 2
 SCHEDULE = {"skip_first": 10, "wait": 20, "warmup": 1, "active": 2, "repeat": 2}
 pytestmark = pytest.mark.slow  # about 25 s of CPU for the three runs
 OPTIONS: dict[str, Any] = {"schedule": SCHEDULE, "log_every_n_steps": EVERY, "degradation_threshold": 1e6,
-                           "data_wait_steps": 1000, "check_dataloaders": False}
+                           "data_wait_steps": 1000, "check_dataloaders": False,
+                           "log_min_interval_s": 0}  # a reading at every logging step: the most chances to cry wolf
 
 
 def mlp() -> nn.Module:

@@ -110,7 +110,7 @@ def accelerate_run(out: Path, at_step3: Any = None, **options: Any) -> tuple[Acc
     model = nn.Linear(8, 1)
     model, opt, dl = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01), data)
     options = {"output_dir": str(out), "schedule": LATE_WINDOW, "log_every_n_steps": 2, "check_dataloaders": False,
-               "degradation_threshold": 1e6, **options}
+               "degradation_threshold": 1e6, "log_min_interval_s": 0, **options}
     with AcceleratePerfHook(**options).register(acc) as hook:
         for x, y in hook.iter(dl):
             acc.backward(nn.functional.mse_loss(model(x), y))

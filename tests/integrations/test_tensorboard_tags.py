@@ -44,7 +44,7 @@ def lightning_run(tmp_path: Path, max_steps: int, every: int) -> tuple[dict[str,
     from tests.integrations.lit_helpers import TinyModel, loader, trainer
 
     logger = TensorBoardLogger(str(tmp_path), name="tb")
-    cb = GPUPerfCallback(schedule=WINDOW, check_dataloaders=False, degradation_threshold=100.0)
+    cb = GPUPerfCallback(schedule=WINDOW, check_dataloaders=False, degradation_threshold=100.0, log_min_interval_s=0)
     trainer(tmp_path, [cb], logger=logger, log_every_n_steps=every, max_steps=max_steps).fit(TinyModel(), loader())
     return tags(Path(logger.log_dir))
 

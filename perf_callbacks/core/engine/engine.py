@@ -97,9 +97,9 @@ class PerfEngine:
         # validation, checkpoints, compilation and our own work: left out of step time
         self.aside = SetAside(self.state, self.clock, self.monitor, self.phases, self.compile, self.windows, now)
         self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn)  # core/capture*.py
-        memory = MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None
-        self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside, memory, growth,
-                                     self.mem, self.captures, self.windows, self.outputs, warn)
+        self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside,
+                                     MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None, growth,
+                                     self.mem, self.captures, self.windows, self.outputs, warn, ctx.log_min_interval_s)
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
         self._log_every, self._nsys_steps = ctx.log_every_n_steps, config.nsys_steps
         # the verbs a part answers for the engine: bound once (no call in between on the hot path)
@@ -209,7 +209,7 @@ class PerfEngine:
         if self._nsys_steps is not None and step == self._nsys_steps[1]:
             self.windows.nsys.stop(step)
         if (step + 1) % self._log_every == 0:  # the steps measured so far (this one is not yet)
-            self.intervals.logging_step(step + 1)
+            self.intervals.multiple(step + 1)
         if phases.recording:
             with self.tool_time("window"):
                 if self.windows.step_completed():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
@@ -48,14 +49,21 @@ class IntervalLog:
         windows: the engine's windows (each trace carries the memory growth while it is measured).
         outputs: the run's writers (a failing metrics logger turns ``metrics`` off).
         warn: the engine's warn-once.
+        min_interval_s: the least wall time between two logged intervals: in a loop so fast that ``every`` steps
+            take less, an interval spans the smallest multiple of ``every`` steps that lasts that long at the last
+            interval's pace (as tqdm's ``mininterval``); 0: every ``every`` steps.
     """
 
     def __init__(self, every: int, state: StepState, monitor: StepMonitor, aside: SetAside,
                  memory: MemorySampler | None, growth: MemoryGrowth | None, mem: MemoryWatch,
-                 captures: EngineCaptures, windows: WindowRecorder, outputs: Outputs, warn: WarnFn) -> None:
+                 captures: EngineCaptures, windows: WindowRecorder, outputs: Outputs, warn: WarnFn,
+                 min_interval_s: float = 0.0) -> None:
         self.every, self.state, self.monitor, self.aside = every, state, monitor, aside
         self.memory, self.growth, self.mem, self.captures = memory, growth, mem, captures
         self.windows, self.outputs, self._warn = windows, outputs, warn
+        self.min_interval_s = min_interval_s
+        self.due = every  # the step count at which the next interval is logged (a multiple of ``every``)
+        self._last: tuple[int, float] | None = None  # the step count and the clock of the last logged interval
         self.held_at = every - 1 if growth is not None else sys.maxsize  # the next step whose start is read
         self.spike_limit = math.inf  # a measured step above it: an anomaly (refreshed at logging steps)
 
@@ -72,6 +80,19 @@ class IntervalLog:
                 self.aside.spent("log", self.aside.now() - t0)
         if self.mem.armed:  # the interval's logging armed the next memory-measured step
             self.aside.phases.plain = False
+
+    def multiple(self, step: int) -> None:
+        """``step`` steps completed, a multiple of ``every``: log the interval if it is due.
+
+        Else, once ``min_interval_s`` has passed since the last logged interval (the loop slowed down since the pace
+        that set ``due``), the next multiple becomes due, so that its start's memory is read first.
+        """
+        if step >= self.due:
+            self.logging_step(step)
+        elif (last := self._last) is not None and time.perf_counter() - last[1] >= self.min_interval_s:
+            self.due = step + self.every
+            if self.growth is not None:
+                self.held_at = self.due - 1
 
     def not_comparable(self, counted: bool) -> None:
         """A step's time is not its own: its ops ran through the FLOP counter (``counted``), or it was profiled.
@@ -120,11 +141,24 @@ class IntervalLog:
         if self.growth is not None:
             self.growth.add_metrics(metrics)
 
+    def next_due(self, step: int, now: float) -> int:
+        """The step count of the next logged interval, after one logged at ``step`` at ``now`` (``perf_counter``).
+
+        The smallest multiple of ``every`` steps ahead that lasts ``min_interval_s`` at the pace of the interval that
+        just ended (its wall time per step, ours included); ``every`` steps when there is no floor or no pace yet.
+        """
+        last, self._last = self._last, (step, now)
+        if self.min_interval_s <= 0 or last is None or step <= last[0] or now <= last[1]:
+            return step + self.every
+        per_interval = (now - last[1]) / (step - last[0]) * self.every
+        return step + self.every * max(1, math.ceil(self.min_interval_s / per_interval))
+
     def log(self, step: int, clean: bool = True) -> None:
         """Log the interval that ends at ``step`` (``clean``: its times may be compared, if the interval's were)."""
         self.state.logged = True
+        self.due = self.next_due(step, time.perf_counter())
         if self.growth is not None:  # the next logging step's start
-            self.held_at = step - 1 + self.every
+            self.held_at = self.due - 1
         try:
             extra = functools.partial(self._memory_metrics, step=step)
             times = self.monitor.stats.step_times  # the interval's, before log_interval starts the next
