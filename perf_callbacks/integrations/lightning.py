@@ -84,7 +84,7 @@ class GPUPerfCallback(Callback):
         memory_history: allocator-history entries recorded for ``snapshot.pickle`` (0: off; CUDA only).
         memory_history_start: step at which that recording starts; default the first profiling window.
         storage_options: fsspec options for a remote ``output_dir`` (endpoint, credentials).
-        hang_timeout: seconds with no completed step before each rank writes ``hang-rank{R}/``; 0: off.
+        hang_timeout: seconds with no completed step before ``hang-rank{R}/``; default max(300, 20 x median); 0: off.
         capture_on_anomaly: an extra window after a step that took k times the median, or after the slowdown alarm;
             at most ``capture_max_per_hour`` such windows per hour on each rank.
         capture_signal: the signal that opens a window at the next step; null: no handler.

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.integrations.test_tensorboard_tags import tags
+from tests.integrations.acc_helpers import tb_scalars
 
 NO_WINDOW = {"skip_first": 10**6}
 HOUR = 3600.0
@@ -25,7 +25,7 @@ def lightning_steps(tmp_path: Path, floor: float) -> list[int]:
     logger = TensorBoardLogger(str(tmp_path), name="tb")
     cb = GPUPerfCallback(schedule=NO_WINDOW, check_dataloaders=False, summary=False, log_min_interval_s=floor)
     trainer(tmp_path, [cb], logger=logger, log_every_n_steps=4, max_steps=24).fit(TinyModel(), loader())
-    return tags(Path(logger.log_dir))[0]["perf/train/step_time_ms"]
+    return tb_scalars(Path(logger.log_dir))["perf/train/step_time_ms"]
 
 
 def test_lightning_logs_at_the_floor(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_accelerate_logs_at_the_floor(tmp_path: Path, floor: float, expected: li
     with hook:
         train(acc, hook, parts)
     assert hook.engine.intervals.min_interval_s == floor  # one process: the configured floor
-    assert tags(hook.engine.layout.run_dir / "tensorboard")[0]["perf/train/step_time_ms"] == expected
+    assert tb_scalars(hook.engine.layout.run_dir / "tensorboard")["perf/train/step_time_ms"] == expected
 
 
 @pytest.mark.parametrize(("floor", "expected"), [(HOUR, [4, 8]), (0.0, [4, 8, 12, 16])])
@@ -55,5 +55,5 @@ def test_transformers_logs_at_the_floor(tmp_path: Path, floor: float, expected: 
     trainer = make_trainer(tmp_path, [cb], max_steps=16)
     trainer.train()
     logging_dir = getattr(trainer.args, "logging_dir", None)  # 4.x; 5.x: our own events in the run folder
-    scalars, _ = tags(Path(logging_dir) if logging_dir else cb.engine.layout.run_dir / "tensorboard")
+    scalars = tb_scalars(Path(logging_dir) if logging_dir else cb.engine.layout.run_dir / "tensorboard")
     assert scalars["perf/train/step_time_ms"] == expected

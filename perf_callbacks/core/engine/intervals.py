@@ -90,9 +90,13 @@ class IntervalLog:
         if step >= self.due:
             self.logging_step(step)
         elif (last := self._last) is not None and time.perf_counter() - last[1] >= self.min_interval_s:
-            self.due = step + self.every
-            if self.growth is not None:
-                self.held_at = self.due - 1
+            self._due_at(step + self.every)
+
+    def _due_at(self, step: int) -> None:
+        """The next interval is logged at ``step``: the memory held is read at that step's start (``step - 1``)."""
+        self.due = step
+        if self.growth is not None:
+            self.held_at = step - 1
 
     def not_comparable(self, counted: bool) -> None:
         """A step's time is not its own: its ops ran through the FLOP counter (``counted``), or it was profiled.
@@ -156,9 +160,7 @@ class IntervalLog:
     def log(self, step: int, clean: bool = True) -> None:
         """Log the interval that ends at ``step`` (``clean``: its times may be compared, if the interval's were)."""
         self.state.logged = True
-        self.due = self.next_due(step, time.perf_counter())
-        if self.growth is not None:  # the next logging step's start
-            self.held_at = self.due - 1
+        self._due_at(self.next_due(step, time.perf_counter()))
         try:
             extra = functools.partial(self._memory_metrics, step=step)
             times = self.monitor.stats.step_times  # the interval's, before log_interval starts the next
