@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,11 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     for f in older.iterdir():
         os.utime(f, (1e9, 1e9))
     options = _upload(s3, local, "perf-diff-some", "a", "b")
+    # On the server a window's time is its upload's (one second's resolution), and a recursive put uploads in no set
+    # order: upload the compared window again a second later, so that it is the newest there, as it is here
+    time.sleep(1.1)
+    for side in "ab":
+        s3.fs().put(str(local / WINDOW) + "/", f"perf-diff-some/{side}/{WINDOW}", recursive=True)
     assert main(["diff", str(local), str(local)]) == 0
     here = capsys.readouterr().out
     s3.requests.clear()
