@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,11 +23,26 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "frameworks: touches a release .ci/oldest.txt pins (tests/frameworks.py)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+        if _touches_frameworks(item.path):
+            item.add_marker("frameworks")
+
+
+def _touches_frameworks(path: Any) -> bool:
+    """The ``frameworks`` mark's rule (``tests/frameworks.py``); every test outside this repository's tests has it."""
+    try:
+        from tests.frameworks import touches_frameworks
+    except ImportError:  # a copy of this file elsewhere (tests/test_ci_skips.py)
+        return True
+    return touches_frameworks(Path(path))
 
 
 @pytest.hookimpl(hookwrapper=True)

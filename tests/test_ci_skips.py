@@ -101,3 +101,36 @@ def test_only_tests_foreign_reads_beside_the_repository() -> None:
     offenders = [str(p.relative_to(tests)) for p in tests.rglob("*.py")
                  if p.name not in ("foreign.py", Path(__file__).name) and '"shared"' in p.read_text()]
     assert offenders == []
+
+
+def _tests_tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    tests = tmp_path / "tests"
+    for name, text in files.items():
+        (tests / name).parent.mkdir(parents=True, exist_ok=True)
+        (tests / name).write_text(text)
+    return tests
+
+
+def test_only_analysis_tests_that_reach_no_framework_skip_the_oldest_releases_pass(tmp_path: Path) -> None:
+    from tests.frameworks import touches_frameworks
+
+    tests = _tests_tree(tmp_path, {
+        "helper.py": "import accelerate\n",
+        "quiet.py": "import json\n",
+        "analysis/test_free.py": "import json\nfrom tests.quiet import x\n",
+        "analysis/test_direct.py": "def test():\n    import lightning\n",
+        "analysis/test_through_helper.py": "from tests.helper import thing\n",
+        "analysis/test_engine.py": "from perf_callbacks.core.engine.engine import PerfEngine\n",
+        "core/test_core.py": "import json\n",
+        "test_cli_report.py": "import json\n",
+        "test_cli_diff.py": "import json\n",
+    })
+    marked = {p.relative_to(tests).as_posix() for p in tests.rglob("test_*.py") if touches_frameworks(p, tests)}
+    assert marked == {"analysis/test_direct.py", "analysis/test_through_helper.py", "analysis/test_engine.py",
+                      "core/test_core.py", "test_cli_diff.py"}
+
+
+def test_the_oldest_releases_pass_runs_the_tests_marked_frameworks() -> None:
+    ci = (Path(__file__).parents[1] / ".ci" / "run").read_text()
+    oldest = [line for line in ci.splitlines() if "oldest.txt" in line and "pytest" in line]
+    assert len(oldest) == 1 and '-m "frameworks and (gpu or not gpu)"' in oldest[0]
