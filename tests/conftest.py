@@ -8,6 +8,7 @@ fail the run, not hide the tests that need it.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,24 @@ def _touches_frameworks(path: Any) -> bool:
     except ImportError:  # a copy of this file elsewhere (tests/test_ci_skips.py)
         return True
     return touches_frameworks(Path(path))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
+    """One Ctrl-C stops the run, even inside a Lightning fit.
+
+    On Ctrl-C, Lightning's ``fit`` sets SIGINT to be ignored ("disable KeyboardInterrupt for shutdown") and exits
+    with ``SystemExit(1)``: the test failed and every later Ctrl-C was swallowed. A test that leaves SIGINT ignored
+    gets its handler back, and one that ended that way with ``SystemExit`` is the user's Ctrl-C: the run stops.
+    """
+    before = signal.getsignal(signal.SIGINT)
+    outcome = yield
+    if before is signal.SIG_IGN or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return
+    signal.signal(signal.SIGINT, before if before is not None else signal.default_int_handler)
+    excinfo = outcome.excinfo
+    if excinfo is not None and issubclass(excinfo[0], SystemExit):
+        raise KeyboardInterrupt("Ctrl-C during a Lightning fit (it exited with SystemExit and ignored SIGINT)")
 
 
 @pytest.hookimpl(hookwrapper=True)

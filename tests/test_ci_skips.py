@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,46 @@ def test_the_oldest_releases_pass_runs_the_tests_marked_frameworks() -> None:
     ci = (Path(__file__).parents[1] / ".ci" / "run").read_text()
     oldest = [line for line in ci.splitlines() if "oldest.txt" in line and "pytest" in line]
     assert len(oldest) == 1 and '-m "frameworks and (gpu or not gpu)"' in oldest[0]
+
+
+LIGHTNING_CTRL_C = '''
+import signal, sys
+
+def test_fit_interrupted():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what Lightning's fit does on Ctrl-C, before sys.exit(1)
+    sys.exit(1)
+
+def test_after():
+    pass
+'''
+
+SIGINT_LEFT_IGNORED = '''
+import signal
+
+def test_leaves_sigint_ignored():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def test_after():
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+'''
+
+
+def test_one_ctrl_c_in_a_lightning_fit_stops_the_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(CONFTEST.parents[1]))  # the conftest's plugins are in this repository
+    shutil.copy(CONFTEST, pytester.path / "conftest.py")
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: needs CUDA\n")
+    pytester.makepyfile(test_fit=LIGHTNING_CTRL_C)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*KeyboardInterrupt*"])
+    result.stdout.no_fnmatch_line("*test_after PASSED*")
+
+
+def test_a_test_that_leaves_sigint_ignored_gets_the_handler_back(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(CONFTEST.parents[1]))
+    shutil.copy(CONFTEST, pytester.path / "conftest.py")
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: needs CUDA\n")
+    pytester.makepyfile(test_ignored=SIGINT_LEFT_IGNORED)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
