@@ -124,8 +124,9 @@ def roofline_lines(rows: list[dict[str, Any]], peaks: dict[str, Any], top_k: int
     if (note := over_bound_note(rows[:top_k])) is not None:
         lines.append(f"  {note}")
     tflops = ", ".join(f"{k} {v:g}" for k, v in peaks.get("tflops", {}).items())
+    flops = f"{tflops} TFLOP/s ({peaks.get('tflops_source') or 'n/a'})" if tflops else "no peak FLOP/s known"
     lines.append(
-        f"  peaks: {tflops or 'no peak FLOP/s known'} TFLOP/s ({peaks.get('tflops_source') or 'n/a'}); "
+        f"  peaks: {flops}; "
         + (
             f"{peaks['tbps']:g} TB/s ({peaks.get('tbps_source')})"
             if peaks.get("tbps")

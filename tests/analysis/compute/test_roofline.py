@@ -205,3 +205,15 @@ def test_a_share_above_the_bound_is_explained_where_the_table_is_shown(results: 
     assert note in render_html(results["sync_bound"])
     for quiet in ("input_bound", "compute_bound"):
         assert "above 100% of the" not in format_text(results[quiet], top_k=20)
+
+
+def test_the_peaks_line_without_a_peak_flops_names_no_unit_for_it() -> None:
+    from perf_callbacks.analysis.compute.roofline import roofline_lines
+
+    row = {"device_time_ms": 1.0, "count": 1, "achieved_tflops": None, "achieved_tbps": None, "intensity": None,
+           "bound_share": None, "bound": None, "op": "aten::mm", "shapes": "", "dtype": "fp32", "device": "cpu"}
+    none = roofline_lines([row], {"tflops": {}, "tflops_source": None, "tbps": None}, 1)[-1]
+    assert none == "  peaks: no peak FLOP/s known; no peak memory bandwidth known"
+    known = roofline_lines([row], {"tflops": {"bf16": 989.0}, "tflops_source": "table: H100", "tbps": 3.35,
+                                   "tbps_source": "table: H100"}, 1)[-1]
+    assert known == "  peaks: bf16 989 TFLOP/s (table: H100); 3.35 TB/s (table: H100)"
