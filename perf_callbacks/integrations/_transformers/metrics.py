@@ -4,7 +4,9 @@ The engine hands rank 0's interval metrics (``{"perf/...": value}``) and the win
 :class:`MetricsRouter`. It calls ``on_log`` of every reporting integration callback the Trainer runs (TensorBoard,
 W&B, MLflow, ...: those in ``transformers.integrations.INTEGRATION_TO_CALLBACK``), as ``Trainer.log`` does, but
 without the console printers and without adding them to ``state.log_history``. Those integrations apply their own
-naming (``TensorBoardCallback`` shows ``perf/train/step_time_ms`` as ``train/perf/train/step_time_ms``). With no
+naming (W&B shows ``perf/train/step_time_ms`` as ``train/perf/train/step_time_ms``), except TensorBoard: its
+writer gets our tags as they are, the same tags as under Lightning and Accelerate (its ``on_log`` would prefix
+``train/``). With no
 integration configured (``report_to="none"``, the 5.x default) the metrics are written as TensorBoard events of our
 own, under ``args.logging_dir`` where the Trainer still has one (4.x), else ``<output_dir>/<run>/tensorboard``.
 An integration that raises turns the ``metrics`` writer off, and our own event file the ``events`` writer, each with
@@ -55,7 +57,13 @@ class MetricsRouter:
         now, self.state.global_step = self.state.global_step, step
         try:
             for callback in self.reporters:
-                callback.on_log(self.args, self.state, self.control, logs=dict(metrics))
+                writer = getattr(callback, "tb_writer", None)
+                if writer is not None:  # TensorBoard: our tags as they are (its on_log would prefix them "train/")
+                    for tag, value in metrics.items():
+                        writer.add_scalar(tag, value, global_step=step)
+                    writer.flush()
+                else:
+                    callback.on_log(self.args, self.state, self.control, logs=dict(metrics))
         finally:
             self.state.global_step = now
 
