@@ -103,8 +103,8 @@ def test_a_silent_endpoint_ends_within_the_timeout(how: str, silent: SilentServe
     assert timeout_s <= took < timeout_s + 2.0, took  # fsspec cancels the request at the deadline
 
 
-def test_a_remote_folder_without_a_live_run_is_refused_and_a_live_one_written(s3: S3Server,
-                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_remote_folder_without_a_live_run_is_refused_and_a_live_one_written(
+        s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     fs = s3.fs()
     fs.mkdir("perf-cli")
     fs.pipe_file("perf-cli/perf/capture", b"someone else's")

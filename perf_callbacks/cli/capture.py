@@ -38,7 +38,8 @@ def add_capture(sub: Any) -> None:
 
     p = sub.add_parser("capture", help="ask a live run for a profiling window at its next step",
                        epilog=CAPTURE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the live run's output_dir (or the run's folder in it), or its URL")
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="the live run's output_dir (or the run's folder in it), or its URL")
     p.add_argument("--steps", type=_steps, default=None,
                    help=f"steps to record, 1 to {MAX_REQUEST_STEPS} (default: the run's schedule.active)")
     add_storage_options(p)

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import socket
@@ -33,7 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.core.triggers.request_files import LazyFs, read_remote_small, read_small, timeout_kw
+from perf_callbacks.core.triggers.request_files import (
+    REMOTE_CALL_S,
+    LazyFs,
+    read_remote_small,
+    read_small,
+    timeout_kw,
+)
 
 PREFIX = ".perf-callbacks-live-"
 REFRESH_S = 30.0
@@ -93,7 +100,7 @@ class LiveMarker:
                            "t": time.time(), "poll_s": self.poll_s, "refresh_s": REFRESH_S}).encode()
         if self.remote is not None:
             fs, root = self.remote.get()
-            fs.pipe_file(f"{root}/{self.name}", body, **timeout_kw(fs, 5.0))
+            fs.pipe_file(f"{root}/{self.name}", body, **timeout_kw(fs, REMOTE_CALL_S))
         elif self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = self.folder / f"{self.name}.{os.getpid()}.tmp"
@@ -108,7 +115,7 @@ class LiveMarker:
         self._written = None
         if self.remote is not None:
             fs, root = self.remote.get()
-            fs.rm_file(f"{root}/{self.name}", **timeout_kw(fs, 1.0))
+            fs.rm_file(f"{root}/{self.name}", **timeout_kw(fs, REMOTE_CALL_S))
         elif self.folder is not None:
             (self.folder / self.name).unlink(missing_ok=True)
 
@@ -127,7 +134,8 @@ def live_local(folder: Path) -> list[LiveRank]:
     """The live ranks that watch ``folder``: a run's ``output_dir`` (its markers) or a run's folder in it."""
     found = [parse_marker(read_small(p)) for p in _glob(folder, f"{PREFIX}*.json")]
     if not found and folder.parent != folder:  # a run's folder: its markers are in the output_dir above
-        found = [parse_marker(read_small(p)) for p in _glob(folder.parent, f"{PREFIX}{folder.name}-rank*.json")]
+        pattern = f"{PREFIX}{glob.escape(folder.name)}-rank*.json"
+        found = [parse_marker(read_small(p)) for p in _glob(folder.parent, pattern)]
     return [m for m in found if m is not None and m.live()]
 
 
