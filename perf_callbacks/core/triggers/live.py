@@ -104,8 +104,12 @@ class LiveMarker:
         elif self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = self.folder / f"{self.name}.{os.getpid()}.tmp"
-            tmp.write_bytes(body)
-            os.replace(tmp, self.folder / self.name)
+            try:
+                tmp.write_bytes(body)
+                os.replace(tmp, self.folder / self.name)
+            except OSError:
+                tmp.unlink(missing_ok=True)  # a full disk: no half-written file left behind
+                raise
         self._written = now
 
     def remove(self) -> None:

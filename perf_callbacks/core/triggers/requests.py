@@ -173,16 +173,15 @@ class FileRequests:
             self.served.add(found[0])
             if serve:
                 self.schedule.request("file", found[0], found[1])
-        self._marker("beat")
+        self._beat()
 
-    def _marker(self, verb: str) -> None:
+    def _beat(self) -> None:
         if self.marker is None:
             return
         try:
-            getattr(self.marker, verb)()
+            self.marker.beat()
         except Exception:  # noqa: BLE001 - the marker only helps the command line: tried again next time
-            log.debug("perf-callbacks: the live-run marker could not be %s", "written" if verb == "beat" else "removed",
-                      exc_info=True)
+            log.debug("perf-callbacks: the live-run marker could not be written", exc_info=True)
 
     def close(self) -> None:
         """Stop looking: waits :data:`CLOSE_WAIT_S` at most (the thread, a daemon, removes the marker as it ends)."""
@@ -200,17 +199,20 @@ def _poll(ref: weakref.ReferenceType[FileRequests], stop: threading.Event, every
     owner = ref()
     if owner is None:
         return
+    marker = owner.marker
     owner._look(serve=False)
     del owner
     while not stop.wait(every_s):
         owner = ref()
         if owner is None:
-            return
+            break
         owner._look(serve=True)
         del owner
-    owner = ref()
-    if owner is not None:
-        owner._marker("remove")
+    if marker is not None:
+        try:
+            marker.remove()
+        except Exception:  # noqa: BLE001 - it goes stale by itself
+            log.debug("perf-callbacks: the live-run marker could not be removed", exc_info=True)
 
 
 def local_reader(path: Path) -> Reader:

@@ -135,6 +135,25 @@ def test_the_thread_keeps_a_live_marker_after_its_first_look_and_removes_it(tmp_
     assert live_local(tmp_path) == [] and not list(tmp_path.glob(".perf-callbacks-live-*"))
 
 
+def test_requests_dropped_without_close_take_their_marker_with_them(tmp_path: Path) -> None:
+    import gc
+
+    s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=1000)))
+    files = FileRequests([local_reader(tmp_path / REQUEST_FILE)], s, every_s=0.02,
+                         marker=LiveMarker("r", rank=0, poll_s=0.02, folder=tmp_path))
+    files.start()
+    deadline = time.monotonic() + 10
+    while not live_local(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert live_local(tmp_path)
+    thread = files._thread
+    del files
+    gc.collect()
+    assert thread is not None
+    thread.join(5.0)
+    assert not thread.is_alive() and live_local(tmp_path) == []
+
+
 def test_a_stale_or_dead_marker_is_no_live_run(tmp_path: Path) -> None:
     marker = LiveMarker("r", rank=0, poll_s=2.0, folder=tmp_path)
     marker.beat()
