@@ -94,7 +94,8 @@ def _acceptable(path: str | os.PathLike[str], st: os.stat_result, cap: int) -> b
 
 
 def _read_at_most(fd: int, path: str | os.PathLike[str], cap: int) -> bytes | None:
-    chunks, left = [], cap + 1
+    chunks: list[bytes] = []
+    left = cap + 1
     while left > 0:
         try:
             chunk = os.read(fd, left)

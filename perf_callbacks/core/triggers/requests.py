@@ -272,7 +272,7 @@ class CaptureRequests:
     ) -> None:
         self.signal = SignalRequest(signame, schedule) if signame else None
         readers: list[Reader] = []
-        marker = None
+        marker: LiveMarker | None = None
         if every_s > 0:
             readers = [local_reader(f / REQUEST_FILE) for f in dict.fromkeys(folders)]
             far = LazyFs(remote, storage_options) if remote is not None else None
