@@ -61,6 +61,8 @@ class EngineCaptures:
             self.ctx.remote,
             config.storage_options,
             windows.schedule,
+            run=windows.layout.run_dir.name,
+            rank=self.ctx.rank,
         )
         self.requests.start()
 

@@ -48,6 +48,10 @@ MIN_EXCESS_S = 0.1  # ... nor one less than 100 ms longer than it (a scheduler h
 MIN_STEPS = 5  # an interval of fewer measured steps leaves the bar as it was
 HOUR_S = 3600.0
 REASONS = ("anomaly", "slowdown", "signal", "file")
+MAX_REQUEST_STEPS = 1000
+"""The longest window a request may ask for: a larger ``steps`` is cut to this, with one log line. The profiler keeps
+a window's events in memory until its last step and writes them as one trace (``max_trace_mb``): a few steps show a
+pattern, and 1,000 steps of a real model are already gigabytes."""
 
 
 @dataclass(frozen=True)
@@ -150,9 +154,8 @@ class CaptureSchedule:
         plan = self.plan
         if plan is not None and plan.last >= capture.first:
             return False
-        last = capture.first - 1
-        while last < capture.last and self.base.action(last + 1) is Action.NONE:
-            last += 1
+        nxt = self.base.next_active(capture.first)  # the next scheduled step: one look, whatever the length
+        last = capture.last if nxt == math.inf else min(capture.last, int(nxt) - 1)
         if last < capture.first:
             return False
         if last != capture.last:
@@ -170,6 +173,10 @@ class CaptureSchedule:
         while self.pending:
             reason, request, steps = self.pending.popleft()
             n = steps or self.config.active
+            if n > MAX_REQUEST_STEPS:
+                log.info("perf-callbacks: %s request %s asks for %d steps: capped at %d (MAX_REQUEST_STEPS)", reason,
+                         request, n, MAX_REQUEST_STEPS)
+                n = MAX_REQUEST_STEPS
             if self.base.action(step) is not Action.NONE or self.capture_at(step) is not None:
                 log.info("perf-callbacks: %s request at step %d: a window is already recording", reason, step)
                 continue

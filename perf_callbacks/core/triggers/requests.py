@@ -3,10 +3,13 @@
 The signal's handler is installed from the main thread only; it chains to the handler it replaced (a callable one)
 and puts it back when the engine closes, if nothing replaced ours meanwhile. The file is JSON,
 ``{"id": "...", "steps": N}``, written by ``perf-callbacks capture RUN_DIR`` (:func:`write_request`). A background
-thread per rank reads it every ``capture_poll_s`` seconds (a ``stat`` of each path, nothing on the training thread):
-each rank serves each request id once and leaves the file in place for the other ranks, so every rank that sees the
-folder (a shared file system, or the remote ``output_dir`` through fsspec) records the window once. A request file
-already there when training starts is an old one: it is not served.
+thread per rank reads it every ``capture_poll_s`` seconds (an ``lstat`` of each path; nothing on the training thread,
+not even at start): each rank serves each request id once and leaves the file in place for the other ranks, so every
+rank that sees the folder (a shared file system, or the remote ``output_dir`` through fsspec) records the window
+once. A request file already there at the thread's first look is an old one: it is not served. Only a regular file
+of at most ``MAX_REQUEST_BYTES`` is read (``core/triggers/request_files.py``), a remote one with each call bounded;
+after its first look the thread keeps the rank's live-run marker (``core/triggers/live.py``), which
+``perf-callbacks capture`` looks for.
 
 Example:
     >>> import tempfile
@@ -31,24 +34,30 @@ from types import FrameType
 from typing import Any
 
 from perf_callbacks.core.triggers.captures import CaptureSchedule
+from perf_callbacks.core.triggers.live import LiveMarker
+from perf_callbacks.core.triggers.request_files import LazyFs, read_remote_small, read_small
 
 log = logging.getLogger(__name__)
 REQUEST_FILE = "capture"
+CLOSE_WAIT_S = 1.0
+"""The longest :meth:`FileRequests.close` waits for the request thread (a daemon: it ends on its own after)."""
 Reader = Callable[[], "tuple[str, int | None] | None"]
 
 
 def write_request(
-    run_dir: str | os.PathLike[str], steps: int | None = None, storage_options: dict[str, Any] | None = None
+    run_dir: str | os.PathLike[str], steps: int | None = None, storage_options: dict[str, Any] | None = None,
+    fs: Any = None,
 ) -> str:
-    """Write a new request into ``run_dir`` (a folder or an fsspec URL) atomically; returns its id."""
+    """Write a new request into ``run_dir`` (a folder, an fsspec URL, or a path on ``fs``) atomically; its id."""
     request_id = uuid.uuid4().hex[:12]
     body = json.dumps({"id": request_id, "steps": steps}).encode()
     target = str(run_dir)
-    if "://" in target and not target.startswith("file://"):
+    if fs is None and "://" in target and not target.startswith("file://"):
         import fsspec
 
-        fs, path = fsspec.core.url_to_fs(target, **(storage_options or {}))
-        fs.pipe_file(f"{path.rstrip('/')}/{REQUEST_FILE}", body)
+        fs, target = fsspec.core.url_to_fs(target, **(storage_options or {}))
+    if fs is not None:
+        fs.pipe_file(f"{str(target).rstrip('/')}/{REQUEST_FILE}", body)
         return request_id
     folder = Path(target.removeprefix("file://"))
     tmp = folder / f".{REQUEST_FILE}.{request_id}.tmp"
@@ -59,14 +68,13 @@ def write_request(
 
 def read_request(path: Path) -> tuple[str, int | None] | None:
     """``(id, steps)`` of the request file at ``path``; None when there is none (or it is not one)."""
-    try:
-        return parse_request(path.read_bytes())
-    except OSError:
+    return parse_request(read_small(path))
+
+
+def parse_request(body: bytes | None) -> tuple[str, int | None] | None:
+    """``(id, steps)`` from a request file's bytes; None when they are not a request (or there are none)."""
+    if body is None:
         return None
-
-
-def parse_request(body: bytes) -> tuple[str, int | None] | None:
-    """``(id, steps)`` from a request file's bytes; None when they are not a request."""
     try:
         data = json.loads(body)
     except ValueError:
@@ -135,23 +143,26 @@ class FileRequests:
         readers: one per place the file may be (each returns ``(id, steps)`` or None).
         schedule: where the request goes.
         every_s: seconds between two looks.
+        marker: the rank's live-run marker, kept by the thread (None: none).
     """
 
-    def __init__(self, readers: list[Reader], schedule: CaptureSchedule, every_s: float) -> None:
-        self.readers, self.schedule, self.every_s = readers, schedule, every_s
+    def __init__(self, readers: list[Reader], schedule: CaptureSchedule, every_s: float,
+                 marker: LiveMarker | None = None) -> None:
+        self.readers, self.schedule, self.every_s, self.marker = readers, schedule, every_s, marker
         self.served: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Note the requests already there (old ones), then look every ``every_s`` seconds."""
-        self._look(serve=False)
+        """Start the thread: it notes the requests already there (old ones), then looks every ``every_s`` seconds."""
         self._thread = threading.Thread(target=_poll, args=(weakref.ref(self), self._stop, self.every_s),
                                         name="perf-callbacks-capture", daemon=True)
         self._thread.start()
 
     def _look(self, serve: bool) -> None:
         for read in self.readers:
+            if self._stop.is_set():
+                return
             try:
                 found = read()
             except Exception:  # noqa: BLE001 - a storage that fails is asked again next time
@@ -162,38 +173,58 @@ class FileRequests:
             self.served.add(found[0])
             if serve:
                 self.schedule.request("file", found[0], found[1])
+        self._beat()
+
+    def _beat(self) -> None:
+        if self.marker is None:
+            return
+        try:
+            self.marker.beat()
+        except Exception:  # noqa: BLE001 - the marker only helps the command line: tried again next time
+            log.debug("perf-callbacks: the live-run marker could not be written", exc_info=True)
 
     def close(self) -> None:
-        """Stop looking (the thread ends within a moment; it is a daemon)."""
+        """Stop looking: waits :data:`CLOSE_WAIT_S` at most (the thread, a daemon, removes the marker as it ends)."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(1.0)
+            thread.join(CLOSE_WAIT_S)
 
 
 def _poll(ref: weakref.ReferenceType[FileRequests], stop: threading.Event, every_s: float) -> None:
-    """The thread: look every ``every_s`` seconds.
+    """The thread: note the old requests, then look every ``every_s`` seconds; remove the marker at the end.
 
     It holds the requests weakly and ends once they are gone: an engine never closed is not kept alive by its thread.
     """
+    owner = ref()
+    if owner is None:
+        return
+    marker = owner.marker
+    owner._look(serve=False)
+    del owner
     while not stop.wait(every_s):
         owner = ref()
         if owner is None:
-            return
+            break
         owner._look(serve=True)
         del owner
+    if marker is not None:
+        try:
+            marker.remove()
+        except Exception:  # noqa: BLE001 - it goes stale by itself
+            log.debug("perf-callbacks: the live-run marker could not be removed", exc_info=True)
 
 
 def local_reader(path: Path) -> Reader:
-    """Reads the request file at ``path``, only when its ``stat`` changed since the last read."""
+    """Reads the request file at ``path`` (a regular file, bounded), only when its ``lstat`` changed since."""
     seen: list[Any] = [None]
 
     def read() -> tuple[str, int | None] | None:
         try:
-            st = path.stat()
+            st = os.lstat(path)
         except OSError:
             return None
-        key = (st.st_mtime_ns, st.st_size, st.st_ino)
+        key = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
         if key == seen[0]:
             return None
         seen[0] = key
@@ -202,18 +233,15 @@ def local_reader(path: Path) -> Reader:
     return read
 
 
-def remote_reader(url: str, storage_options: dict[str, Any] | None) -> Reader:
-    """Reads ``url``'s request file through fsspec (the uploads' file system), its listing cache dropped first."""
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    target = f"{path.rstrip('/')}/{REQUEST_FILE}"
+def remote_reader(url: str | LazyFs, storage_options: dict[str, Any] | None = None) -> Reader:
+    """Reads ``url``'s request file through fsspec (made at the first read), size first, each call bounded."""
+    remote = url if isinstance(url, LazyFs) else LazyFs(url, storage_options)
 
     def read() -> tuple[str, int | None] | None:
+        fs, root = remote.get()
+        target = f"{root}/{REQUEST_FILE}"
         fs.invalidate_cache(target)
-        if not fs.exists(target):
-            return None
-        return parse_request(fs.cat_file(target))
+        return parse_request(read_remote_small(fs, target))
 
     return read
 
@@ -224,9 +252,11 @@ class CaptureRequests:
     Args:
         signame: the signal's name; None: none.
         every_s: seconds between two looks for the file; 0: no file.
-        folders: local folders the file may be in (``output_dir`` and the run's folder).
+        folders: local folders the file may be in (``output_dir`` first, then the run's folder).
         remote: the remote ``output_dir``, read through fsspec with ``storage_options``; None when local.
         schedule: where the requests go.
+        run: the run's name, for the live-run marker in ``output_dir`` (the remote one, if any); None: no marker.
+        rank: this rank, for the marker.
     """
 
     def __init__(
@@ -237,14 +267,20 @@ class CaptureRequests:
         remote: str | None,
         storage_options: dict[str, Any] | None,
         schedule: CaptureSchedule,
+        run: str | None = None,
+        rank: int = 0,
     ) -> None:
         self.signal = SignalRequest(signame, schedule) if signame else None
         readers: list[Reader] = []
+        marker: LiveMarker | None = None
         if every_s > 0:
             readers = [local_reader(f / REQUEST_FILE) for f in dict.fromkeys(folders)]
-            if remote is not None:
-                readers.append(remote_reader(remote, storage_options))
-        self.files = FileRequests(readers, schedule, every_s) if readers else None
+            far = LazyFs(remote, storage_options) if remote is not None else None
+            if far is not None:
+                readers.append(remote_reader(far))
+            if run is not None and (far is not None or folders):
+                marker = LiveMarker(run, rank, every_s, folder=None if far else folders[0], remote=far)
+        self.files = FileRequests(readers, schedule, every_s, marker) if readers else None
 
     def start(self) -> None:
         """Install the handler and start the thread."""

@@ -9,6 +9,8 @@ import pytest
 from perf_callbacks.cli import main
 from perf_callbacks.config import ScheduleConfig
 from perf_callbacks.core.triggers.captures import CaptureSchedule
+from perf_callbacks.core.triggers.live import LiveMarker
+from perf_callbacks.core.triggers.request_files import LazyFs
 from perf_callbacks.core.triggers.requests import FileRequests, remote_reader, write_request
 from perf_callbacks.core.triggers.schedule import Schedule
 from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
@@ -20,10 +22,13 @@ def test_a_request_in_a_remote_output_dir_is_served_once(s3: S3Server, monkeypat
     url = "s3://perf-capture/perf"
     write_request(url, storage_options=s3.options)  # there before the run: old
     s = CaptureSchedule(Schedule(ScheduleConfig(skip_first=1000)))
-    files = FileRequests([remote_reader(url, s3.options)], s, every_s=0.02)
+    far = LazyFs(url, s3.options)
+    files = FileRequests([remote_reader(far)], s, every_s=0.02, marker=LiveMarker("run-a", 0, 0.02, remote=far))
     files.start()
     try:
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10
+        while not s3.fs().glob("perf-capture/perf/.perf-callbacks-live-*") and time.monotonic() < deadline:
+            time.sleep(0.02)  # the marker is there after the thread's first look
         assert not s.pending
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)  # the command reads the endpoint from the environment
         assert main(["capture", url, "--steps", "3"]) == 0
@@ -35,3 +40,4 @@ def test_a_request_in_a_remote_output_dir_is_served_once(s3: S3Server, monkeypat
         assert list(s.pending) == [("file", request_id, 3)]
     finally:
         files.close()
+    assert not s3.fs().glob("perf-capture/perf/.perf-callbacks-live-*")  # removed as the thread ended
