@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.hang.watchdog import ASIDE_FACTOR, FLOOR_S, MEDIANS, HangWatch, Progress, engine_probe
 from perf_callbacks.exceptions import PerfConfigError
 from tests.core.engine_helpers import make_engine, run_steps
+from tests.core.hang.hang_ranks import report_json
 
 
 class Fed:
@@ -139,13 +141,42 @@ def test_a_fetch_that_found_no_batch_is_between_steps_a_fetch_that_waits_is_not(
     run_steps(engine, 3)
     assert probe().aside == "between steps"  # the step ended: the loop's own code runs
     engine.data_start()
-    assert probe() == (3, 3, "data_wait", None)  # waiting for the loader is in the step: a stopped loader is a hang
+    assert probe() == (3, 3, "data_wait", None, False)  # waiting for the loader is in the step: a stopped loader is a hang
     engine.data_end()  # StopIteration: the loop is over (or an epoch ends)
     assert probe().aside == "between steps"
     engine.batch_start(3)
     assert probe().aside is None
     engine.close()
     engine.close()
+
+
+@pytest.mark.parametrize(("steps_run", "clean", "resumed"), [(0, True, True), (1, False, True), (0, False, False)])
+def test_close_says_a_stall_ended_unless_an_exception_ends_a_run_that_never_stepped_again(
+    tmp_path: Path, steps_run: int, clean: bool, resumed: bool
+) -> None:
+    watch = HangWatch(Fed(), tmp_path, rank=0, timeout=10.0)
+    watch.check(0.0)
+    assert watch.check(11.0) is not None  # no poll sees the end: the run closes first
+    watch.close(steps_run, clean)
+    data = json.loads((tmp_path / "hang-rank0" / "hang.json").read_text())
+    assert (data["resumed"] is not None) is resumed
+    if resumed:
+        assert data["resumed"]["steps_run"] == steps_run
+
+
+def test_a_stall_that_ends_right_before_a_clean_close_is_reported_as_a_stall(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine = make_engine(tmp_path, hang_timeout=0.2)  # polled every 0.02 s
+    run_steps(engine, 2)
+    engine.data_start()
+    time.sleep(0.6)  # the loader stalls, then runs out; the run closes at once, before the next poll
+    engine.data_end()
+    engine.close()
+    data = json.loads((tmp_path / "run" / "hang-rank0" / "hang.json").read_text())
+    assert (data["phase"], data["resumed"]["steps_run"]) == ("data_wait", 2)
+    hang = report_json(tmp_path, capsys)["hang"]
+    assert hang["summary"] == ["rank 0 resumed 0 s after it wrote: a stall, not a hang"]
 
 
 def test_the_engine_starts_the_thread_and_close_stops_it_leaving_no_folder(tmp_path: Path) -> None:
