@@ -46,13 +46,16 @@ def in_training_forward(ident: int) -> bool:
     return False
 
 
-def mark_after_steps(mark: Callable[[], None], optimizers: Iterable[Any]) -> list[Callable[[], None]]:
-    """Call ``mark`` after each step of ``optimizers`` (torch optimizers, or wrappers holding one as ``optimizer``).
+def mark_after_steps(state: Any, optimizers: Iterable[Any]) -> list[Callable[[], None]]:
+    """Mark the loop's own code in ``state`` (the engine's ``StepState``) after each step of ``optimizers``.
 
-    Returns the functions that take the hooks off. An optimizer without step hooks is left alone (its steps keep the
-    step's timeout until the step ends).
+    ``optimizers``: torch optimizers, or wrappers holding one as ``optimizer``. Returns the functions that take the
+    hooks off. An optimizer without step hooks is left alone (its steps keep the step's timeout until the step ends).
     """
-    hook = lambda *args: mark()  # noqa: E731 - (optimizer, args, kwargs): one attribute written
+
+    def hook(*args: Any) -> None:  # (optimizer, args, kwargs): one attribute written, no further call
+        state.own = AFTER_STEP
+
     removers: list[Callable[[], None]] = []
     for opt in optimizers:
         inner = getattr(opt, "optimizer", opt)

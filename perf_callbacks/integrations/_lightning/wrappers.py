@@ -41,7 +41,7 @@ def wrap_fetch(trainer: pl.Trainer, engine: PerfEngine) -> None:
     by then) get the hang watchdog's step post hooks.
     """
     if (hang := engine.hang) is not None:
-        hang.removers += mark_after_steps(engine.state.own_code, trainer.optimizers)
+        hang.removers += mark_after_steps(engine.state, trainer.optimizers)
     unwrap_fetch(trainer)
     loop = trainer.fit_loop.epoch_loop
     before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)
