@@ -8,9 +8,18 @@ import time
 from pathlib import Path
 
 import pytest
+from torch import nn
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.hang.watchdog import ASIDE_FACTOR, FLOOR_S, MEDIANS, HangWatch, Progress, engine_probe
+from perf_callbacks.core.hang.watchdog import (
+    ASIDE_FACTOR,
+    FLOOR_S,
+    MEDIANS,
+    OWN_CODE,
+    HangWatch,
+    Progress,
+    engine_probe,
+)
 from perf_callbacks.exceptions import PerfConfigError
 from tests.core.engine_helpers import make_engine, run_steps
 from tests.core.hang.hang_ranks import report_json
@@ -95,6 +104,35 @@ def test_time_set_aside_gets_ten_times_the_timeout_and_does_not_count_after(tmp_
     watch.check(110.0)
     assert watch.check(110.0 + 10.0 * ASIDE_FACTOR + 1.0) is not None  # an aside that never ends is one too
     assert json.loads((tmp_path / "hang-rank0" / "hang.json").read_text())["aside"] == aside
+
+
+class Checks(nn.Module):
+    """A module whose forward is the watchdog's poll: the training thread (this test's) is inside a module's call."""
+
+    def __init__(self, watch: HangWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def forward(self, now: float) -> Path | None:
+        return self.watch.check(now)
+
+
+def test_where_code_may_be_the_forward_the_stack_tells_the_users_code_from_a_training_forward(tmp_path: Path) -> None:
+    fed = Fed()
+    fed.state = fed.state._replace(maybe_own=True)  # Accelerate: from the batch's hand-over to its first phase
+    watch = HangWatch(fed, tmp_path, rank=0, timeout=10.0)
+    module = Checks(watch)
+    watch.check(0.0)
+    assert watch.check(11.0) is None  # past the timeout in no module: the user's own code, 10x from here
+    assert module.eval()(60.0) is None  # a module in eval mode: the user's evaluation
+    assert module.train()(105.0) is None  # the step's forward begins: the own time ends, the timeout counts again
+    assert module(116.0) == tmp_path / "hang-rank0"  # a forward that stalls is written at 1x
+    assert json.loads((tmp_path / "hang-rank0" / "hang.json").read_text())["aside"] is None
+    watch = HangWatch(fed, tmp_path / "own", rank=0, timeout=10.0)
+    watch.check(0.0)
+    assert [watch.check(t) for t in (11.0, 50.0, 110.0)] == [None, None, None]
+    assert watch.check(112.0) is not None  # own code that never ends is written after 10x too
+    assert json.loads((tmp_path / "own" / "hang-rank0" / "hang.json").read_text())["aside"] == OWN_CODE
 
 
 def test_the_default_timeout_is_the_floor_or_many_medians(tmp_path: Path) -> None:
