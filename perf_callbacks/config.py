@@ -118,8 +118,8 @@ class PerfConfig:
             credentials...); default: fsspec's back end reads them from the environment.
         hang_timeout: seconds without a completed step after which every rank writes ``hang-rank{R}/`` (stacks,
             step and phase, the Flight Recorder's last collectives); default: ``max(300, 20 x the median step)``;
-            0 turns the watchdog off. Validation, checkpoint saves, compilation and code between steps get 10 times
-            as long. The run itself is never stopped.
+            0 turns the watchdog off. Validation, checkpoint saves, compilation and your own code after a step's
+            optimizer step until the next fetch get 10 times as long. The run itself is never stopped.
         capture_on_anomaly: open an extra window (``schedule.active`` steps) at the step after one that took more than
             k times the last logging interval's median (k from the run's own noise, at least 2.5) and 100 ms more, in
             its elapsed and its own time (less its wait for a CPU), or after the slowdown alarm; see Captured windows.

@@ -234,6 +234,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
         self._in_batch, self._stepped = True, False
         if self.engine is not None and not self._closed:
             self.engine.batch_start(self.optimizer_steps)
+            self.engine.state.own_code(certain=False)  # the loop body's own code, or the forward: until a phase
 
     def _end_batch(self, flush: bool) -> None:
         if self._in_batch and not self._closed and self.engine is not None:

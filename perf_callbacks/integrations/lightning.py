@@ -247,8 +247,8 @@ class GPUPerfCallback(Callback):
     # the phase hooks write the phase as the engine's hot path does (PhaseRanges.enter): no call (0.4 us) if plain
     @override
     def on_before_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor) -> None:
-        if (phases := self._phases) is not None:
-            phases.name = "backward" if phases.plain else phases.enter("backward")
+        if (phases := self._phases) is not None:  # (manual optimization: an optimizer may have stepped before)
+            phases.name, phases.state.own = "backward" if phases.plain else phases.enter("backward"), None
 
     @override
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -263,7 +263,7 @@ class GPUPerfCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         if (phases := self._phases) is not None:
-            self._stepped = True
+            self._stepped, phases.state.own = True, None
             phases.name = "optimizer_step" if phases.plain else phases.enter("optimizer_step")
 
     @override

@@ -148,6 +148,7 @@ class TransformersPerfCallback(TrainerCallback, FromConfig):
     ) -> None:
         if self._live and self.engine is not None:
             self.engine.end_phase()
+            self.engine.state.own_code()  # on_step_end's callbacks and the rest, until the next fetch: the user's time
 
     @override
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:

@@ -43,8 +43,10 @@ class HangRank:
         collective: the collective it waits in, ``{op, seq, group, bytes, source}`` (source: ``flight recorder`` or
             ``stack``), None when it is in none.
         last_seq: per process group, the last collective the Flight Recorder saw it enqueue.
-        resumed: ``{steps_run, after_s}`` when steps resumed after the folder was written (a stall, not a hang).
-        aside: what the watchdog saw it in (``validation``, ``checkpoint``, ``between steps``, ``compiling``), if any.
+        resumed: ``{steps_run, after_s}`` when steps resumed after the folder was written, or the run ended cleanly
+            (a stall, not a hang).
+        aside: what the watchdog saw it in (``validation``, ``checkpoint``, ``between steps``, ``own code``,
+            ``compiling``), if any.
     """
 
     rank: int

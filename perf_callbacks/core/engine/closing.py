@@ -57,9 +57,9 @@ class Closing(Protocol):
 
 def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None:
     """Stop every part of ``engine`` and flush (see ``PerfEngine.close``)."""
-    if engine.hang is not None:  # first: our own close (the window's export and analysis) is no hang
-        quiet(engine.hang.stop)
     state, phases, windows = engine.state, engine.phases, engine.windows
+    if (hang := engine.hang) is not None:  # first: our own close (the window's export and analysis) is no hang, and
+        quiet(lambda: hang.close(state.steps_run, clean=exc is None))  # a stall that ended is marked resumed
     if exc is not None:
         engine.mem.on_exception(exc, state.step, phases.name, batch)
     elif phases.recording and not state.ended:  # training ended before the open step's optimizer step: a fetch

@@ -227,7 +227,7 @@ class PerfEngine:
             self._end_step(state.pending_t if state.pending_t is not None else t)
         if (pending := state.pending_t) is not None:
             t, state.pending_t = pending, None
-        state.step, state.ended, state.expected, state.micro, state.samples = step, False, step, 0, 0
+        state.step, state.ended, state.expected, state.micro, state.samples, state.own = step, False, step, 0, 0, None
         state.t_begin, state.aside = t, 0.0  # clock.begin(t, carry_wait=pending is not None)
         if pending is None:
             state.wait = 0.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perf_callbacks.core.clock import StepClock
+from perf_callbacks.core.hang.own_code import AFTER_STEP, MAYBE
 
 
 @dataclass(slots=True)
@@ -35,6 +36,9 @@ class StepState(StepClock):
         last_elapsed: the last completed step's time up to its optimizer step (for a run with no step after it).
         clean: no window, validation, checkpoint or compilation in this logging interval: its times compare.
         logged: some logging interval was logged.
+        own: the loop's own code may be running, as the adapter saw it (read by the hang watchdog): ``AFTER_STEP``
+            from the open step's optimizer step until the next step opens, ``MAYBE`` where the adapter cannot tell
+            it from the step's forward (the watchdog then reads the training thread's stack); None: the step's work.
     """
 
     step: int | None = None
@@ -48,6 +52,16 @@ class StepState(StepClock):
     last_elapsed: float = 0.0
     clean: bool = True
     logged: bool = False
+    own: str | None = None
+
+    def own_code(self, certain: bool = True) -> None:
+        """The loop's own code may run from here (read by the hang watchdog; the engine clears it when a step opens).
+
+        Args:
+            certain: the open step's optimizer step completed: the own code runs until the next step opens. False:
+                it may be the step's forward (the adapter clears it at the step's next phase).
+        """
+        self.own = AFTER_STEP if certain else MAYBE
 
     def mark_unclean(self) -> None:
         """Something not comparable happened in this logging interval: its slowdown check is skipped."""

@@ -6,9 +6,10 @@ Recorder's last collectives (``core/hang/dump.py``).
 The training thread pays nothing for it: the watchdog reads the engine's own counters (``steps_run``, ``step``, the
 open phase) from its thread once per poll. It never kills, unblocks or waits on the run; it writes once per hang and
 re-arms when steps resume (the folder then says how long the stall lasted); the thread is a daemon, stopped at
-``close``, and no exception leaves it. Validation, checkpoint saves, torch.compile's compilation and the user's own
-code between two steps (an evaluation loop of their own, after the last step) are allowed ``ASIDE_FACTOR`` times the
-timeout, counted from when the watchdog first saw them.
+``close``, and no exception leaves it. A run that closes cleanly (or after more steps) after it wrote was stalled, not
+hung: ``close`` says so in the folder. Validation, checkpoint saves, torch.compile's compilation and the user's own
+code (``core/hang/own_code.py``: from a step's optimizer step until the next step opens, and code the stack shows is
+no step's forward) are allowed ``ASIDE_FACTOR`` times the timeout, counted from when the watchdog first saw them.
 
 Example:
     >>> import tempfile
@@ -34,11 +35,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from perf_callbacks.core.hang.dump import HangFacts, mark_resumed, training_thread_compiling, write_hang
+from perf_callbacks.core.hang.own_code import AFTER_STEP, MAYBE, in_training_forward
 
 __all__ = [
     "ASIDE_FACTOR",
     "FLOOR_S",
     "MEDIANS",
+    "OWN_CODE",
     "HangWatch",
     "Progress",
     "auto_timeout",
@@ -50,6 +53,7 @@ FLOOR_S = 300.0  # under torch's NCCL default timeout (10 min): the folder is wr
 MEDIANS = 20  # a step 20x the median is no mere slow step (the slowdown alarm and anomaly windows see those)
 ASIDE_FACTOR = 10  # validation, checkpoint saves, compilation: legitimately long, never a false alarm
 MAX_POLL_S = 1.0
+OWN_CODE = "own code"  # the aside the stack shows: the loop's own code where the adapter could not tell
 
 
 class Progress(NamedTuple):
@@ -59,6 +63,7 @@ class Progress(NamedTuple):
     step: int | None  # the open step (None: none began yet: the watchdog is not armed)
     phase: str | None  # the open phase (forward, backward, data_wait, validation...)
     aside: str | None  # time that is not a step's: "validation", "checkpoint", "between steps" (None: in a step)
+    maybe_own: bool = False  # the loop's own code or the step's forward: the training thread's stack says which
 
 
 def auto_timeout(step_times: list[float]) -> float:
@@ -102,6 +107,9 @@ class HangWatch:
         self._aside_since: float | None = None
         self._aside: str | None = None  # the kind of aside seen at the last poll: a new kind counts from its start
         self._t_fired = 0.0
+        self._fired_steps = 0  # steps_run when it wrote
+        self._ended: tuple[int, bool] | None = None  # set by close: (steps_run, whether the run ended cleanly)
+        self.removers: list[Callable[[], None]] = []  # hooks installed for it (own_code.mark_after_steps), off at close
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.gone: Callable[[], bool] = lambda: False  # what it watches is gone: the thread ends
@@ -124,6 +132,24 @@ class HangWatch:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)
 
+    def close(self, steps_run: int, clean: bool) -> None:
+        """Stop the thread and take its hooks off; ``steps_run`` at the end, ``clean``: no exception ended the run.
+
+        A folder written before a clean end, or before more steps, was a stall that ended: its ``hang.json`` says so
+        now (the thread's next poll would have, had the run gone on).
+        """
+        self._ended = (steps_run, clean)
+        self.stop()
+        for remove in self.removers:
+            remove()
+        self.removers = []
+        self._resumed_at_close()
+
+    def _resumed_at_close(self) -> None:
+        fired, ended = self.fired, self._ended
+        if fired is not None and ended is not None and (ended[1] or ended[0] > self._fired_steps):
+            mark_resumed(fired, ended[0], max(time.monotonic() - self._t_fired, 0.0))
+
     def check(self, now: float) -> Path | None:
         """One poll at monotonic time ``now``: the folder written, when this poll found a hang, else None."""
         state = self.probe()
@@ -133,8 +159,12 @@ class HangWatch:
             self._progressed(state.steps_run, now)
             return None
         aside = state.aside
-        if not aside and self.fired is None and now - self._t_seen > self.limit:  # the stacks only when it matters
-            aside = "compiling" if training_thread_compiling(self.training_thread) else None
+        if not aside and self.fired is None:  # the stacks only when it matters
+            past = now - self._t_seen > self.limit
+            if state.maybe_own and (past or (self._aside_since is not None and self._aside == OWN_CODE)):
+                aside = None if in_training_forward(self.training_thread) else OWN_CODE  # looked at every poll
+            elif past:
+                aside = "compiling" if training_thread_compiling(self.training_thread) else None
         if aside:
             if self._aside_since is None or aside != self._aside:
                 self._aside_since, self._aside = now, aside
@@ -146,7 +176,7 @@ class HangWatch:
             waited, limit = now - self._t_seen, self.limit
         if self.fired is not None or waited <= limit:
             return None
-        self._t_fired = now
+        self._t_fired, self._fired_steps = now, state.steps_run
         facts = HangFacts(
             self.rank,
             state.step,
@@ -159,6 +189,7 @@ class HangWatch:
             self.extra() if self.extra is not None else {},
         )
         self.fired = write_hang(self.run_dir / f"hang-rank{self.rank}", facts)
+        self._resumed_at_close()  # close ran while it wrote (it reads fired after setting _ended: one of them sees it)
         return self.fired
 
     def _progressed(self, steps_run: int, now: float) -> None:
@@ -194,8 +225,8 @@ def engine_probe(engine: Any) -> Callable[[], Progress]:
     """What the watchdog reads of ``engine``, through a weak reference (the thread keeps no engine alive).
 
     ``steps_run``, ``step``, the open phase, whether a checkpoint save is open, whether the open step ended or ran
-    no micro-batch after its fetch (the loader ran out: the loop is over, or an epoch ends): attributes the engine
-    keeps anyway, so its hot path does not change.
+    no micro-batch after its fetch (the loader ran out: the loop is over, or an epoch ends), and the adapter's mark of
+    the loop's own code (``StepState.own``): attributes the engine keeps anyway, so its hot path does not change.
     """
     ref = weakref.ref(engine)
 
@@ -205,7 +236,9 @@ def engine_probe(engine: Any) -> Callable[[], Progress]:
             return Progress(0, None, None, None)
         phase, state = e.phases.name, e.state
         aside = "validation" if phase == "validation" else "checkpoint" if e.aside.in_checkpoint else None
-        idle = state.ended or (phase == "framework" and not state.micro)  # the step ended, or its fetch found no batch
-        return Progress(state.steps_run, state.step, phase, aside or ("between steps" if idle else None))
+        own = state.own
+        # the step ended, its optimizer step completed, or its fetch found no batch
+        idle = state.ended or own == AFTER_STEP or (phase == "framework" and not state.micro)
+        return Progress(state.steps_run, state.step, phase, aside or ("between steps" if idle else None), own == MAYBE)
 
     return probe

@@ -96,6 +96,8 @@ class StepCounting:
             engine.end_phase()
         if self._in_batch or engine is None or self._closed:
             self._count_step()
+            if self._in_batch and engine is not None and not self._closed:
+                engine.state.own_code()  # the rest of the loop body (or a `break`) is the user's own time
             return
         # No hook.iter(): one optimizer (the first to step) marks the steps; a step ends at its optimizer step and the
         # next begins right away, so its data loading and forward are in it, and data wait is not measured.
@@ -139,6 +141,7 @@ class StepCounting:
             return None
         if not self._in_batch and engine.step is None:  # no hook.iter(): the first step begins at its first backward
             engine.batch_start(self.optimizer_steps, phase=None)
+        engine.state.own = None  # the step's work (a backward, a phase, an optimizer's step), not the user's code
         return engine
 
     def _save_count(self, optimizer: Any, state: dict[str, Any]) -> dict[str, Any]:

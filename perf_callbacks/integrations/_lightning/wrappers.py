@@ -2,6 +2,9 @@
 
 - ``trainer.save_checkpoint`` (what ModelCheckpoint calls) gets a ``checkpoint`` range.
 - The training epoch loop's fetch hooks time the DataLoader's ``next()`` alone as data wait.
+- With them, the optimizers' step post hooks mark the user's own time after each optimizer step for the hang
+  watchdog (``core/hang/own_code.py``): the callbacks' ``on_train_batch_end`` (also those that run before ours),
+  until the next fetch. The engine's close takes them off.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 
 from perf_callbacks.core.engine.engine import PerfEngine
+from perf_callbacks.core.hang.own_code import mark_after_steps
 from perf_callbacks.integrations._adapters import MARK, in_phase, is_ours
 
 
@@ -33,8 +37,11 @@ def wrap_fetch(trainer: pl.Trainer, engine: PerfEngine) -> None:
     ``_TrainingEpochLoop.on_run_start`` installs its ``_on_before_fetch``/``_on_after_fetch`` as the data fetcher's
     profiler hooks at every epoch start; instance attributes here take their place, installed at ``on_train_start``
     (so a learning-rate or batch-size search run before it in ``on_fit_start`` is not timed) and removed at teardown
-    or when the fit fails. A wrapper left by an earlier fit is replaced, never wrapped.
+    or when the fit fails. A wrapper left by an earlier fit is replaced, never wrapped. The optimizers (they exist
+    by then) get the hang watchdog's step post hooks.
     """
+    if (hang := engine.hang) is not None:
+        hang.removers += mark_after_steps(engine.state, trainer.optimizers)
     unwrap_fetch(trainer)
     loop = trainer.fit_loop.epoch_loop
     before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)

@@ -14,10 +14,12 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from perf_callbacks.cli import main
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.engine.engine import PerfEngine
@@ -73,3 +75,10 @@ def run_ranks(
     out.mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(world, free_port(), str(out), hang_timeout, stuck_s, pg_s, step_s), nprocs=world, join=True)
     return [json.loads((out / f"outcome-rank{r}.json").read_text()) for r in range(world)]
+
+
+def report_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict:
+    """What ``perf-callbacks report PATH --json`` says."""
+    capsys.readouterr()
+    assert main(["report", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)

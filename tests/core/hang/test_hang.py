@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
+from torch import nn
 
 from perf_callbacks.config import PerfConfig
-from perf_callbacks.core.hang.watchdog import ASIDE_FACTOR, FLOOR_S, MEDIANS, HangWatch, Progress, engine_probe
+from perf_callbacks.core.hang.watchdog import (
+    ASIDE_FACTOR,
+    FLOOR_S,
+    MEDIANS,
+    OWN_CODE,
+    HangWatch,
+    Progress,
+    engine_probe,
+)
 from perf_callbacks.exceptions import PerfConfigError
 from tests.core.engine_helpers import make_engine, run_steps
+from tests.core.hang.hang_ranks import report_json
 
 
 class Fed:
@@ -95,6 +106,35 @@ def test_time_set_aside_gets_ten_times_the_timeout_and_does_not_count_after(tmp_
     assert json.loads((tmp_path / "hang-rank0" / "hang.json").read_text())["aside"] == aside
 
 
+class Checks(nn.Module):
+    """A module whose forward is the watchdog's poll: the training thread (this test's) is inside a module's call."""
+
+    def __init__(self, watch: HangWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def forward(self, now: float) -> Path | None:
+        return self.watch.check(now)
+
+
+def test_where_code_may_be_the_forward_the_stack_tells_the_users_code_from_a_training_forward(tmp_path: Path) -> None:
+    fed = Fed()
+    fed.state = fed.state._replace(maybe_own=True)  # Accelerate: from the batch's hand-over to its first phase
+    watch = HangWatch(fed, tmp_path, rank=0, timeout=10.0)
+    module = Checks(watch)
+    watch.check(0.0)
+    assert watch.check(11.0) is None  # past the timeout in no module: the user's own code, 10x from here
+    assert module.eval()(60.0) is None  # a module in eval mode: the user's evaluation
+    assert module.train()(105.0) is None  # the step's forward begins: the own time ends, the timeout counts again
+    assert module(116.0) == tmp_path / "hang-rank0"  # a forward that stalls is written at 1x
+    assert json.loads((tmp_path / "hang-rank0" / "hang.json").read_text())["aside"] is None
+    watch = HangWatch(fed, tmp_path / "own", rank=0, timeout=10.0)
+    watch.check(0.0)
+    assert [watch.check(t) for t in (11.0, 50.0, 110.0)] == [None, None, None]
+    assert watch.check(112.0) is not None  # own code that never ends is written after 10x too
+    assert json.loads((tmp_path / "own" / "hang-rank0" / "hang.json").read_text())["aside"] == OWN_CODE
+
+
 def test_the_default_timeout_is_the_floor_or_many_medians(tmp_path: Path) -> None:
     fed = Fed()
     watch = HangWatch(fed, tmp_path, rank=0, timeout=None)
@@ -139,13 +179,42 @@ def test_a_fetch_that_found_no_batch_is_between_steps_a_fetch_that_waits_is_not(
     run_steps(engine, 3)
     assert probe().aside == "between steps"  # the step ended: the loop's own code runs
     engine.data_start()
-    assert probe() == (3, 3, "data_wait", None)  # waiting for the loader is in the step: a stopped loader is a hang
+    assert probe() == (3, 3, "data_wait", None, False)  # waiting for the loader is in the step: a stopped loader is a hang
     engine.data_end()  # StopIteration: the loop is over (or an epoch ends)
     assert probe().aside == "between steps"
     engine.batch_start(3)
     assert probe().aside is None
     engine.close()
     engine.close()
+
+
+@pytest.mark.parametrize(("steps_run", "clean", "resumed"), [(0, True, True), (1, False, True), (0, False, False)])
+def test_close_says_a_stall_ended_unless_an_exception_ends_a_run_that_never_stepped_again(
+    tmp_path: Path, steps_run: int, clean: bool, resumed: bool
+) -> None:
+    watch = HangWatch(Fed(), tmp_path, rank=0, timeout=10.0)
+    watch.check(0.0)
+    assert watch.check(11.0) is not None  # no poll sees the end: the run closes first
+    watch.close(steps_run, clean)
+    data = json.loads((tmp_path / "hang-rank0" / "hang.json").read_text())
+    assert (data["resumed"] is not None) is resumed
+    if resumed:
+        assert data["resumed"]["steps_run"] == steps_run
+
+
+def test_a_stall_that_ends_right_before_a_clean_close_is_reported_as_a_stall(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    engine = make_engine(tmp_path, hang_timeout=0.2)  # polled every 0.02 s
+    run_steps(engine, 2)
+    engine.data_start()
+    time.sleep(0.6)  # the loader stalls, then runs out; the run closes at once, before the next poll
+    engine.data_end()
+    engine.close()
+    data = json.loads((tmp_path / "run" / "hang-rank0" / "hang.json").read_text())
+    assert (data["phase"], data["resumed"]["steps_run"]) == ("data_wait", 2)
+    hang = report_json(tmp_path, capsys)["hang"]
+    assert hang["summary"] == ["rank 0 resumed 0 s after it wrote: a stall, not a hang"]
 
 
 def test_the_engine_starts_the_thread_and_close_stops_it_leaving_no_folder(tmp_path: Path) -> None:

@@ -9,17 +9,11 @@ from pathlib import Path
 import pytest
 
 from perf_callbacks.cli import main
-from tests.core.hang.hang_ranks import STUCK_RANK, STUCK_STEP, run_ranks
+from tests.core.hang.hang_ranks import STUCK_RANK, STUCK_STEP, report_json, run_ranks
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 HANG_TIMEOUT = 1.5
 SLACK_S = 3.0  # a poll (0.15 s) and a loaded machine's scheduling: "within hang_timeout plus a few seconds"
-
-
-def report_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict:
-    capsys.readouterr()
-    assert main(["report", str(path), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
 
 
 def test_every_rank_writes_its_folder_and_the_report_names_the_stuck_rank(
@@ -46,6 +40,17 @@ def test_every_rank_writes_its_folder_and_the_report_names_the_stuck_rank(
     capsys.readouterr()
     assert main(["report", str(tmp_path)]) == 0
     assert "rank 1 never entered it" in capsys.readouterr().out
+
+
+def test_a_stall_that_ends_just_before_the_run_does_is_no_hang_on_any_rank(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcomes = run_ranks(tmp_path, hang_timeout=HANG_TIMEOUT, stuck_s=HANG_TIMEOUT + 1.0, pg_s=30.0)
+    assert [o["error"] for o in outcomes] == [None, None]  # the last steps and the close take milliseconds: no poll
+    hang = report_json(tmp_path, capsys)["hang"]
+    assert [(r["rank"], r["step"], r["resumed"] is not None) for r in hang["ranks"]] == [(0, STUCK_STEP, True),
+                                                                                          (1, STUCK_STEP, True)]
+    assert all(line.endswith("a stall, not a hang") for line in hang["summary"]), hang["summary"]
 
 
 def test_without_the_watchdog_the_run_ends_the_same(tmp_path: Path) -> None:
