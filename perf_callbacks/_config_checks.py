@@ -89,10 +89,21 @@ def check_capture(max_per_hour: int, poll_s: float, signal_name: str | None) -> 
     if signal_name is not None:
         import signal
 
-        if not isinstance(getattr(signal, signal_name, None), signal.Signals) or signal_name.startswith("SIG_"):
+        signum = getattr(signal, signal_name, None)
+        known = isinstance(signum, signal.Signals) and not signal_name.startswith("SIG_")
+        if not known or signum not in _catchable():
+            why = "a signal no handler can catch" if known else "no signal of this platform"
             raise PerfConfigError(
-                f"capture_signal must name a signal of this platform (e.g. 'SIGUSR2'), got {signal_name!r}"
+                f"capture_signal must name a signal a handler can catch on this platform (e.g. 'SIGUSR2'), got "
+                f"{signal_name!r} ({why})"
             )
+
+
+def _catchable() -> set[int]:
+    """The signals a Python handler can be installed for: all valid ones but SIGKILL and SIGSTOP."""
+    import signal
+
+    return set(signal.valid_signals()) - {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
 
 
 def check_flops(flops_per_step: float | None, peak_tflops: float | None, peak_tbps: float | None) -> None:

@@ -2,9 +2,14 @@
 
 - ``trainer.save_checkpoint`` (what ModelCheckpoint calls) gets a ``checkpoint`` range.
 - The training epoch loop's fetch hooks time the DataLoader's ``next()`` alone as data wait.
+
+And one thing it corrects when a ``fit`` fails: Lightning's signal connector put back after ``on_exception`` the
+handlers it saw when the fit started, ours among them (:func:`forget_our_handlers`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import lightning.pytorch as pl
 
@@ -60,3 +65,18 @@ def unwrap_fetch(trainer: pl.Trainer) -> None:
     for name in ("_on_before_fetch", "_on_after_fetch"):
         if is_ours(vars(loop).get(name)):
             del loop.__dict__[name]
+
+
+def forget_our_handlers(trainer: pl.Trainer, engine: PerfEngine) -> None:
+    """Make Lightning put back the handler ours replaced, not ours, when it tears a failed ``fit`` down.
+
+    Our handler is installed in ``setup``; the signal connector then saves every handler and restores them in the
+    Trainer's teardown, which runs after ``on_exception`` when ``fit`` fails (a sanity-check error, ``Ctrl-C``): it
+    would re-install the handler that :meth:`PerfEngine.close` had just removed. Another Lightning version: nothing.
+    """
+    saved: Any = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
+    if not isinstance(saved, dict):
+        return
+    for signum, (ours, previous) in engine.captures.replaced_handlers().items():
+        if saved.get(signum) is ours:
+            saved[signum] = previous

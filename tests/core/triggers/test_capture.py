@@ -222,13 +222,16 @@ def test_each_request_id_is_served_once_and_an_old_one_never(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"capture_signal": "SIGNOPE"}, "capture_signal must name a signal"),
-        ({"capture_signal": "SIG_DFL"}, "capture_signal must name a signal"),
+        ({"capture_signal": "SIGNOPE"}, r"capture_signal must name a signal .*'SIGNOPE' \(no signal of this"),
+        ({"capture_signal": "SIG_DFL"}, "capture_signal must name a signal .*'SIG_DFL'"),
+        ({"capture_signal": "SIGKILL"}, r"capture_signal must name a signal .*'SIGKILL' \(a signal no handler can catch\)$"),
+        ({"capture_signal": "SIGSTOP"}, r"capture_signal must name a signal .*'SIGSTOP' \(a signal no handler can catch\)$"),
         ({"capture_poll_s": -1}, "capture_poll_s must be a finite number >= 0, got -1"),
         ({"capture_max_per_hour": -1}, "capture_max_per_hour must be >= 0, got -1"),
         ({"capture_on_anomaly": "yes"}, "capture_on_anomaly must be bool"),
     ],
 )
 def test_bad_capture_options_are_refused(options: dict[str, object], message: str) -> None:
-    with pytest.raises(PerfConfigError, match=message):
+    with pytest.raises(PerfConfigError, match=message) as err:
         PerfConfig.from_dict(options)
+    assert "\n" not in str(err.value)  # one line
