@@ -235,3 +235,24 @@ def test_bad_capture_options_are_refused(options: dict[str, object], message: st
     with pytest.raises(PerfConfigError, match=message) as err:
         PerfConfig.from_dict(options)
     assert "\n" not in str(err.value)  # one line
+
+
+def test_a_signal_that_cannot_be_installed_turns_off_only_the_signal(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from perf_callbacks.exceptions import InstrumentUnavailableWarning
+    from tests.core.engine_helpers import make_engine
+
+    def refuse(self: SignalRequest) -> bool:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(SignalRequest, "install", refuse)
+    with pytest.warns(InstrumentUnavailableWarning, match="^perf-callbacks: capture_signal SIGUSR2 is off for this run .*OSError") as rec:
+        engine = make_engine(tmp_path, capture_on_anomaly=True, capture_poll_s=0.05)
+    try:
+        assert len(rec) == 1
+        requests = engine.captures.requests
+        assert requests is not None and requests.files is not None and requests.files._thread is not None
+        assert requests.files._thread.is_alive()  # the request file still works
+        assert engine.captures.anomaly is not None  # and so does the anomaly rule
+    finally:
+        engine.close()
