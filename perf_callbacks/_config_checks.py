@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -64,6 +65,28 @@ def check_positive(name: str, value: float, maximum: float | None = None) -> Non
         if maximum is not None and maximum < value <= 100 * maximum:
             hint = f" (a share, not a percentage: did you mean {value / 100:g}?)"
         raise PerfConfigError(f"{name} must be a finite number {valid}, got {value!r}{hint}")
+
+
+def as_real(value: Any) -> float | None:
+    """``value`` as a float when it is one number of any numeric type (numpy scalar, 0-d tensor...); else None.
+
+    Example:
+        >>> import numpy as np
+        >>> as_real(np.int64(3)), as_real(2.5), as_real(True), as_real("3"), as_real([1.0])
+        (3.0, 2.5, None, None, None)
+    """
+    if isinstance(value, bool | str | bytes):
+        return None
+    if not isinstance(value, numbers.Real):  # a 0-d array or tensor gives its one number
+        if getattr(value, "ndim", None) != 0 or not callable(getattr(value, "item", None)):
+            return None
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
 
 
 def check_int(name: str, value: Any, minimum: int) -> None:
