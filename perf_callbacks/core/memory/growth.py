@@ -152,11 +152,13 @@ class MemoryGrowth:
     Args:
         device: the CUDA device of this rank, or None for host memory (RSS).
         warn: ``warn(message)``, the engine's warn-once (rank 0).
+        profile_memory: windows record allocations (``profile_memory``), so the next one names the op that keeps
+            memory; else the warning says how to get it.
     """
 
-    def __init__(self, device: torch.device | None, warn: Callable[[str], None]) -> None:
+    def __init__(self, device: torch.device | None, warn: Callable[[str], None], profile_memory: bool = False) -> None:
         self.device = device if device is not None and device.type == "cuda" else None
-        self._warn = warn
+        self._warn, self.profile_memory = warn, profile_memory
         self.detector = GrowthDetector(_total_bytes(self.device))
         self.held: tuple[int, int] | None = None  # (step, bytes) of the last reading, logged at the logging step
         self.growth: Growth | None = None
@@ -192,8 +194,10 @@ class MemoryGrowth:
                 f"step {g.until_step} it rose in most of {g.intervals} logging intervals, to {g.held / 1e9:.2f} GB"
                 f"{left}. Something keeps tensors across steps (a loss or an output appended to a list with its "
                 "graph? keep `loss.detach()` or `loss.item()`)"
-                f"{'' if self.device is not None else _FRAGMENTS}; the next profiling window names the operator that "
-                "allocates what is kept (profile_memory=True)")
+                f"{'' if self.device is not None else _FRAGMENTS}; "
+                + ("the next profiling window names the operator that allocates what is kept" if self.profile_memory
+                   else "set profile_memory=True and the next profiling window names the operator that allocates "
+                        "what is kept"))
 
 
 def _confirm_steps(g: Growth, least: int) -> int:

@@ -143,9 +143,11 @@ def test_the_engine_reads_the_held_memory_at_the_start_of_logged_steps_only(tmp_
                for _, m in logged)
 
 
-def test_the_engine_warns_once_with_the_growth_and_passes_it_to_the_next_window(tmp_path: Path) -> None:
+@pytest.mark.parametrize("profile_memory", [False, True])
+def test_the_engine_warns_once_with_the_growth_and_passes_it_to_the_next_window(tmp_path: Path,
+                                                                              profile_memory: bool) -> None:
     logged: list = []
-    e = engine(tmp_path, logged)
+    e = engine(tmp_path, logged, profile_memory=profile_memory)
     held = iter(range(400 * MB, 100 * GB, 10 * MB))  # 10 MB per reading: 2 MB a step
     with mock.patch("perf_callbacks.core.memory.growth.host_rss_bytes", side_effect=lambda: next(held)), \
             warnings.catch_warnings(record=True) as seen:
@@ -155,6 +157,11 @@ def test_the_engine_warns_once_with_the_growth_and_passes_it_to_the_next_window(
     said = [str(w.message) for w in seen if issubclass(w.category, MemoryGrowthWarning)]
     assert len(said) == 1 and "grows by 2.10 MB per step" in said[0]  # 2 MiB
     assert "small tensors kept across steps (even detached) pin the C allocator's heap" in said[0]  # on CPU only
+    # the op is named only in windows that record allocations: by default the warning says how to get it
+    how = "; set profile_memory=True and the next profiling window names the operator that allocates what is kept"
+    assert (how in said[0]) is not profile_memory
+    assert said[0].endswith("; the next profiling window names the operator that allocates what is kept") \
+        is profile_memory
     assert e.windows.growth_meta is not None
     assert e.windows.growth_meta() == {"bytes_per_step": 2 * MB, "since_step": 14, "until_step": 54 + CONFIRM_STEPS}
 

@@ -256,3 +256,31 @@ def test_a_signal_that_cannot_be_installed_turns_off_only_the_signal(tmp_path: P
         assert engine.captures.anomaly is not None  # and so does the anomaly rule
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("every", [1, 2, 4, 5])
+def test_the_anomaly_rule_fires_at_any_log_every_n_steps(tmp_path: Path, every: int) -> None:
+    """300 ms steps, step 30 takes 1.5 s: the bar is set from short intervals added up, and the spike opens a window."""
+    from unittest import mock
+
+    from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+    from tests.core.engine_helpers import FakeClock
+
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 1000}, "summary": False, "capture_on_anomaly": True,
+                                "capture_signal": None, "capture_poll_s": 0, "flops": False, "memory": False})
+    engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=every))
+    assert engine.captures.anomaly is not None
+    engine.captures.anomaly.sampler = None  # judged on elapsed time: the fake clock's
+    clock = FakeClock()
+    try:
+        with mock.patch("time.perf_counter", clock):
+            for step in range(40):
+                engine.batch_start(step)
+                clock.t += 1.5 if step == 30 else 0.3
+                engine.batch_end(stepped=True)
+                plan = engine.windows.schedule.plan
+                if plan is not None:
+                    break
+    finally:
+        engine.close()
+    assert plan is not None and plan.reason == "anomaly" and (plan.step, plan.first) == (30, 31)
