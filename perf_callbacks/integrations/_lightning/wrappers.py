@@ -2,14 +2,9 @@
 
 - ``trainer.save_checkpoint`` (what ModelCheckpoint calls) gets a ``checkpoint`` range.
 - The training epoch loop's fetch hooks time the DataLoader's ``next()`` alone as data wait.
-
-And one thing it corrects when a ``fit`` fails: Lightning's signal connector put back after ``on_exception`` the
-handlers it saw when the fit started, ours among them (:func:`forget_our_handlers`).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import lightning.pytorch as pl
 
@@ -67,15 +62,19 @@ def unwrap_fetch(trainer: pl.Trainer) -> None:
             del loop.__dict__[name]
 
 
-def forget_our_handlers(trainer: pl.Trainer, engine: PerfEngine) -> None:
-    """Make Lightning put back the handler ours replaced, not ours, when it tears a failed ``fit`` down.
+def undo_failed_fit(trainer: pl.Trainer, engine: PerfEngine | None) -> None:
+    """After ``on_exception`` (Lightning calls no teardown hook after a failed fit): our wrappers off, and the signal
+    handler ours replaced is the one Lightning puts back (the engine is closed by then).
 
-    Our handler is installed in ``setup``; the signal connector then saves every handler and restores them in the
-    Trainer's teardown, which runs after ``on_exception`` when ``fit`` fails (a sanity-check error, ``Ctrl-C``): it
-    would re-install the handler that :meth:`PerfEngine.close` had just removed. Another Lightning version: nothing.
+    Our handler is installed in ``setup``; Lightning's signal connector then saves every handler and restores them in
+    the Trainer's teardown, which runs after ``on_exception`` when ``fit`` fails (an exception in ``training_step``, a
+    sanity-check error, ``Ctrl-C``): it would re-install the handler that :meth:`PerfEngine.close` had just removed.
+    Another Lightning version, without that connector: the wrappers only.
     """
-    saved: Any = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
-    if not isinstance(saved, dict):
+    unwrap_save_checkpoint(trainer)
+    unwrap_fetch(trainer)
+    saved = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
+    if engine is None or not isinstance(saved, dict):
         return
     for signum, (ours, previous) in engine.captures.replaced_handlers().items():
         if saved.get(signum) is ours:
