@@ -1,13 +1,15 @@
 """Everything we install is undone however training ends: the capture signal's handler after a failed run.
 
 Each test installs a handler of its own for ``SIGUSR2`` (our ``capture_signal``), runs a fit that fails, and checks
-that its handler, not ours, is installed afterwards, and that our capture thread has stopped.
+that its handler, not ours, is installed afterwards, and that the run's threads have stopped (the capture request
+poller, the CPU-wait sampler of ``capture_on_anomaly``, the hang watchdog; the job thread is one per process).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -19,7 +21,9 @@ import torch
 from perf_callbacks import GPUPerfCallback
 from tests.integrations.lit_helpers import TinyModel, loader, trainer
 
-OPTIONS: dict[str, Any] = {"check_dataloaders": False, "hang_timeout": 0, "capture_poll_s": 0.05}
+OPTIONS: dict[str, Any] = {"check_dataloaders": False, "hang_timeout": 60, "capture_poll_s": 0.05,
+                           "capture_on_anomaly": True}
+RUN_THREADS = ("perf-callbacks-capture", "perf-callbacks-wait", "perf-callbacks-hang-watch")
 
 
 def _theirs(signum: int, frame: FrameType | None) -> None:
@@ -38,7 +42,10 @@ def user_handler() -> Iterator[Callable[[int, FrameType | None], None]]:
 
 def _undone(handler: Callable[[int, FrameType | None], None]) -> None:
     assert signal.getsignal(signal.SIGUSR2) is handler
-    assert not any(t.name == "perf-callbacks-capture" for t in threading.enumerate())
+    deadline = time.monotonic() + 5.0  # a daemon thread sees its stop event within one poll
+    while (alive := [t.name for t in threading.enumerate() if t.name in RUN_THREADS]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert alive == []
 
 
 class FailsInSanityCheck(TinyModel):
