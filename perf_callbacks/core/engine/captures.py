@@ -51,30 +51,28 @@ class EngineCaptures:
         if ctx.rank == min(config.ranks or [0]):  # the rank whose scalars are logged marks each capture
             schedule.opened = self._mark
         if on and (config.capture_signal or config.capture_poll_s > 0):
-            self._start(config, windows)
+            self._source(lambda: self._start(config, windows), "capture_requests",
+                         "captures on request are off for this run")
 
     def _start(self, config: PerfConfig, windows: WindowRecorder) -> None:
-        """Each source on its own: one that fails is off, with its own warning; the others go on."""
         folders = [self.ctx.output_dir, windows.layout.run_dir]
-        try:
-            self.requests = requests = CaptureRequests(
-                config.capture_signal,
-                config.capture_poll_s,
-                folders,
-                self.ctx.remote,
-                config.storage_options,
-                windows.schedule,
-            )
-        except Exception as err:  # noqa: BLE001 - instrumentation must never break training
-            self._off("capture_requests", f"captures on request are off for this run: {type(err).__name__}: {err}")
-            return
+        self.requests = CaptureRequests(
+            config.capture_signal,
+            config.capture_poll_s,
+            folders,
+            self.ctx.remote,
+            config.storage_options,
+            windows.schedule,
+        )
+        self._start_sources(config, self.requests)
+
+    def _start_sources(self, config: PerfConfig, requests: CaptureRequests) -> None:
+        """Each source on its own: one that fails is off, with its own warning; the others go on."""
         if requests.signal is not None:
             self._source(requests.signal.install, "capture_signal",
                          f"capture_signal {config.capture_signal} is off for this run (no handler installed)")
         if requests.files is not None:
-            self._source(requests.files.start, "capture_poll_s", "request files are off for this run (capture_poll_s; "
-                         "the signal still works)" if requests.signal is not None else
-                         "request files are off for this run (capture_poll_s)")
+            self._source(requests.files.start, "capture_poll_s", "request files are off for this run (capture_poll_s)")
 
     def _source(self, start: Callable[[], object], key: str, what: str) -> None:
         try:
