@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import statistics
@@ -35,6 +36,7 @@ from perf_callbacks.core.memory.sampler import host_rss_bytes
 from perf_callbacks.core.pid import current_pid
 
 __all__ = ["META_KEY", "Growth", "GrowthDetector", "MemoryGrowth"]
+log = logging.getLogger(__name__)
 _MB = 1024.0 * 1024.0
 _FRAGMENTS = (" or, on CPU, small tensors kept across steps (even detached) pin the C allocator's heap, whose freed "
               "blocks then grow the RSS (keep Python numbers: `loss.item()`)")
@@ -171,6 +173,10 @@ class MemoryGrowth:
         if found is not None:
             self.growth = found
             self._warn(self.message(found))
+        elif (g := self.growth) is not None and step - g.until_step >= self.detector.confirm_steps \
+                and held - g.held < 0.5 * g.rate * (step - g.until_step):  # it levelled off since: windows after
+            self.growth = None  # this one no longer look for what grows
+            log.info("perf-callbacks: the memory held levelled off by step %d (%.2f GB)", step, held / 1e9)
 
     def add_metrics(self, metrics: dict[str, float]) -> None:
         """``memory/held_mb`` (the last step-start reading) and, on CPU, ``memory/peak_rss_mb`` for the interval."""

@@ -166,6 +166,20 @@ def test_the_engine_warns_once_with_the_growth_and_passes_it_to_the_next_window(
     assert e.windows.growth_meta() == {"bytes_per_step": 2 * MB, "since_step": 14, "until_step": 54 + CONFIRM_STEPS}
 
 
+def test_a_growth_told_that_levels_off_later_is_no_longer_passed_to_windows(tmp_path: Path) -> None:
+    e = engine(tmp_path, [])
+    readings = [400 * MB + 10 * MB * min(i, 60) for i in range(120)]  # 2 MiB a step for 300 steps, then flat
+    held = iter(readings)
+    with mock.patch("perf_callbacks.core.memory.growth.host_rss_bytes", side_effect=lambda: next(held)), \
+            pytest.warns(MemoryGrowthWarning, match="grows by 2.10 MB per step") as rec:
+        run_steps(e, 5 * 61)  # the readings at steps 4, 9, ... 299: still growing, told at 254
+        assert e.windows.growth_meta is not None and e.windows.growth_meta() is not None
+        run_steps(e, 5 * 58, start=5 * 61)  # flat from step 304 on: 200 steps later the growth is over
+    e.close()
+    assert len(rec) == 1
+    assert e.windows.growth_meta() is None
+
+
 def test_a_failed_read_turns_the_check_off_with_one_warning_and_training_goes_on(tmp_path: Path) -> None:
     e = engine(tmp_path, [])
     with mock.patch("perf_callbacks.core.memory.growth.host_rss_bytes", side_effect=OSError("gone")), \
