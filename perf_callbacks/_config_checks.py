@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -66,6 +67,28 @@ def check_positive(name: str, value: float, maximum: float | None = None) -> Non
         raise PerfConfigError(f"{name} must be a finite number {valid}, got {value!r}{hint}")
 
 
+def as_real(value: Any) -> float | None:
+    """``value`` as a float when it is one number of any numeric type (numpy scalar, 0-d tensor...); else None.
+
+    Example:
+        >>> import numpy as np
+        >>> as_real(np.int64(3)), as_real(2.5), as_real(True), as_real("3"), as_real([1.0])
+        (3.0, 2.5, None, None, None)
+    """
+    if isinstance(value, bool | str | bytes):
+        return None
+    if not isinstance(value, numbers.Real):  # a 0-d array or tensor gives its one number
+        if getattr(value, "ndim", None) != 0 or not callable(getattr(value, "item", None)):
+            return None
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
 def check_int(name: str, value: Any, minimum: int) -> None:
     """``value``: an integer (not a bool) >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -89,10 +112,21 @@ def check_capture(max_per_hour: int, poll_s: float, signal_name: str | None) -> 
     if signal_name is not None:
         import signal
 
-        if not isinstance(getattr(signal, signal_name, None), signal.Signals) or signal_name.startswith("SIG_"):
+        signum = getattr(signal, signal_name, None)
+        known = isinstance(signum, signal.Signals) and not signal_name.startswith("SIG_")
+        if not known or signum not in _catchable():
+            why = "a signal no handler can catch" if known else "no signal of this platform"
             raise PerfConfigError(
-                f"capture_signal must name a signal of this platform (e.g. 'SIGUSR2'), got {signal_name!r}"
+                f"capture_signal must name a signal a handler can catch on this platform (e.g. 'SIGUSR2'), got "
+                f"{signal_name!r} ({why})"
             )
+
+
+def _catchable() -> set[int]:
+    """The signals a Python handler can be installed for: all valid ones but SIGKILL and SIGSTOP."""
+    import signal
+
+    return set(signal.valid_signals()) - {getattr(signal, n) for n in ("SIGKILL", "SIGSTOP") if hasattr(signal, n)}
 
 
 def check_flops(flops_per_step: float | None, peak_tflops: float | None, peak_tbps: float | None) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from perf_callbacks._config_checks import (
     ACTIVITIES,
+    as_real,
     check_activities,
     check_capture,
     check_flops,
@@ -235,7 +236,7 @@ def _normalize(cfg: PerfConfig) -> None:
     """Take what the callbacks take, as ``PerfConfig(...)`` keywords too.
 
     That is a mapping (or None) for ``schedule``, its keys checked, and lists for ``activities``, ``ranks`` and
-    ``nsys_steps``.
+    ``nsys_steps``, and a number of any numeric type (numpy, a 0-d tensor) for the FLOPs options.
     """
     schedule = cfg.schedule
     if schedule is None:
@@ -250,3 +251,7 @@ def _normalize(cfg: PerfConfig) -> None:
     for name in ("activities", "ranks", "nsys_steps"):
         if isinstance(getattr(cfg, name), list):
             object.__setattr__(cfg, name, tuple(getattr(cfg, name)))
+    for name in ("flops_per_step", "peak_tflops", "peak_tbps"):  # a numpy or 0-d tensor number too
+        value = getattr(cfg, name)
+        if not isinstance(value, int | float | None) and (number := as_real(value)) is not None:
+            object.__setattr__(cfg, name, number)

@@ -211,3 +211,15 @@ def test_storage_options_is_a_mapping_passed_through() -> None:
     assert cfg.storage_options == {"anon": False}
     with pytest.raises(PerfConfigError, match=r"storage_options must be a mapping of fsspec options, got 'key=1'"):
         PerfConfig(storage_options="key=1")  # type: ignore[arg-type]
+
+
+def test_flops_options_take_a_number_of_any_numeric_type_and_refuse_non_finite_ones() -> None:
+    import numpy as np
+    import torch
+
+    assert PerfConfig(flops_per_step=np.int64(10**9)).flops_per_step == 1e9
+    assert PerfConfig(flops_per_step=torch.tensor(2e9), peak_tflops=np.float32(312)).peak_tflops == 312.0
+    for bad in (float("inf"), float("nan"), -1.0, np.float64("inf"), torch.tensor(float("nan"))):
+        with pytest.raises(PerfConfigError, match="^flops_per_step must be a finite number > 0, got ") as err:
+            PerfConfig(flops_per_step=bad)
+        assert "\n" not in str(err.value)

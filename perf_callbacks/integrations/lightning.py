@@ -32,6 +32,7 @@ from perf_callbacks.integrations._cli_errors import config_or_exit
 from perf_callbacks.integrations._lightning.loaders import check_train_loaders
 from perf_callbacks.integrations._lightning.loggers import default_output_dir, metrics_sink, text_sink
 from perf_callbacks.integrations._lightning.wrappers import (
+    undo_failed_fit,
     unwrap_fetch,
     unwrap_save_checkpoint,
     wrap_fetch,
@@ -217,8 +218,7 @@ class GPUPerfCallback(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self.engine is not None:
             self.engine.close(exception)
-        unwrap_save_checkpoint(trainer)  # Lightning calls no teardown hook after a failed fit
-        unwrap_fetch(trainer)
+        undo_failed_fit(trainer, self.engine)  # Lightning calls no teardown hook after a failed fit
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -2,7 +2,8 @@
 
 The engine calls :meth:`EngineCaptures.spiked` only for a step above the bar (a comparison on its own hot path),
 :meth:`EngineCaptures.interval` at logging steps, :meth:`EngineCaptures.close` at the end. A failure here turns
-captures off with one warning; it never reaches training.
+off only what failed (the anomaly rule, the signal or the request files), with one warning naming it; it never reaches
+training.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from perf_callbacks.core.timing.stats import Slowdown
 from perf_callbacks.core.triggers.captures import AnomalyWatch, Capture
 from perf_callbacks.core.triggers.requests import CaptureRequests
 from perf_callbacks.core.triggers.wait import WaitSampler
-from perf_callbacks.core.warn import WarnFn
+from perf_callbacks.core.warn import WarnFn, quiet
 from perf_callbacks.core.windows.recorder import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
@@ -50,7 +51,8 @@ class EngineCaptures:
         if ctx.rank == min(config.ranks or [0]):  # the rank whose scalars are logged marks each capture
             schedule.opened = self._mark
         if on and (config.capture_signal or config.capture_poll_s > 0):
-            self._guard(lambda: self._start(config, windows))
+            self._source(lambda: self._start(config, windows), "capture_requests",
+                         "captures on request are off for this run")
 
     def _start(self, config: PerfConfig, windows: WindowRecorder) -> None:
         folders = [self.ctx.output_dir, windows.layout.run_dir]
@@ -64,7 +66,31 @@ class EngineCaptures:
             run=windows.layout.run_dir.name,
             rank=self.ctx.rank,
         )
-        self.requests.start()
+        self._start_sources(config, self.requests)
+
+    def _start_sources(self, config: PerfConfig, requests: CaptureRequests) -> None:
+        """Each source on its own: one that fails is off, with its own warning; the others go on."""
+        if requests.signal is not None:
+            self._source(requests.signal.install, "capture_signal",
+                         f"capture_signal {config.capture_signal} is off for this run (no handler installed)")
+        if requests.files is not None:
+            self._source(requests.files.start, "capture_poll_s", "request files are off for this run (capture_poll_s)")
+
+    def _source(self, start: Callable[[], object], key: str, what: str) -> None:
+        try:
+            start()
+        except Exception as err:  # noqa: BLE001 - one source that fails leaves the others on
+            self._off(key, f"{what}: {type(err).__name__}: {err}")
+
+    def _off(self, key: str, message: str) -> None:
+        self._warn(key, InstrumentUnavailableWarning, message, False)
+
+    def replaced_handlers(self) -> dict[int, tuple[object, object]]:
+        """``{signum: (our handler, the one it replaced)}`` for the signal handler this engine installed, if any."""
+        signal = self.requests.signal if self.requests is not None else None
+        if signal is None or signal._handle is None:
+            return {}
+        return {int(signal.signum): (signal._handle, signal.previous)}
 
     def spiked(self, step: int, elapsed: float) -> None:
         """A measured step above the bar."""
@@ -82,10 +108,10 @@ class EngineCaptures:
     def close(self) -> None:
         """Restore the signal's previous handler, stop looking for request files."""
         if self.requests is not None:
-            self._guard(self.requests.close)
+            quiet(self.requests.close)
         sampler = self.anomaly.sampler if self.anomaly is not None else None
         if sampler is not None:
-            self._guard(sampler.close)
+            quiet(sampler.close)
 
     def _mark(self, capture: Capture) -> None:
         """The capture in TensorBoard (or the run's logger): ``perf/capture`` (its ratio, or 1) and its reason."""
@@ -103,10 +129,5 @@ class EngineCaptures:
             return fn()
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
             self.anomaly = None
-            self._warn(
-                "capture",
-                InstrumentUnavailableWarning,
-                f"captured windows are off for this run: {type(err).__name__}: {err}",
-                False,
-            )
+            self._off("capture", f"capture_on_anomaly is off for this run: {type(err).__name__}: {err}")
             return None

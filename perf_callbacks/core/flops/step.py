@@ -167,7 +167,8 @@ class StepFlops:
             self._drop(f"step {self.counted_step} ended without an optimizer step")  # a new step began
         if not self._looked:
             self._looked = True
-            self._per_batch = flops_per_batch(self.model)
+            self._per_batch = flops_per_batch(
+                self.model, lambda msg: self._warn("flops_per_batch", InstrumentUnavailableWarning, msg))
             if self._per_batch is None and (self.compiled or is_compiled(self.model)):
                 return self._skip_compiled()
         if self._per_batch is not None:

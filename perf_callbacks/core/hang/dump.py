@@ -9,11 +9,14 @@
   collectives (``torch._C._distributed_c10d._dump_fr_trace_json``), where the process group has one. It is written
   last: a dump that blocks leaves the rest in place.
 
-Nothing here raises: a failure to write one file is logged and the others are still written.
+Nothing here raises: each file is whole or absent (written under a temporary name, synced, renamed; the partial file
+removed on failure), a failure to write one is logged at debug level and the others are still written, and the line
+on stderr names only the files written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import json
@@ -21,13 +24,15 @@ import logging
 import os
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import IO, Any
 
 from perf_callbacks.core.warn import quiet
 
@@ -65,13 +70,19 @@ class HangFacts:
 
 
 def write_hang(folder: Path, facts: HangFacts) -> Path:
-    """Write ``folder`` (stacks, ``hang.json``, then the Flight Recorder) and say so on stderr; returns ``folder``."""
+    """Write ``folder`` (stacks, ``hang.json``, then the Flight Recorder) and say so on stderr; returns ``folder``.
+
+    Each file is whole or absent (see :func:`_atomic`), and the line on stderr names only the files written; a file
+    that could not be written is one clause of it (the error's traceback goes to the debug log).
+    """
+    failed: list[str] = []
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        log.warning("perf-callbacks: could not create %s", folder, exc_info=True)
+    except OSError as err:
+        log.debug("perf-callbacks: could not create %s", folder, exc_info=True)
+        _say(facts, folder, [], [f"{folder} could not be created ({_error(err)})"])
         return folder
-    quiet(lambda: _write_faulthandler(folder / "stacks.txt"))
+    written = ["stacks.txt"] if _tried(lambda: _write_faulthandler(folder / "stacks.txt"), "stacks.txt", failed) else []
     data = {
         "format": FORMAT,
         **asdict(facts),
@@ -82,19 +93,47 @@ def write_hang(folder: Path, facts: HangFacts) -> Path:
         "resumed": None,
     }
     data.update(data.pop("extra"))
-    quiet(lambda: _write_json(folder / "hang.json", data))
-    print(
-        f"perf-callbacks: rank {facts.rank}: no step completed for {facts.waited_s:.0f} s (step {facts.step}, "
-        f"phase {facts.phase}); every thread's stack and the last collectives are in {folder}; it is not stopped: "
-        f"`perf-callbacks report {folder.parent}` says which rank is where",
-        file=sys.stderr,
-        flush=True,
-    )
+    if _tried(lambda: _write_json(folder / "hang.json", data), "hang.json", failed):
+        written.append("hang.json")
+    _say(facts, folder, written, failed)
     for name, file in _FLIGHT_RECORDERS:
         if quiet(functools.partial(_write_flight_recorder, name, folder / file)):
             data["flight_recorder"].append(file)
             quiet(lambda: _write_json(folder / "hang.json", data))
     return folder
+
+
+def _say(facts: HangFacts, folder: Path, written: list[str], failed: list[str]) -> None:
+    """The one line on stderr: what happened, and where the evidence is, naming only the files written."""
+    if written == ["stacks.txt", "hang.json"]:
+        where = f"every thread's stack and the last collectives are in {folder}"
+    elif written:
+        where = f"{' and '.join(written)} in {folder}; " + "; ".join(failed)
+    else:
+        where = "no evidence was written: " + "; ".join(failed)
+    print(
+        f"perf-callbacks: rank {facts.rank}: no step completed for {facts.waited_s:.0f} s (step {facts.step}, "
+        f"phase {facts.phase}); {where}; it is not stopped: `perf-callbacks report {folder.parent}` says which rank "
+        "is where",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _tried(write: Callable[[], None], name: str, failed: list[str]) -> bool:
+    """``write()``; False, with why added to ``failed``, when it raised (its traceback goes to the debug log)."""
+    try:
+        write()
+    except Exception as err:  # noqa: BLE001 - the watchdog never raises
+        log.debug("perf-callbacks: could not write %s", name, exc_info=True)
+        failed.append(f"{name} could not be written ({_error(err)})")
+        return False
+    return True
+
+
+def _error(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err.strerror}" if isinstance(err, OSError) and err.strerror else \
+        f"{type(err).__name__}: {err}"
 
 
 def mark_resumed(folder: Path, steps_run: int, after_s: float) -> None:
@@ -145,8 +184,20 @@ def _library(filename: str) -> bool:
 
 
 def _write_faulthandler(path: Path) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+    """faulthandler's dump of every thread, through memory: it ignores its own write errors (a full disk would
+    leave an empty or cut file), so its text is written by :func:`_atomic`, which does not."""
+    with _scratch() as f:
         faulthandler.dump_traceback(f, all_threads=True)
+        f.seek(0)
+        text = f.read()
+    _atomic(path, text)
+
+
+def _scratch() -> IO[str]:
+    """A file in memory with a descriptor (``memfd`` on Linux), else a temporary file."""
+    if hasattr(os, "memfd_create"):
+        return open(os.memfd_create("perf-callbacks-stacks"), "w+", encoding="utf-8")
+    return tempfile.TemporaryFile("w+", encoding="utf-8")
 
 
 def _write_flight_recorder(name: str, path: Path) -> bool:
@@ -167,6 +218,20 @@ def _write_flight_recorder(name: str, path: Path) -> bool:
 
 
 def _write_json(path: Path, data: Any) -> None:
+    _atomic(path, json.dumps(data, indent=1, default=str))
+
+
+def _atomic(path: Path, text: str) -> None:
+    """``path`` whole or not at all: written under a temporary name, synced, then renamed; the partial file is removed
+    when that fails (a full disk), and the error raised."""
     tmp = path.with_name(f".{path.name}.partial")
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

@@ -8,18 +8,21 @@ step times: the first readings are skipped (optimizer state created at the first
 the median of the per-step rises between readings (a profiling window or a one-off cache that lifts the memory once
 is one rise, not a trend), and it fires once, when the memory rose at that rate in most intervals of the run for at
 least ``min_intervals`` intervals, by more than it could be noise, and fast enough to fill the memory within
-``horizon_steps`` steps.
+``horizon_steps`` steps. A growth so found is told only once it went on: as long again as it took to see it, and at
+least ``CONFIRM_STEPS`` steps (less when the memory would be full sooner); a bounded cache that fills and then levels
+off in between (its readings flat since) is no leak, and is never reported.
 
 Example:
     >>> d = GrowthDetector(total_bytes=10 * 2**30)
-    >>> readings = [(s, 2**30 + 2 * 2**20 * s) for s in range(4, 60, 4)]  # 2 MiB a step, read every 4 steps
+    >>> readings = [(s, 2**30 + 2 * 2**20 * s) for s in range(4, 300, 4)]  # 2 MiB a step, read every 4 steps
     >>> found = [(step, d.check(step, held)) for step, held in readings]
-    >>> [(step, g.rate / 2**20, g.since_step) for step, g in found if g is not None]  # 2 warm-up readings, 8 rises
-    [(44, 2.0, 12)]
+    >>> [(step, g.rate / 2**20, g.since_step) for step, g in found if g is not None]  # seen at 44, told 200 on
+    [(244, 2.0, 12)]
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import statistics
@@ -33,10 +36,12 @@ from perf_callbacks.core.memory.sampler import host_rss_bytes
 from perf_callbacks.core.pid import current_pid
 
 __all__ = ["META_KEY", "Growth", "GrowthDetector", "MemoryGrowth"]
+log = logging.getLogger(__name__)
 _MB = 1024.0 * 1024.0
 _FRAGMENTS = (" or, on CPU, small tensors kept across steps (even detached) pin the C allocator's heap, whose freed "
               "blocks then grow the RSS (keep Python numbers: `loss.item()`)")
 NOISE_SIGMAS = 3.0  # the median rise must be this many standard errors (of the rises' robust spread) above zero
+CONFIRM_STEPS = 200  # a growth seen must go on at least this many steps more (a cache that fills, then levels off)
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ class GrowthDetector:
     - The first ``warmup`` readings and readings before step ``min_step`` are skipped.
     - The rate is the median over the intervals since then of each interval's rise per step; it is computed after an
       interval in which the memory rose (a flat run costs one comparison a reading).
-    - It fires once, when: at least ``min_intervals`` intervals are in; the rate is positive and, in all but a
+    - It fires once, when (confirmed as in the module's docstring) at least ``min_intervals`` intervals are in; the rate is positive and, in all but a
       quarter of the intervals, the memory rose by at least half the rate (a trend, not one jump); the rate is
       beyond the rises' noise (three standard errors of their robust spread: 1.4826 x MAD), and the memory itself
       rose at half that rate at least (the medians of its first and last quarter of readings) and by six times its
@@ -80,13 +85,15 @@ class GrowthDetector:
 
     def __init__(self, total_bytes: int | None, warmup: int = 2, min_intervals: int = 8, min_rise: float = 4 * _MB,
                  min_fraction: float = 0.01, horizon_steps: int = 1_000_000, min_step: int = 5,
-                 max_points: int = 32) -> None:
+                 max_points: int = 32, confirm_steps: int = CONFIRM_STEPS) -> None:
         self.total, self.warmup, self.min_intervals = total_bytes, warmup, min_intervals
         self.min_rise, self.min_fraction, self.horizon, self.min_step = min_rise, min_fraction, horizon_steps, min_step
         self.max_points = max_points
         self.points: list[tuple[int, int]] = []  # (step, held) after the warm-up
         self.rises: list[float] = []  # bytes per step from each point to the next
         self.seen = 0  # readings fed, the warm-up included
+        self.seen_growth: Growth | None = None  # a growth found, not yet confirmed (see _confirm_steps)
+        self.confirm_steps = confirm_steps
         self.fired = False
 
     def check(self, step: int, held: int) -> Growth | None:
@@ -104,13 +111,24 @@ class GrowthDetector:
             kept = pts[::2]
             self.points = pts = kept if kept[-1] == pts[-1] else [*kept, pts[-1]]
             self.rises = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
-        if len(pts) <= self.min_intervals or self.rises[-1] <= 0:  # no rise since the last reading: nothing new
+        seen = self.seen_growth  # a growth counts once it went on (see _confirm_steps)
+        if seen is not None and step >= seen.until_step + _confirm_steps(seen, self.confirm_steps):
+            self.seen_growth = None
+            if held - seen.held < 0.5 * seen.rate * (step - seen.until_step):  # it levelled off: a cache that filled
+                return None
+            growth = self._find(pts, step, held)
+            self.fired = growth is not None
+            return growth
+        if seen is not None or len(pts) <= self.min_intervals or self.rises[-1] <= 0:  # no rise: nothing new
             return None
-        rises = self.rises
+        self.seen_growth = self._find(pts, step, held)
+        return None
+
+    def _find(self, pts: list[tuple[int, int]], step: int, held: int) -> Growth | None:
+        """The growth of the readings since the warm-up, else of the recent ones; None when neither grows."""
         for first in dict.fromkeys((0, max(0, len(pts) - 2 * self.min_intervals - 1))):
-            growth = self._growth(pts[first:], rises[first:], step, held)  # since the warm-up, or lately
+            growth = self._growth(pts[first:], self.rises[first:], step, held)
             if growth is not None:
-                self.fired = True
                 return growth
         return None
 
@@ -136,11 +154,13 @@ class MemoryGrowth:
     Args:
         device: the CUDA device of this rank, or None for host memory (RSS).
         warn: ``warn(message)``, the engine's warn-once (rank 0).
+        profile_memory: windows record allocations (``profile_memory``), so the next one names the op that keeps
+            memory; else the warning says how to get it.
     """
 
-    def __init__(self, device: torch.device | None, warn: Callable[[str], None]) -> None:
+    def __init__(self, device: torch.device | None, warn: Callable[[str], None], profile_memory: bool = False) -> None:
         self.device = device if device is not None and device.type == "cuda" else None
-        self._warn = warn
+        self._warn, self.profile_memory = warn, profile_memory
         self.detector = GrowthDetector(_total_bytes(self.device))
         self.held: tuple[int, int] | None = None  # (step, bytes) of the last reading, logged at the logging step
         self.growth: Growth | None = None
@@ -153,6 +173,10 @@ class MemoryGrowth:
         if found is not None:
             self.growth = found
             self._warn(self.message(found))
+        elif (g := self.growth) is not None and step - g.until_step >= self.detector.confirm_steps \
+                and held - g.held < 0.5 * g.rate * (step - g.until_step):  # it levelled off since: windows after
+            self.growth = None  # this one no longer look for what grows
+            log.info("perf-callbacks: the memory held levelled off by step %d (%.2f GB)", step, held / 1e9)
 
     def add_metrics(self, metrics: dict[str, float]) -> None:
         """``memory/held_mb`` (the last step-start reading) and, on CPU, ``memory/peak_rss_mb`` for the interval."""
@@ -176,8 +200,17 @@ class MemoryGrowth:
                 f"step {g.until_step} it rose in most of {g.intervals} logging intervals, to {g.held / 1e9:.2f} GB"
                 f"{left}. Something keeps tensors across steps (a loss or an output appended to a list with its "
                 "graph? keep `loss.detach()` or `loss.item()`)"
-                f"{'' if self.device is not None else _FRAGMENTS}; the next profiling window names the operator that "
-                "allocates what is kept (profile_memory=True)")
+                f"{'' if self.device is not None else _FRAGMENTS}; "
+                + ("the next profiling window names the operator that allocates what is kept" if self.profile_memory
+                   else "set profile_memory=True and the next profiling window names the operator that allocates "
+                        "what is kept"))
+
+
+def _confirm_steps(g: Growth, least: int) -> int:
+    """How long a growth seen must go on before it is told: as long again as it took to see it, ``least`` steps at
+    least, but no more than a quarter of the steps left before the memory is full at its rate."""
+    wait = max(g.until_step - g.since_step, least)
+    return wait if g.steps_to_full is None else min(wait, g.steps_to_full // 4)
 
 
 def _levels_rose(pts: list[tuple[int, int]], rate: float) -> bool:

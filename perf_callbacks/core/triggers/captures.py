@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 K_MIN = 2.5  # a step under 2.5x the median is no anomaly, whatever the spread
 NOISE_Z = 6.0  # ... nor one within 6 robust standard deviations of it
 MIN_EXCESS_S = 0.1  # ... nor one less than 100 ms longer than it (a scheduler hiccup)
-MIN_STEPS = 5  # an interval of fewer measured steps leaves the bar as it was
+MIN_STEPS = 5  # fewer measured steps leave the bar as it was: they are added to the next interval's
 HOUR_S = 3600.0
 REASONS = ("anomaly", "slowdown", "signal", "file")
 MAX_REQUEST_STEPS = 1000
@@ -200,20 +200,30 @@ class SpikeLimit:
         0.11
         >>> bar.refresh([0.2] * 10, wait_fraction=0.5), bar.own_limit  # half of it waiting for a CPU
         (0.5, 0.25)
+        >>> short = SpikeLimit()  # log_every_n_steps 2: the intervals add up until they hold MIN_STEPS steps
+        >>> short.refresh([0.1, 0.1]), short.refresh([0.1, 0.1]), short.refresh([0.1, 0.1])
+        (inf, inf, 0.25)
     """
 
     def __init__(self) -> None:
         self.limit = math.inf  # on the elapsed time: what the engine compares each step with
         self.own_limit = math.inf  # on the steps' own time (the median less the interval's waiting share)
         self.median: float | None = None
+        self._short: list[float] = []  # the step times of intervals too short to set the bar, until they add up
 
     def refresh(self, step_times: Sequence[float], wait_fraction: float = 0.0) -> float:
         """The new bar from one interval's measured step times (seconds); the old one when too few were measured.
 
-        ``wait_fraction``: the share of the interval the thread waited for a CPU; the bar is on the steps' own time.
+        Fewer than ``MIN_STEPS`` (``log_every_n_steps`` 1 to 4, or steps left out) are kept and added to the next
+        interval's, so that the bar is set at any ``log_every_n_steps``. ``wait_fraction``: the share of the interval
+        the thread waited for a CPU; the bar is on the steps' own time.
         """
         if len(step_times) < MIN_STEPS:
-            return self.limit
+            self._short.extend(step_times)
+            if len(self._short) < MIN_STEPS:
+                return self.limit
+            step_times = self._short
+        self._short = []
         median = statistics.median(step_times)
         if median <= 0:
             return self.limit

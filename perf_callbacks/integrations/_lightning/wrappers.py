@@ -67,3 +67,22 @@ def unwrap_fetch(trainer: pl.Trainer) -> None:
     for name in ("_on_before_fetch", "_on_after_fetch"):
         if is_ours(vars(loop).get(name)):
             del loop.__dict__[name]
+
+
+def undo_failed_fit(trainer: pl.Trainer, engine: PerfEngine | None) -> None:
+    """After ``on_exception`` (Lightning calls no teardown hook after a failed fit): our wrappers off, and the signal
+    handler ours replaced is the one Lightning puts back (the engine is closed by then).
+
+    Our handler is installed in ``setup``; Lightning's signal connector then saves every handler and restores them in
+    the Trainer's teardown, which runs after ``on_exception`` when ``fit`` fails (an exception in ``training_step``, a
+    sanity-check error, ``Ctrl-C``): it would re-install the handler that :meth:`PerfEngine.close` had just removed.
+    Another Lightning version, without that connector: the wrappers only.
+    """
+    unwrap_save_checkpoint(trainer)
+    unwrap_fetch(trainer)
+    saved = getattr(getattr(trainer, "_signal_connector", None), "_original_handlers", None)
+    if engine is None or not isinstance(saved, dict):
+        return
+    for signum, (ours, previous) in engine.captures.replaced_handlers().items():
+        if saved.get(signum) is ours:
+            saved[signum] = previous

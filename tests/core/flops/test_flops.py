@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -21,6 +23,7 @@ from perf_callbacks.core.engine.engine import RunContext
 from perf_callbacks.core.flops.count import StepCounter, extra_formulas
 from perf_callbacks.core.flops.peak import peak_flops
 from perf_callbacks.core.flops.step import META_KEY, StepFlops
+from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from tests.core.flops_helpers import Distilled, Step, make_engine, mlp, once, train
 
 
@@ -237,6 +240,38 @@ def test_a_flops_per_batch_attribute_times_micro_batches_wins_over_counting(tmp_
     assert counter.call_count == 0 and engine.flops.counted_step is None
     assert engine.flops.per_step == 4 * 3e6
     assert engine.flops.source == "flops_per_batch 3e+06 x 4 micro-batches"
+
+
+@pytest.mark.parametrize("given", [np.int64(3_000_000), torch.tensor(3e6), np.float32(3e6)],
+                         ids=["np.int64", "0-d tensor", "np.float32"])
+def test_a_flops_per_batch_of_any_numeric_type_gives_tflops_and_mfu(tmp_path: Path, given: object) -> None:
+    model = mlp()
+    model.flops_per_batch = given  # type: ignore[assignment]
+    logged: list = []
+    engine = make_engine(tmp_path, logged, peak_tflops=1.0)
+    train(engine, model, torch.randn(8, 32), steps=5, accumulate=2)
+    assert engine.flops.per_step == 2 * 3e6 and engine.flops.source == "flops_per_batch 3e+06 x 2 micro-batches"
+    (_, metrics), = logged
+    step_s = metrics["perf/train/step_time_ms"] / 1e3
+    assert metrics["perf/train/tflops"] == pytest.approx(6e6 / step_s / 1e12)
+    assert metrics["perf/train/mfu"] == pytest.approx(metrics["perf/train/tflops"] / 1.0)
+
+
+@pytest.mark.parametrize("given", [float("inf"), float("nan"), -5e6, 0, np.float64("inf"), torch.tensor(-1.0), "3e6",
+                                   torch.ones(2)])
+def test_a_flops_per_batch_that_is_no_finite_positive_number_is_ignored_with_one_warning(
+        tmp_path: Path, given: object) -> None:
+    model = mlp()
+    model.flops_per_batch = given  # type: ignore[assignment]
+    logged: list = []
+    engine = make_engine(tmp_path, logged, peak_tflops=1.0)
+    with pytest.warns(InstrumentUnavailableWarning, match=r"the model's flops_per_batch must be a finite number > 0, "
+                                                          r"got .*: it is ignored") as rec:
+        train(engine, model, torch.randn(8, 32), steps=5)
+    assert len(rec) == 1 and "\n" not in str(rec[0].message)
+    assert engine.flops.source.startswith("counted")  # measured as without it
+    (_, metrics), = logged
+    assert math.isfinite(metrics["perf/train/tflops"]) and metrics["perf/train/tflops"] < 1.0
 
 
 def test_flops_false_counts_nothing_and_says_so(tmp_path: Path) -> None:

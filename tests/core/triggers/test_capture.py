@@ -222,13 +222,65 @@ def test_each_request_id_is_served_once_and_an_old_one_never(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"capture_signal": "SIGNOPE"}, "capture_signal must name a signal"),
-        ({"capture_signal": "SIG_DFL"}, "capture_signal must name a signal"),
+        ({"capture_signal": "SIGNOPE"}, r"capture_signal must name a signal .*'SIGNOPE' \(no signal of this"),
+        ({"capture_signal": "SIG_DFL"}, "capture_signal must name a signal .*'SIG_DFL'"),
+        ({"capture_signal": "SIGKILL"}, r"capture_signal must name a signal .*'SIGKILL' \(a signal no handler can catch\)$"),
+        ({"capture_signal": "SIGSTOP"}, r"capture_signal must name a signal .*'SIGSTOP' \(a signal no handler can catch\)$"),
         ({"capture_poll_s": -1}, "capture_poll_s must be a finite number >= 0, got -1"),
         ({"capture_max_per_hour": -1}, "capture_max_per_hour must be >= 0, got -1"),
         ({"capture_on_anomaly": "yes"}, "capture_on_anomaly must be bool"),
     ],
 )
 def test_bad_capture_options_are_refused(options: dict[str, object], message: str) -> None:
-    with pytest.raises(PerfConfigError, match=message):
+    with pytest.raises(PerfConfigError, match=message) as err:
         PerfConfig.from_dict(options)
+    assert "\n" not in str(err.value)  # one line
+
+
+def test_a_signal_that_cannot_be_installed_turns_off_only_the_signal(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from perf_callbacks.exceptions import InstrumentUnavailableWarning
+    from tests.core.engine_helpers import make_engine
+
+    def refuse(self: SignalRequest) -> bool:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(SignalRequest, "install", refuse)
+    with pytest.warns(InstrumentUnavailableWarning, match="^perf-callbacks: capture_signal SIGUSR2 is off for this run .*OSError") as rec:
+        engine = make_engine(tmp_path, capture_on_anomaly=True, capture_poll_s=0.05)
+    try:
+        assert len(rec) == 1
+        requests = engine.captures.requests
+        assert requests is not None and requests.files is not None and requests.files._thread is not None
+        assert requests.files._thread.is_alive()  # the request file still works
+        assert engine.captures.anomaly is not None  # and so does the anomaly rule
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("every", [1, 2, 4, 5])
+def test_the_anomaly_rule_fires_at_any_log_every_n_steps(tmp_path: Path, every: int) -> None:
+    """300 ms steps, step 30 takes 1.5 s: the bar is set from short intervals added up, and the spike opens a window."""
+    from unittest import mock
+
+    from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+    from tests.core.engine_helpers import FakeClock
+
+    cfg = PerfConfig.from_dict({"schedule": {"skip_first": 1000}, "summary": False, "capture_on_anomaly": True,
+                                "capture_signal": None, "capture_poll_s": 0, "flops": False, "memory": False})
+    engine = PerfEngine(cfg, RunContext(output_dir=tmp_path, run_name="run", log_every_n_steps=every))
+    assert engine.captures.anomaly is not None
+    engine.captures.anomaly.sampler = None  # judged on elapsed time: the fake clock's
+    clock = FakeClock()
+    try:
+        with mock.patch("time.perf_counter", clock):
+            for step in range(40):
+                engine.batch_start(step)
+                clock.t += 1.5 if step == 30 else 0.3
+                engine.batch_end(stepped=True)
+                plan = engine.windows.schedule.plan
+                if plan is not None:
+                    break
+    finally:
+        engine.close()
+    assert plan is not None and plan.reason == "anomaly" and (plan.step, plan.first) == (30, 31)
