@@ -125,14 +125,10 @@ def roofline_lines(rows: list[dict[str, Any]], peaks: dict[str, Any], top_k: int
         lines.append(f"  {note}")
     tflops = ", ".join(f"{k} {v:g}" for k, v in peaks.get("tflops", {}).items())
     flops = f"{tflops} TFLOP/s ({peaks.get('tflops_source') or 'n/a'})" if tflops else "no peak FLOP/s known"
-    lines.append(
-        f"  peaks: {flops}; "
-        + (
-            f"{peaks['tbps']:g} TB/s ({peaks.get('tbps_source')})"
-            if peaks.get("tbps")
-            else str(peaks.get("tbps_source") or "no peak memory bandwidth known")
-        )
-    )
+    tbps = peaks.get("tbps")
+    memory = f"{tbps:g} TB/s ({peaks.get('tbps_source')})" if tbps else str(
+        peaks.get("tbps_source") or "no peak memory bandwidth known")
+    lines.append(f"  peaks: {flops}; {memory}")
     return lines
 
 
