@@ -6,8 +6,8 @@ enqueue (:mod:`perf_callbacks.analysis.rank.arrivals`); the rank that starts las
 caused is its start minus the next latest start, but no more than its own extra work: its time from leaving the
 previous collective to this start, less the longest such time of the others (one gloo rank leaves each collective a
 little later than the other and so arrives later by as much, with no more work: no wait caused). Ranks on one host share the clock; across hosts each rank's offset is
-the median of ``end_r - end_ref`` over matched collectives (every rank leaves a blocking collective together) and is
-taken off its starts.
+the median of ``end_r - end_ref`` over matched collectives (every rank leaves a blocking collective together), kept
+within the bounds causality sets (:func:`offsets_us`), and is taken off its starts.
 
 A collective's wall time does not show this: under DDP a rank slow in backward launches its gradient buckets late and
 the others wait inside their own backward, whose wall time then matches the slow rank's. Arrival order shows it.
@@ -67,14 +67,24 @@ def matched(ranks: list[RankResult]) -> dict[int, dict[Key, list[Any]]]:
 
 
 def offsets_us(ranks: list[RankResult], calls: dict[int, dict[Key, list[Any]]]) -> dict[int, float]:
-    """Each rank's clock offset from the lowest rank: 0 on the same host, else the median gap of collective ends."""
+    """Each rank's clock minus the lowest rank's (microseconds): 0 on the same host, else estimated from collectives.
+
+    The estimate is the median of ``end_r - end_ref`` (every rank leaves a blocking collective together), kept inside
+    what causality allows: no collective ends on one rank before it started on the other, so the offset lies in
+    ``[start_r - end_ref, end_r - start_ref]`` for every matched collective.
+    """
     hosts = {r.rank: r.arrivals.get("host", "") for r in ranks}
     ref = min(calls)
     out = {}
     for rk, mine in calls.items():
-        same = hosts.get(rk) and hosts.get(rk) == hosts.get(ref)
-        gaps = [row[5] - calls[ref][k][5] for k, row in mine.items()]
-        out[rk] = 0.0 if same or not gaps else median(gaps)
+        theirs = calls[ref]
+        if not mine or (hosts.get(rk) and hosts.get(rk) == hosts.get(ref)):
+            out[rk] = 0.0
+            continue
+        lo = max(row[4] - theirs[k][5] for k, row in mine.items())
+        hi = min(row[5] - theirs[k][4] for k, row in mine.items())
+        guess = median(row[5] - theirs[k][5] for k, row in mine.items())
+        out[rk] = min(max(guess, lo), hi) if lo <= hi else guess
     return out
 
 
