@@ -24,6 +24,7 @@ SLEEP_S = 0.03
 ACTIVE = 12
 PHASES = ("backward", "data_wait", "optimizer_step")
 WINDOW = "window-000002-000013"
+HEALTHY = "healthy"
 
 
 class _Sleep(torch.autograd.Function):
@@ -53,9 +54,16 @@ class _Data(torch.utils.data.Dataset[torch.Tensor]):
         return self.x[i]
 
 
-def _worker(rank: int, world: int, port: int, out: str, phase: str, sleep_s: float, active: int) -> None:
+def _worker(rank: int, world: int, port: int, out: str, phases: list[str], sleep_s: float, active: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.set_num_threads(1)
+    for phase in phases:
+        _window(rank, Path(out) / (phase or HEALTHY) / WINDOW, phase, sleep_s, active)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _window(rank: int, target: Path, phase: str, sleep_s: float, active: int) -> None:
     torch.manual_seed(0)
     slow = {p: sleep_s if rank == SLOW_RANK and p == phase else 0.0 for p in PHASES}
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
@@ -81,23 +89,22 @@ def _worker(rank: int, world: int, port: int, out: str, phase: str, sleep_s: flo
                 time.sleep(slow["optimizer_step"])
             exit_span(span)
             prof.step()
-    target = Path(out) / WINDOW
     target.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(target / f"rank{rank}.pt.trace.json"))
-    dist.barrier()
-    dist.destroy_process_group()
 
 
-def write_traces(out: Path, phase: str = "", world: int = 2, sleep_s: float = SLEEP_S, active: int = ACTIVE) -> Path:
-    """Runs ``world`` gloo ranks; rank ``SLOW_RANK`` sleeps ``sleep_s`` a step in ``phase`` ("": a healthy run).
+def write_traces(out: Path, phases: tuple[str, ...] = ("",), world: int = 2, sleep_s: float = SLEEP_S,
+                 active: int = ACTIVE) -> dict[str, Path]:
+    """Runs ``world`` gloo ranks once, one profiled window per phase in ``phases``, in which rank ``SLOW_RANK``
+    sleeps ``sleep_s`` a step in that phase ("": a healthy window).
 
-    Returns the window folder ``out/WINDOW`` with ``rank{R}.pt.trace.json``.
+    Returns each phase's window folder (``out/<phase>/WINDOW``, ``out/healthy/WINDOW`` for "") by phase.
     """
     out.mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(world, free_port(), str(out), phase, sleep_s, active), nprocs=world, join=True)
-    return out / WINDOW
+    mp.spawn(_worker, args=(world, free_port(), str(out), list(phases), sleep_s, active), nprocs=world, join=True)
+    return {p: out / (p or HEALTHY) / WINDOW for p in phases}
 
 
 if __name__ == "__main__":
-    write_traces(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "",
-                 int(sys.argv[3]) if len(sys.argv) > 3 else 2)
+    print(write_traces(Path(sys.argv[1]), tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else ("",),
+                       int(sys.argv[3]) if len(sys.argv) > 3 else 2))

@@ -1,6 +1,7 @@
 """One rank's arrival at each collective, and its own time in each phase: the input of the culprit judgement.
 
-Each collective becomes one row ``[group, name, seq, step, start, end]`` (microseconds in the trace's own clock):
+Each collective becomes one row ``[group, name, seq, step, start, end]``, in wall-clock microseconds (the trace's
+``ts`` plus its ``baseTimeNanoseconds``, the clock that ranks on different hosts share up to their NTP error):
 
 - NCCL kernels on the timeline's device: ``start`` is the CPU-side enqueue (the ``record_param_comms`` op that
   launched the kernel, else the launch call, else the kernel's start), ``end`` the kernel's end; ``group`` and ``seq``
@@ -42,8 +43,17 @@ def arrivals(trace: RankTrace, tl: Timeline) -> dict[str, Any]:
         row[3] = trace.steps[i][STEP_NUMBER] if i >= 0 else -1
     calls.sort(key=lambda row: row[4])
     host = trace.meta.get("host_name")
-    return {"host": host if isinstance(host, str) else "", "calls": calls,
-            "phases": phase_ms(trace, tl, union((row[4], row[5]) for row in calls))}
+    phases = phase_ms(trace, tl, union((row[4], row[5]) for row in calls))
+    base = base_us(trace.meta)
+    for row in calls:
+        row[4], row[5] = row[4] + base, row[5] + base
+    return {"host": host if isinstance(host, str) else "", "calls": calls, "phases": phases}
+
+
+def base_us(meta: dict[str, Any]) -> float:
+    """The trace's ``baseTimeNanoseconds`` in microseconds (what turns its ``ts`` into wall-clock time), else 0."""
+    base = meta.get("baseTimeNanoseconds")
+    return base / 1e3 if isinstance(base, (int, float)) and not isinstance(base, bool) else 0.0
 
 
 def phase_ms(trace: RankTrace, tl: Timeline, comms: list[Span]) -> dict[str, float]:

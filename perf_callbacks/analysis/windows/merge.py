@@ -1,7 +1,8 @@
 """One timeline for several ranks of a window: a single Chrome-trace file that Perfetto and chrome://tracing open.
 
 Each chosen rank becomes one process (``pid`` = the rank, named ``rank N``); its device rows become threads of that
-process. Each rank's clock is shifted by its offset from the lowest rank
+process. Each rank's events are put on the first chosen rank's clock (through their ``baseTimeNanoseconds``: wall
+time) and shifted by the rank's remaining offset from the lowest rank
 (:func:`perf_callbacks.analysis.judge.arrival.offsets_us`: 0 on one host, else estimated from the collectives' ends),
 and flow ids are made unique per rank, so arrows never join two ranks. ``--ranks slowest,median,0`` (the default)
 keeps the few ranks that matter in a large run: the culprit (else the slowest step time), the median rank and rank 0.
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from perf_callbacks.analysis.judge.arrival import matched, offsets_us
-from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
+from perf_callbacks.analysis.rank.arrivals import base_us
+from perf_callbacks.analysis.results.result import AnalysisResult
 from perf_callbacks.analysis.trace.discover import MERGED_NAME
 from perf_callbacks.analysis.trace.loader import open_trace
 
@@ -71,32 +73,40 @@ def merge_ranks(result: AnalysisResult, spec: str = DEFAULT_RANKS, out: Path | N
     offsets = offsets_us(result.ranks, calls) if calls else {}
     events: list[dict[str, Any]] = []
     sources = {}
+    base: float | None = None
     for rank in chosen:
-        shift = offsets.get(rank, 0.0)
-        events += _rank_events(by_rank[rank], shift)
-        sources[str(rank)] = {"file": Path(by_rank[rank].path).name, "clock_offset_us": shift}
+        doc = _load(Path(by_rank[rank].path))
+        mine = base_us(doc) if isinstance(doc, dict) else 0.0
+        base = mine if base is None else base
+        shift = offsets.get(rank, 0.0) + base - mine
+        events += _rank_events(by_rank[rank].rank, doc, shift)
+        sources[str(rank)] = {"file": Path(by_rank[rank].path).name, "clock_offset_us": offsets.get(rank, 0.0)}
     target = out or Path(by_rank[chosen[0]].path).parent / MERGED_NAME
-    doc = {"schemaVersion": 1, "displayTimeUnit": "ms", "perfCallbacksMerged": sources, "traceEvents": events}
+    doc = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": round((base or 0.0) * 1e3),
+           "perfCallbacksMerged": sources, "traceEvents": events}
     opener = gzip.open if target.name.endswith(".gz") else open
     with opener(target, "wt", encoding="utf-8") as f:
         json.dump(doc, f)
     return target
 
 
-def _rank_events(rank: RankResult, shift: float) -> list[dict[str, Any]]:
-    """The rank's events as one process ``pid = rank``, its clock moved by ``-shift`` microseconds."""
-    with open_trace(Path(rank.path)) as f:
-        doc = json.load(f)
+def _load(path: Path) -> Any:
+    with open_trace(path) as f:
+        return json.load(f)
+
+
+def _rank_events(rank: int, doc: Any, shift: float) -> list[dict[str, Any]]:
+    """The events of ``rank``'s trace ``doc`` as one process ``pid = rank``, its clock moved by ``-shift`` us."""
     raw = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
     pids: dict[Any, int] = {}
-    out = [_meta("process_name", rank.rank, {"name": f"rank {rank.rank}"}),
-           _meta("process_sort_index", rank.rank, {"sort_index": rank.rank})]
+    out = [_meta("process_name", rank, {"name": f"rank {rank}"}),
+           _meta("process_sort_index", rank, {"sort_index": rank})]
     for e in raw:
         if not isinstance(e, dict) or (e.get("ph") == "M" and e.get("name") in _PROCESS_META):
             continue
         e = dict(e)
         order = pids.setdefault(e.get("pid"), len(pids))
-        e["pid"] = rank.rank
+        e["pid"] = rank
         tid = e.get("tid")
         if order and isinstance(tid, int) and not isinstance(tid, bool):
             e["tid"] = order * _THREADS + tid
@@ -105,7 +115,7 @@ def _rank_events(rank: RankResult, shift: float) -> list[dict[str, Any]]:
             e["ts"] = ts - shift
         for key in ("id", "bind_id"):
             if isinstance(e.get(key), int):
-                e[key] += rank.rank * _FLOWS
+                e[key] += rank * _FLOWS
         out.append(e)
     return out
 
