@@ -182,9 +182,9 @@ def culprit_text(c: dict[str, Any]) -> str:
     """One line: who, how often, where, by how much, and in which phase.
 
     Example:
-        >>> culprit_text({"rank": 3, "last_share": 0.87, "collective": "AllReduce", "steps": [100, 400],
-        ...               "wait_ms_each": 41.0, "phase": "backward", "phase_excess_ms": 40.0, "collectives": 90})
-        'rank 3 last in 87% of 90 collectives (mostly AllReduce), steps 100-400, 41.0 ms each; its backward takes 40.0 ms a step more than the other ranks\\' median'
+        >>> print(culprit_text({"rank": 3, "last_share": 0.87, "collective": "AllReduce", "steps": [100, 400],
+        ...                     "wait_ms_each": 41.0, "phase": "backward", "phase_excess_ms": 40.0, "collectives": 90}))
+        rank 3 last in 87% of 90 collectives (mostly AllReduce), steps 100-400, 41.0 ms each; its backward takes 40.0 ms...
     """
     text = (f"rank {c['rank']} last in {c['last_share']:.0%} of {c['collectives']} collectives (mostly "
             f"{c['collective']}), steps {c['steps'][0]}-{c['steps'][1]}, {c['wait_ms_each']:.1f} ms each")
