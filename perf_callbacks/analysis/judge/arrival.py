@@ -5,9 +5,10 @@ number (gloo, older torch), by (process group, collective, step, order within th
 enqueue (:mod:`perf_callbacks.analysis.rank.arrivals`); the rank that starts last held the others, and the wait it
 caused is its start minus the next latest start, but no more than its own extra work: its time from leaving the
 previous collective to this start, less the longest such time of the others (one gloo rank leaves each collective a
-little later than the other and so arrives later by as much, with no more work: no wait caused). Ranks on one host share the clock; across hosts each rank's offset is
-the median of ``end_r - end_ref`` over matched collectives (every rank leaves a blocking collective together), kept
-within the bounds causality sets (:func:`offsets_us`), and is taken off its starts.
+little later than the other and so arrives later by as much, with no more work: no wait caused). Ranks on one host
+share the clock; across hosts each rank's offset is the median of ``end_r - end_ref`` over matched collectives (every
+rank leaves a blocking collective together), kept within the bounds causality sets (:func:`offsets_us`), and is taken
+off its starts. Times are wall-clock (``ts`` plus ``baseTimeNanoseconds``).
 
 A collective's wall time does not show this: under DDP a rank slow in backward launches its gradient buckets late and
 the others wait inside their own backward, whose wall time then matches the slow rank's. Arrival order shows it.
@@ -184,7 +185,7 @@ def culprit_text(c: dict[str, Any]) -> str:
     Example:
         >>> print(culprit_text({"rank": 3, "last_share": 0.87, "collective": "AllReduce", "steps": [100, 400],
         ...                     "wait_ms_each": 41.0, "phase": "backward", "phase_excess_ms": 40.0, "collectives": 90}))
-        rank 3 last in 87% of 90 collectives (mostly AllReduce), steps 100-400, 41.0 ms each; its backward takes 40.0 ms...
+        rank 3 last in 87% of 90 collectives (mostly AllReduce), steps 100-400, 41.0 ms each; its backward takes...
     """
     text = (f"rank {c['rank']} last in {c['last_share']:.0%} of {c['collectives']} collectives (mostly "
             f"{c['collective']}), steps {c['steps'][0]}-{c['steps'][1]}, {c['wait_ms_each']:.1f} ms each")
