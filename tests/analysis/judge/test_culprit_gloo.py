@@ -56,6 +56,7 @@ def test_healthy_windows_name_no_culprit(two_ranks: dict[str, Path], window: str
     assert "culprit (arrival order): none" in format_text(result)
 
 
+@pytest.mark.slow
 def test_four_ranks_name_the_one_slow_in_backward(tmp_path: Path) -> None:
     found = write_traces(tmp_path, ("backward", ""), world=4)
     slow, healthy = analyze(found["backward"]), analyze(found[""])
