@@ -20,10 +20,11 @@ condition               rule
 ======================  ====================================================================================
 matched collectives     at least ``MIN_COLLECTIVES``, on at least two ranks
 recurrence beyond luck  the rank is the one that held the step most (the most wait caused) in ``k`` of ``n``
-                        steps (of ``n`` collectives without steps), with a binomial tail
-                        P(X >= k | n, 1/world) < ``ALPHA``: by chance every rank is last 1/world of the time
+                        steps (of ``n`` collectives without steps), with world x P(X >= k | n, 1/world) <
+                        ``ALPHA`` (a binomial tail; by chance every rank is last 1/world of the time, and any
+                        of the ``world`` ranks could have been the one: Bonferroni)
 material                the wait it causes per step is at least ``MIN_WAIT_MS`` and ``MIN_WAIT_SHARE`` of the
-                        median step time (of the window's span over its collectives without steps)
+                        median step time (without steps: ``MIN_WAIT_MS`` per collective)
 ======================  ====================================================================================
 
 The culprit's *phase* is the one of its phases (data wait, forward, backward, optimizer step; time outside
@@ -104,9 +105,10 @@ def culprit(ranks: list[RankResult]) -> dict[str, Any] | None:
     units = _held_steps(per_call)
     world = len(calls)
     k = sum(1 for held in units if held == who)
-    p_value = binomial_tail(k, len(units), 1 / world)
+    p_value = min(1.0, world * binomial_tail(k, len(units), 1 / world))  # any of `world` ranks could have been it
     step_ms = [s.time_ms for r in ranks for s in r.steps]
-    n_steps = len({step for _, _, step, _ in per_call}) or 1
+    steps = {step for _, _, step, _ in per_call}
+    n_steps = len(per_call) if steps == {-1} else len(steps)
     per_step_ms = waits[who] / 1e3 / n_steps
     floor = max(MIN_WAIT_MS, MIN_WAIT_SHARE * median(step_ms)) if step_ms else MIN_WAIT_MS
     if p_value >= ALPHA or per_step_ms < floor:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from perf_callbacks.analysis import analyze, format_text
+from html import escape
+
+from perf_callbacks.analysis import analyze, format_text, render_html
 from tests.analysis.gloo_culprit_traces import ACTIVE, PHASES, SLEEP_S, SLOW_RANK, write_traces
 
 pytestmark = pytest.mark.multiprocess
@@ -37,6 +39,9 @@ def test_the_rank_delayed_in_one_phase_is_named_with_that_phase_and_its_recurren
     assert c["phase_excess_ms"] >= 0.8 * SLEEP_S * 1e3
     assert f"culprit (arrival order): rank 1 last in {c['last_share']:.0%}" in format_text(result)
     assert f"its {phase} takes" in format_text(result)
+    assert result.to_dict()["culprit"] == c
+    page = render_html(result)
+    assert escape(f"culprit (arrival order): {c['text']}") in page
 
 
 def test_a_rank_slow_in_backward_shows_no_longer_backward_wall_time(two_ranks: dict[str, Path]) -> None:
@@ -47,6 +52,16 @@ def test_a_rank_slow_in_backward_shows_no_longer_backward_wall_time(two_ranks: d
     assert abs(wall[0] - wall[1]) < 0.25 * SLEEP_S * 1e3
     own = {r.rank: r.arrivals["phases"]["backward"] for r in result.ranks}
     assert own[1] - own[0] >= 0.8 * SLEEP_S * 1e3
+
+
+def test_the_run_page_names_each_windows_culprit_and_phase(two_ranks: dict[str, Path]) -> None:
+    run = two_ranks[""].parent.parent  # the run: one window per phase and a healthy one
+    result = analyze(run)
+    assert len(result.windows) == len(PHASES) + 1
+    page = render_html(result)
+    for phase in PHASES:
+        assert f"<td>rank 1, {phase}: last in " in page
+    assert page.count("<td>none</td></tr>") >= 1  # the healthy window's culprit cell (its stragglers cell precedes)
 
 
 @pytest.mark.parametrize("window", ["", "healthy-2"])

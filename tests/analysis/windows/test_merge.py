@@ -92,10 +92,12 @@ def test_ranks_name_the_culprit_the_median_and_numbers() -> None:
 
 def test_report_merge_ranks_writes_the_file_and_names_it(window: Path, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "both.json.gz"
-    assert main(["report", str(window), "--merge-ranks", str(out), "--ranks", "1", "--json"]) == EXIT_OK
+    out, page = tmp_path / "both.json.gz", tmp_path / "page.html"
+    assert main(["report", str(window), "--merge-ranks", str(out), "--ranks", "1", "--json", "--html",
+                 str(page)]) == EXIT_OK
     data = json.loads(capsys.readouterr().out)
     assert data["merged_trace"] == str(out.resolve())
+    assert f"<code>{out.resolve()}</code>" in page.read_text()
     assert "culprit" in data
     assert {e["pid"] for e in _events(out)} == {1}
     assert main(["report", "s3://bucket/perf", "--merge-ranks"]) == EXIT_FAILED
