@@ -52,6 +52,7 @@ def test_the_merged_file_holds_both_ranks_and_loads_with_our_reader(window: Path
     events = _events(merged)
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert names == {0: "rank 0", 1: "rank 1"}
+    assert all(type(e["pid"]) is int for e in events)  # one numbered process per rank
     for rank in (0, 1):
         source = [e for e in _events(window / f"rank{rank}.pt.trace.json") if e.get("name") not in META]
         mine = [e for e in events if e.get("pid") == rank and e.get("name") not in META]
@@ -100,5 +101,7 @@ def test_report_merge_ranks_writes_the_file_and_names_it(window: Path, tmp_path:
     assert f"<code>{out.resolve()}</code>" in page.read_text()
     assert "culprit" in data
     assert {e["pid"] for e in _events(out)} == {1}
+    assert main(["report", str(window), "--merge-ranks", str(out), "--ranks", "0,7"]) == EXIT_FAILED
+    assert "'7' is neither slowest, median nor a rank of this window (ranks: 0, 1)" in capsys.readouterr().err
     assert main(["report", "s3://bucket/perf", "--merge-ranks"]) == EXIT_FAILED
     assert "--merge-ranks with a URL needs a FILE" in capsys.readouterr().err
