@@ -63,6 +63,13 @@ def add_report(sub: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--peak-tbps", type=float, default=None, metavar="TB/S",
                    help="the device's peak memory bandwidth in TB/s for the roofline table (default: what the trace "
                         "says, else the known-device table)")
+    p.add_argument("--merge-ranks", nargs="?", const="", default=None, metavar="FILE",
+                   help="also write the headline window's ranks as one timeline (one process per rank, clocks "
+                        "aligned) that Perfetto and chrome://tracing open: to FILE, else merged-ranks.pt.trace.json.gz "
+                        "next to the window's traces (a URL needs FILE)")
+    p.add_argument("--ranks", default="slowest,median,0", metavar="LIST",
+                   help="with --merge-ranks: which ranks, comma-separated rank numbers or slowest (the culprit, else "
+                        "the longest step time) and median (default: %(default)s)")
     p.set_defaults(func=run_report)
 
 
@@ -72,13 +79,16 @@ def run_report(args: argparse.Namespace) -> int:
     if problem:
         print(f"perf-callbacks report: cannot write --html {args.html}: {problem}", file=sys.stderr)
         return EXIT_FAILED
+    if args.merge_ranks == "" and remote(args.path):
+        print("perf-callbacks report: --merge-ranks with a URL needs a FILE to write to", file=sys.stderr)
+        return EXIT_FAILED
     try:
         if not remote(args.path):
             args.path = local(args.path)
             return _report(args)
         from perf_callbacks.cli.remote_read import fetched
 
-        url, sidecars = args.path, not args.no_sidecars and args.top <= 10
+        url, sidecars = args.path, not args.no_sidecars and args.top <= 10 and args.merge_ranks is None
         with fetched(url, args.storage_options, args.jobs, sidecars, timeout(args)) as local_path:
             args.path = str(local_path)
             return _report(args, lambda text: text.replace(str(local_path), url.rstrip("/")))
@@ -109,6 +119,12 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
         from perf_callbacks.analysis.compute.modules import set_depth
 
         set_depth(result, args.modules)
+    if args.merge_ranks is not None:
+        from perf_callbacks.analysis.windows.merge import merge_ranks
+
+        merged = merge_ranks(result, args.ranks, Path(args.merge_ranks) if args.merge_ranks else None)
+        result.merged_trace = str(merged.resolve())
+        print(shown(f"perf-callbacks report: wrote {result.merged_trace}"), file=sys.stderr)
     if args.html:
         Path(args.html).write_text(shown(render_html(result)), encoding="utf-8")
         print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)

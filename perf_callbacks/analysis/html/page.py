@@ -14,7 +14,7 @@ from perf_callbacks.analysis.html.roofline import roofline_sections
 from perf_callbacks.analysis.html.run import run_overview
 from perf_callbacks.analysis.html.window import WINDOW_CHARTS
 from perf_callbacks.analysis.html.zoom import zoom_script
-from perf_callbacks.analysis.render.text import verdict_line
+from perf_callbacks.analysis.render.text import culprit_line, verdict_line
 from perf_callbacks.analysis.results.result import AnalysisResult
 from perf_callbacks.analysis.windows.hang import hang_html
 
@@ -64,6 +64,17 @@ def render_html(result: AnalysisResult) -> str:
            f"<style>{_CSS}</style></head><body>{body}{zoom_script(body)}</body></html>"
 
 
+def _culprit(result: AnalysisResult) -> list[str]:
+    """The culprit by arrival order and the merged timeline's path, with several ranks."""
+    if len(result.ranks) < 2:
+        return []
+    out = [f'<p class="culprit">culprit (arrival order): {escape(culprit_line(result))}</p>']
+    if result.merged_trace:
+        out.append(f"<p>all ranks on one timeline (Perfetto, chrome://tracing): "
+                   f"<code>{escape(result.merged_trace)}</code></p>")
+    return out
+
+
 def _window(result: AnalysisResult) -> list[str]:
     gpu = "no device in the trace" if result.gpu_utilization is None else \
         f"GPU utilization {result.gpu_utilization:.1%}"
@@ -72,6 +83,7 @@ def _window(result: AnalysisResult) -> list[str]:
         f'<p class="{css}">{escape(verdict_line(result))}</p>',
         f"<p>{gpu} &middot; data wait {result.data_wait_fraction:.1%} &middot; "
         f"stragglers {escape(str(result.stragglers or 'none'))}</p>",
+        *_culprit(result),
         *(f"<p>{escape(line)}</p>" for line in mfu_lines(vars(result.efficiency))),
         "<h2>What to change first</h2>" + recommendations_table(result.recommendations),
         "<h2>Where the time goes</h2>",

@@ -86,7 +86,16 @@ def _verdicts(names: list[str], ordered: list[AnalysisResult], anchors: dict[int
         f'<td class="v-{escape(r.verdict)}">{escape(r.verdict)}</td>'
         f"<td>{'n/a' if r.step_time_ms is None else f'{r.step_time_ms:.1f} ms'}</td>"
         f"<td>{'n/a' if r.gpu_utilization is None else f'{r.gpu_utilization:.0%}'}</td>"
-        f"<td>{escape(', '.join(map(str, r.stragglers)) or 'none')}</td></tr>"
+        f"<td>{escape(', '.join(map(str, r.stragglers)) or 'none')}</td>"
+        f"<td>{escape(_culprit_cell(r))}</td></tr>"
         for n, r in zip(names, ordered, strict=True))
     return "<table class=\"windows\"><tr><th>window</th><th>verdict</th><th>step (median)</th><th>GPU busy</th>" \
-           f"<th>stragglers</th></tr>{rows}</table>"
+           f"<th>stragglers</th><th>culprit</th></tr>{rows}</table>"
+
+
+def _culprit_cell(r: AnalysisResult) -> str:
+    c = r.culprit
+    if not c:
+        return "none"
+    phase = f", {c['phase']}" if c.get("phase") else ""
+    return f"rank {c['rank']}{phase}: last in {c['last_share']:.0%}, {c['wait_ms_each']:.1f} ms each"

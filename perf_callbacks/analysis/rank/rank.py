@@ -9,6 +9,7 @@ from typing import Any
 
 from perf_callbacks.analysis.judge.load import contention_loss
 from perf_callbacks.analysis.measures.ops import copy_times, top_kernels, top_ops
+from perf_callbacks.analysis.rank.arrivals import arrivals
 from perf_callbacks.analysis.rank.measures import rank_measures
 from perf_callbacks.analysis.rank.strip import encode, run_names
 from perf_callbacks.analysis.results.result import RankResult, StepResult
@@ -98,6 +99,7 @@ def _extra(trace: RankTrace, tl: Timeline, span: float) -> dict[str, Any]:
         "runtime_calls": trace.runtime_calls,
         "host_traced": bool(trace.runtime_calls) or not trace.has_gpu,
         "set_aside_ms": _set_aside_ms(trace, tl),
+        "arrivals": arrivals(trace, tl),
         **_machine(trace),
     }
 

@@ -184,4 +184,20 @@ def _ranks(result: AnalysisResult) -> list[str]:
     lines.append(f"step time spread: {_ms(result.step_time_spread_ms)}   imbalance ratio: {ratio}")
     lines.append(f"stragglers: {result.stragglers or 'none'}")
     lines += [f"  rank {rk}: {why}" for rk, why in result.straggler_reasons.items()]
+    lines.append(f"culprit (arrival order): {culprit_line(result)}")
+    if result.merged_trace:
+        lines.append(f"all ranks on one timeline: {result.merged_trace}")
     return lines
+
+
+def culprit_line(result: AnalysisResult) -> str:
+    """The culprit's line, or why none is named.
+
+    Example:
+        >>> from perf_callbacks.analysis.results.result import AnalysisResult
+        >>> culprit_line(AnalysisResult("w", "compute_bound", None, 0.0, 10.0, [], [], []))
+        'none (no rank is last at the collectives beyond chance, or the wait it causes is under 10% of a step)'
+    """
+    if result.culprit:
+        return str(result.culprit["text"])
+    return "none (no rank is last at the collectives beyond chance, or the wait it causes is under 10% of a step)"

@@ -15,7 +15,7 @@ RANK_KEYS = (
     "memory_by_op", "memory_peak", "memory_curve", "memory_categories", "memory_at_peak", "memory_growth", "op_table",
     "measure_notes", "bad_events", "runtime_calls", "host_traced", "set_aside_ms", "flops", "collective_steps",
     "machine", "cuda_on_host", "prologue_ms", "epilogue_ms", "strip", "strip_names", "load", "loader", "roofline",
-    "roofline_peaks", "precision", "modules", "steps",
+    "roofline_peaks", "precision", "modules", "arrivals", "steps",
 )
 """A ``RankResult``'s keys; ``steps`` last."""
 
@@ -26,6 +26,6 @@ WINDOW_KEYS = (
     "flops_per_step", "achieved_tflops", "peak_tflops", "mfu", "mfu_gap", "flops_source", "peak_source",
     "communication", "overlap_fraction", "copies", "launch", "memory_by_op", "memory_peak", "memory_categories",
     "memory_at_peak", "memory_growth", "op_table", "loader", "hang", "roofline", "roofline_peaks", "precision",
-    "modules", "ranks",
+    "modules", "culprit", "merged_trace", "ranks",
 )
 """An ``AnalysisResult``'s keys (its ``others`` are not in the JSON); ``ranks`` last."""

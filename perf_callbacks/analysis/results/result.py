@@ -58,6 +58,8 @@ class RankResult:
     the loader block the verdict derives from it, ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``
     (None for traces of other tools; see :mod:`perf_callbacks.analysis.judge.load`). With the load measured, ``losses``
     holds ``cpu_contention``: the share of the window the training thread waited for a CPU.
+    ``arrivals`` holds its arrival at each collective and its own time per phase, ``{host, calls, phases}``
+    (:mod:`perf_callbacks.analysis.rank.arrivals`; empty in sidecars of older versions).
     ``modules`` holds the module figures at full depth (``analysis.modules.rank_modules``; empty without spans).
     ``memory`` (:class:`~perf_callbacks.analysis.results.parts.MemoryParts`: the peak, the device's capacity, memory
     by op, the curve, categories and growth) and ``measures`` (:class:`~perf_callbacks.analysis.results.parts.Measures`:
@@ -111,6 +113,7 @@ class RankResult:
     load: dict[str, Any] = field(default_factory=dict)
     loader: dict[str, Any] | None = None
     modules: dict[str, Any] = field(default_factory=dict)
+    arrivals: dict[str, Any] = field(default_factory=dict)
     memory: MemoryParts = field(default_factory=MemoryParts)
     measures: Measures = field(default_factory=Measures)
 
@@ -185,6 +188,10 @@ class AnalysisResult:
         modules: device time, FLOPs and parameters by module (``module_spans``) at depth 1, or at ``--modules DEPTH``:
             ``{module, group, members, time_us, time_fraction, flops, flops_fraction, params, calls}`` (see
             ``analysis.modules``); empty without module spans.
+        culprit: the rank the others wait for at the collectives, judged by arrival order
+            (:mod:`perf_callbacks.analysis.judge.arrival`): ``{rank, phase, last_share, steps, wait_ms_each,
+            collectives, ...}``; None when no rank stands out beyond the noise.
+        merged_trace: the one-timeline trace of several ranks written by ``report --merge-ranks``, else None.
         others: the full result of every other window and trace set (not in the JSON; the HTML shows them).
         captures: each captured window, why it was opened and what differs from the nearest healthy window
             (``analysis.captured``).
@@ -224,6 +231,8 @@ class AnalysisResult:
     loader: dict[str, Any] | None = None
     hang: dict[str, Any] | None = None
     modules: list[dict[str, Any]] = field(default_factory=list)
+    culprit: dict[str, Any] | None = None
+    merged_trace: str | None = None
     others: list[AnalysisResult] = field(default_factory=list, repr=False)
     memory: MemoryParts = field(default_factory=MemoryParts)
     efficiency: MfuParts = field(default_factory=MfuParts)

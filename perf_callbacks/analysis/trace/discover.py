@@ -16,6 +16,8 @@ from perf_callbacks.analysis.trace.loader import is_candidate, is_tensorboard_ev
 from perf_callbacks.analysis.trace.sidecar_store import read_sidecar
 
 _WINDOW = re.compile(r"window-(\d+)-(\d+)")
+MERGED_NAME = "merged-ranks.pt.trace.json.gz"
+"""The one-timeline trace of several ranks that ``report --merge-ranks`` writes into a window folder."""
 WHERE_TRACES_ARE = ("perf-callbacks writes its traces to output_dir, by default <log_dir>/perf (Accelerate: "
                     "<project_dir>/perf or ./perf; transformers: <output_dir>/perf), one window-AAAAAA-BBBBBB folder "
                     "per profiling window: pass that folder, a run or window folder in it, or one .pt.trace.json.gz "
@@ -106,8 +108,8 @@ def find_windows(path: str | Path) -> list[Window]:
 
 
 def _hidden(path: Path, root: Path) -> bool:
-    """A hidden file or folder, or a hang watchdog's ``hang-rank{R}`` folder (its JSON files are no traces)."""
-    return any(part.startswith((".", "hang-rank")) for part in path.relative_to(root).parts)
+    """A hidden file or folder, a hang watchdog's ``hang-rank{R}`` folder, or a merged trace (not one more rank)."""
+    return path.name == MERGED_NAME or any(part.startswith((".", "hang-rank")) for part in path.relative_to(root).parts)
 
 
 def _nothing_found(root: Path, skipped: list[tuple[Path, str]]) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 COMM_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size", "Process Group Name",
-             "Process Group Description")
+             "Process Group Description", "Seq")
 """The arguments of a collective that the figures use."""
 _LAUNCH = re.compile(r"Launch\w*Kernel")
 

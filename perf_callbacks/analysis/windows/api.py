@@ -10,6 +10,7 @@ from typing import Any
 
 from perf_callbacks.analysis.compute.mfu import window_mfu
 from perf_callbacks.analysis.compute.roofline import window_roofline
+from perf_callbacks.analysis.judge.arrival import culprit
 from perf_callbacks.analysis.judge.cluster import imbalance, stragglers
 from perf_callbacks.analysis.judge.gains import straggler_gain, window_gains
 from perf_callbacks.analysis.judge.verdict import HOST_UNTRACED, host_untraced, lead_cause, window_verdict
@@ -137,6 +138,7 @@ def build_result(path: str, ranks: list[RankResult], top_k: int = 10) -> Analysi
         device=next((r.device_kind or "cuda" for r in ranks if r.gpu_utilization is not None), "none"),
         notes=_aside_note(ranks) + window_notes(ranks),
         loader=_loader(ranks),
+        culprit=culprit(ranks),
         **window_measures(ranks, top_k),
     )
     mfu, notes = window_mfu([r.flops for r in ranks], result.step_time_ms, losses)

@@ -32,12 +32,16 @@ def test_slowed_rank_is_the_straggler(gloo_window: Path) -> None:
     fast = result.ranks[1 - SLOW_RANK]
     waits = [s.causes_ms["communication"] for s in fast.steps]  # the fast rank waits inside all_reduce, each step
     assert median(waits) > 0.5 * SLEEP_S * 1e3, waits  # (its share of the window, a mean, fell to 0.29 under load)
+    c = result.culprit  # by arrival order too: last at every step, by about the sleep, in no traced phase
+    assert c is not None and (c["rank"], c["phase"], c["steps"]) == (SLOW_RANK, None, [2, 9])
+    assert c["wait_ms_each"] > 0.5 * SLEEP_S * 1e3
 
 
 def test_healthy_ranks_name_no_straggler(gloo_healthy_window: Path) -> None:
     result = analyze(gloo_healthy_window)
     assert [len(r.steps) for r in result.ranks] == [20, 20]
     assert result.stragglers == [], result.straggler_reasons
+    assert result.culprit is None, result.culprit
     assert not any(r.startswith("rank ") and "late" in r for r in result.recommendations)
 
 

@@ -25,6 +25,7 @@ def test_healthy_noisy_ranks_name_no_straggler(tmp_path: Path, extra_ms: list[li
     result = analyze(write_ranks(tmp_path / "window-000010-000020", extra_ms))
     assert result.stragglers == [], result.straggler_reasons
     assert "stragglers: none" in format_text(result)
+    assert result.culprit is None, result.culprit  # nor a culprit by arrival order
 
 
 @pytest.mark.parametrize("steps", [3, 8])
@@ -36,6 +37,10 @@ def test_a_rank_slowed_by_20_ms_a_step_is_named_with_untraced_host_time(tmp_path
     assert reason.startswith(f"reaches {steps} of {2 * steps} collectives late")
     assert f"the median of {steps} steps), and no profiled op explains it" in reason
     assert result.recommendations[0].startswith("rank 1 reaches")
+    if steps >= 8:  # arrival order needs 8 steps for 2 ranks: 2 x (1/2)^8 < 0.01
+        assert result.culprit is not None and (result.culprit["rank"], result.culprit["phase"]) == (1, None)
+    else:
+        assert result.culprit is None
 
 
 def test_a_rank_slowed_by_20_ms_of_input_a_step_names_its_input(tmp_path: Path) -> None:

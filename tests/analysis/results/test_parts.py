@@ -24,7 +24,7 @@ WINDOW_JSON = [
     "flops_per_step", "achieved_tflops", "peak_tflops", "mfu", "mfu_gap", "flops_source", "peak_source",
     "communication", "overlap_fraction", "copies", "launch", "memory_by_op", "memory_peak", "memory_categories",
     "memory_at_peak", "memory_growth", "op_table", "loader", "hang", "roofline", "roofline_peaks", "precision",
-    "modules", "ranks",
+    "modules", "culprit", "merged_trace", "ranks",
 ]
 RANK_JSON = [
     "rank", "path", "span_ms", "gpu_utilization", "kernel_busy_fraction", "step_time_ms", "data_wait_fraction",
@@ -35,7 +35,7 @@ RANK_JSON = [
     "memory_by_op", "memory_peak", "memory_curve", "memory_categories", "memory_at_peak", "memory_growth", "op_table",
     "measure_notes", "bad_events", "runtime_calls", "host_traced", "set_aside_ms", "flops", "collective_steps",
     "machine", "cuda_on_host", "prologue_ms", "epilogue_ms", "strip", "strip_names", "load", "loader", "roofline",
-    "roofline_peaks", "precision", "modules", "steps",
+    "roofline_peaks", "precision", "modules", "arrivals", "steps",
 ]
 # Per rank only: a window's JSON never had these keys.
 RANK_ONLY = {"device_memory_bytes", "memory_curve", "measure_notes"}
