@@ -23,6 +23,7 @@ from perf_callbacks.analysis.sidecar import write_sidecar
 from perf_callbacks.cli import main
 from perf_callbacks.cli.remote_read import HEAD_BYTES, _keep_mtime
 from tests.analysis.conftest import fixture_trace
+from tests.bad_inputs import SilentServer
 from tests.s3_server import S3Server, s3_fixture  # noqa: F401 - the fixture
 
 RANKS = 64
@@ -177,33 +178,6 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     got = sorted(path.split("/", 3)[2:] for method, path, _ in s3.requests  # type: ignore[misc]
                  if method == "GET" and path.endswith(".pt.trace.json.gz"))
     assert got == [[side, f"run/window-000001-000003/rank{r}.pt.trace.json.gz"] for side in "ab" for r in (0, 1)]
-
-
-class SilentServer:
-    """A TCP server on loopback that accepts every connection and never answers (a hung endpoint)."""
-
-    def __init__(self) -> None:
-        import socket
-        import threading
-
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._held: list[socket.socket] = []
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:  # closed
-                return
-            self._held.append(conn)
-
-    def close(self) -> None:
-        self._sock.close()
-        for conn in self._held:
-            conn.close()
 
 
 @pytest.mark.parametrize("command", ["report", "diff"])

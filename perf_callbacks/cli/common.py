@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED, EXIT_REMOTE, EXIT_INTERNAL = 0, 1, 2, 3, 70
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
 
 
 class Parser(argparse.ArgumentParser):

@@ -14,6 +14,7 @@ from perf_callbacks.cli.capture import add_capture
 from perf_callbacks.cli.common import (
     EXIT_FAILED,
     EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PARTIAL,
     EXIT_PIPE,
@@ -31,8 +32,8 @@ Why is my GPU training slow, and what should I change.
   perf-callbacks nsys -- python ...    the Nsight Systems command for the profiling window
   perf-callbacks capture RUN_DIR       ask a live run for a profiling window at its next step
 """
-__all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_OK", "EXIT_PARTIAL", "EXIT_PIPE", "EXIT_REMOTE", "REPORT_EPILOG",
-           "main"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_PIPE", "EXIT_REMOTE",
+           "REPORT_EPILOG", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as Unix tools do
         _silence_stdout()
         return EXIT_PIPE
+    except KeyboardInterrupt:  # Ctrl-C, in any command: one line and 128 + SIGINT, never a traceback
+        print(f"perf-callbacks {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return code
 
 

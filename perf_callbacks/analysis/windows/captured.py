@@ -12,13 +12,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from perf_callbacks.analysis.diff.compare import compare, summarize
 from perf_callbacks.analysis.results.result import AnalysisResult
+from perf_callbacks.analysis.trace.input_files import read_json
 
 WINDOW_NAME = re.compile(r"window-(\d+)-(\d+)$")
 
@@ -98,7 +98,7 @@ def _capture_meta(path: str) -> dict[str, Any] | None:
     folder = p if p.is_dir() else p.parent
     for sidecar in sorted(folder.glob("rank*.summary.json")):
         try:
-            capture = json.loads(sidecar.read_text()).get("meta", {}).get("capture")
+            capture = read_json(sidecar).get("meta", {}).get("capture")
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(capture, dict):
