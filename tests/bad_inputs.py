@@ -51,6 +51,11 @@ class SilentServer:
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
+    @property
+    def connections(self) -> int:
+        """How many connections it has accepted so far."""
+        return len(self._held)
+
     def close(self) -> None:
         """Stop accepting and close every connection held."""
         self._stop_at = 0.0

@@ -11,7 +11,17 @@ import contextlib
 import sys
 from collections.abc import Callable
 
-from perf_callbacks.cli.common import Parser, _positive, add_storage_options, failure, local, remote, timeout
+from perf_callbacks.cli.common import (
+    Parser,
+    _positive,
+    add_storage_options,
+    add_trace_limit,
+    failure,
+    local,
+    remote,
+    timeout,
+    trace_limit,
+)
 
 
 def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -33,6 +43,7 @@ def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--jobs", type=_positive, default=8, metavar="N",
                    help="download up to N files at once from a URL (default: %(default)s)")
     add_storage_options(p)
+    add_trace_limit(p)
     p.set_defaults(func=run_diff)
 
 
@@ -51,6 +62,7 @@ def run_diff(args: argparse.Namespace) -> int:
     windows = (args.window * 2)[:2] if args.window else [None, None]
     try:
         with contextlib.ExitStack() as stack:
+            stack.enter_context(trace_limit(args))
             base, new, shown = _local_copies(stack, args)
             result = diff_paths(base, new, windows[0], windows[1])
             if args.html:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from perf_callbacks.analysis.trace.input_files import open_regular
+from perf_callbacks.analysis.trace.input_files import NotRegularFile, open_regular
 
 try:
     import orjson
@@ -180,6 +180,8 @@ def _read(path: Path, sink: EventSink) -> dict[str, Any]:
 
 
 def _reason(err: BaseException) -> str:
+    if isinstance(err, NotRegularFile):
+        return str(err).rsplit(": ", 1)[-1]
     if isinstance(err, RecursionError):
         return "invalid JSON (nested too deeply to parse)"
     if isinstance(err, EOFError):
