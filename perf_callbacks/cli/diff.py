@@ -30,7 +30,8 @@ def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
         "diff", help="compare two runs: what changed, whether it is beyond the noise, and why",
         description="Compare the latest complete window of BASE with that of NEW. Exit codes: 0 done; 1 a significant "
         "step-time regression larger than PCT with --fail-on-regression; 2 bad input (a missing, unreadable or "
-        "corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error.",
+        "corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error; 130 "
+        "interrupted (Ctrl-C).",
     )
     p.add_argument("base", help="before the change: a trace, a window folder, a run folder or an output_dir")
     p.add_argument("new", help="after the change: the same kinds of path")

@@ -160,7 +160,7 @@ def _mirror(fs: Any, root: str, infos: dict[str, dict[str, Any]], tmp: Path, job
 
 def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:
     """The (already fetched) sidecar that the report would read for ``trace`` names it, with its remote size."""
-    from perf_callbacks.analysis.trace.input_files import read_json
+    from perf_callbacks._input_files import read_json
     from perf_callbacks.analysis.trace.loader import rank_from_name
     from perf_callbacks.analysis.trace.sidecar_store import FORMAT, contradicts
 

@@ -35,6 +35,7 @@ exit codes:
   3   a URL could not be read: the storage did not answer within --timeout, was unreachable, or refused the
       credentials (one line says which)
   70  internal error: a bug in perf-callbacks (please report it)
+  130 interrupted (Ctrl-C), with one line
 """
 
 

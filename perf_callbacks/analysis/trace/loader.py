@@ -7,7 +7,7 @@ own (with orjson when it is importable). Any file that does not follow that layo
 The reading is linear in the file and bounded: no more than :func:`max_trace_bytes` of JSON is read from one file
 once decompressed (``--max-trace-mb``, ``$PERF_CALLBACKS_MAX_TRACE_MB``, default :data:`MAX_TRACE_MB`), so a small
 ``.gz`` that inflates to gigabytes (of whitespace, say) ends in :class:`TraceTooLarge` after that much, and only regular
-files are opened (:mod:`~perf_callbacks.analysis.trace.input_files`).
+files are opened (:mod:`~perf_callbacks._input_files`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from perf_callbacks.analysis.trace.input_files import NotRegularFile, open_regular
+from perf_callbacks._input_files import NotRegularFile, open_regular
 
 try:
     import orjson

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_callbacks._errors import describe_error
-from perf_callbacks.analysis.trace.input_files import read_json
+from perf_callbacks._input_files import read_json
 from perf_callbacks.analysis.trace.loader import open_trace, rank_from_name
 
 FORMAT = "perf-callbacks-sidecar/7"

@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks._input_files import read_json
 from perf_callbacks.analysis.diff.compare import compare, summarize
 from perf_callbacks.analysis.results.result import AnalysisResult
-from perf_callbacks.analysis.trace.input_files import read_json
 
 WINDOW_NAME = re.compile(r"window-(\d+)-(\d+)$")
 

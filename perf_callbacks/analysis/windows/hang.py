@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.analysis.trace.input_files import read_json
+from perf_callbacks._input_files import read_json
 
 __all__ = ["HangRank", "find_hangs", "hang_html", "hang_lines", "hang_only", "read_hangs", "rank_ranges"]
 HANG_FOLDER = "hang-rank"

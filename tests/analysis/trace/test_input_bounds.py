@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from perf_callbacks._input_files import JSON_MAX_DEPTH, NotRegularFile, read_json
 from perf_callbacks.analysis.trace.events import load_rank
-from perf_callbacks.analysis.trace.input_files import JSON_MAX_DEPTH, NotRegularFile, read_json
 from perf_callbacks.analysis.trace.loader import MAX_TRACE_ENV, TraceError, TraceTooLarge, read_trace
 from tests.analysis.conftest import kernel, launch, write_trace, x
 from tests.bad_inputs import gzip_bomb

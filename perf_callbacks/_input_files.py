@@ -65,19 +65,6 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
-def is_regular(path: Path) -> bool:
-    """Whether ``path`` is a regular file (symlinks followed), without opening it.
-
-    Example:
-        >>> is_regular(Path("/dev/null")), is_regular(Path(__file__))
-        (False, True)
-    """
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except (OSError, ValueError):
-        return False
-
-
 def read_json(path: str | os.PathLike[str], max_bytes: int = JSON_MAX_BYTES) -> Any:
     """The JSON value in the regular file ``path``, read and nested within bounds.
 
