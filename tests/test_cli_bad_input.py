@@ -43,23 +43,28 @@ class Done(NamedTuple):
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120.0,
-         interrupt_when: Callable[[int], bool] | None = None) -> Done:
+         interrupt_when: Callable[[int], bool] | None = None, group: bool = False) -> Done:
     """Run ``perf-callbacks ARGS`` in a child process; its own peak memory from ``wait4``; killed after ``timeout``.
 
-    With ``interrupt_when``, SIGINT is sent once ``interrupt_when(pid)`` holds (the command is under way).
+    With ``interrupt_when``, SIGINT is sent once ``interrupt_when(pid)`` holds (the command is under way): to the
+    process, or with ``group`` to its whole process group, as a terminal's Ctrl-C is.
     """
     out, err = (Path(os.environ.get("TMPDIR", "/tmp")) / f"pcb-{os.getpid()}-{n}" for n in ("out", "err"))
     with out.open("wb") as o, err.open("wb") as e:
         child = subprocess.Popen([sys.executable, "-m", "perf_callbacks.cli", *args], stdout=o, stderr=e,
-                                 env={**os.environ, **(env or {})})
+                                 env={**os.environ, **(env or {})}, start_new_session=group)
     killed = threading.Event()
-    killer = threading.Timer(timeout, lambda: (killed.set(), child.kill()))
+    killer = threading.Timer(timeout, lambda: (killed.set(), os.killpg(child.pid, signal.SIGKILL) if group
+                                               else child.kill()))
     killer.start()
     t0 = time.monotonic()
     if interrupt_when is not None:
         while child.poll() is None and not interrupt_when(child.pid):
             time.sleep(0.05)
-        child.send_signal(signal.SIGINT)
+        if group:
+            os.killpg(child.pid, signal.SIGINT)
+        else:
+            child.send_signal(signal.SIGINT)
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.monotonic() - t0
     killer.cancel()
@@ -81,14 +86,27 @@ def _window(root: Path, name: str = WINDOW, fixture: str = "sync_bound", sidecar
     return trace
 
 
-def _rss_over(mb: int) -> Callable[[int], bool]:
-    def over(pid: int) -> bool:
+def _rss_over(mb: int, workers: int = 0) -> Callable[[int], bool]:
+    """Whether the process (with ``workers``: each of that many of its child processes) holds over ``mb`` MB."""
+    def rss(pid: int) -> int:
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
         except OSError:
-            return False
-        match = re.search(r"VmRSS:\s+(\d+) kB", status)
-        return match is not None and int(match.group(1)) > mb * 1024
+            return 0
+        return int(match.group(1)) if match else 0
+
+    def children(pid: int) -> list[int]:
+        try:
+            return [int(c) for t in Path(f"/proc/{pid}/task").iterdir()
+                    for c in (t / "children").read_text().split()]
+        except OSError:
+            return []
+
+    def over(pid: int) -> bool:
+        if not workers:
+            return rss(pid) > mb * 1024
+        big = [c for c in children(pid) if rss(c) > mb * 1024]
+        return len(big) >= workers
 
     return over
 
@@ -207,6 +225,18 @@ def test_ctrl_c_in_a_long_report_ends_with_one_line_and_exit_130(tmp_path: Path)
     gzip_bomb(folder / "rank0.pt.trace.json.gz", 1024)
     done = _cli("report", str(tmp_path), "--jobs", "1", interrupt_when=_rss_over(150),
                 env={"PERF_CALLBACKS_MAX_TRACE_MB": "1024"})
+    assert (done.code, done.err, done.out) == (130, "perf-callbacks report: interrupted\n", ""), done
+
+
+def test_ctrl_c_from_a_terminal_stops_the_parsing_processes_too(tmp_path: Path) -> None:
+    """SIGINT to the whole process group (a terminal's Ctrl-C) while two worker processes each read a 512 MB gzip
+    bomb: the workers print nothing and are stopped, the command says one line and exits 130."""
+    folder = tmp_path / "run" / WINDOW
+    folder.mkdir(parents=True)
+    for rank in (0, 1):
+        gzip_bomb(folder / f"rank{rank}.pt.trace.json.gz", 512)
+    done = _cli("report", str(tmp_path), "--jobs", "2", interrupt_when=_rss_over(150, workers=2), group=True,
+                env={"PERF_CALLBACKS_MAX_TRACE_MB": "512"})
     assert (done.code, done.err, done.out) == (130, "perf-callbacks report: interrupted\n", ""), done
 
 

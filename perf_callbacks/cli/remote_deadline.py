@@ -93,7 +93,7 @@ class Bounded:
         return self._call(name, attr) if callable(attr) else attr
 
     def _call(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        coroutine = getattr(self._fs, f"_{name}", None) if self._bounded else None
+        coroutine: Any = getattr(self._fs, f"_{name}", None) if self._bounded else None
         watched = inspect.iscoroutinefunction(coroutine)
 
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -104,7 +104,7 @@ class Bounded:
                 kwargs["timeout"] = left
             try:
                 if watched:
-                    return self._watch(coroutine(*args, **kwargs), _progress(name, args))  # type: ignore[misc]
+                    return self._watch(coroutine(*args, **kwargs), _progress(name, args))
                 return method(*args, **kwargs)
             except (FileNotFoundError, RemoteTimeout):
                 raise

@@ -53,9 +53,11 @@ def flops_meta(meta: dict[str, Any]) -> dict[str, Any]:
     raw = meta.get(META_KEY)
     if not isinstance(raw, dict):
         return {}
-    out = {"flops_per_step": _within(raw.get("flops_per_step"), 0.0, MAX_FLOPS_PER_STEP),
-           "peak_tflops": _within(raw.get("peak_tflops"), *PEAK_TFLOPS_RANGE),
-           **{k: str(raw.get(k) or "") for k in ("note", "source", "peak_source", "dtype")}}
+    out: dict[str, Any] = {
+        "flops_per_step": _within(raw.get("flops_per_step"), 0.0, MAX_FLOPS_PER_STEP),
+        "peak_tflops": _within(raw.get("peak_tflops"), *PEAK_TFLOPS_RANGE),
+        **{k: str(raw.get(k) or "") for k in ("note", "source", "peak_source", "dtype")},
+    }
     peak = raw.get("peak_tflops")
     if out["peak_tflops"] is None and _positive(peak) is not None:
         out["peak_source"] = (f"peak_tflops {peak:.3g} is outside {PEAK_TFLOPS_RANGE[0]:g} to "
@@ -180,7 +182,7 @@ def _positive(value: Any) -> float | None:
 
 
 def _within(value: Any, low: float, high: float) -> float | None:
-    """``value`` as a float when it is a number in ``(low, high]`` (``low`` itself for a positive ``low``), else None."""
+    """``value`` as a float when it is a positive number in ``[low, high]``, else None."""
     number = _positive(value)
     return number if number is not None and low <= number <= high else None
 
