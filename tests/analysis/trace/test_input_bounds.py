@@ -96,3 +96,25 @@ def test_an_event_out_of_range_is_set_aside_and_counted(tmp_path: Path, field: s
     assert trace.bad_events == 1
     assert [row[3] for row in trace.gpu] == ["gemm"]
     assert max(row[1] for row in trace.gpu) == 15
+
+
+@pytest.mark.slow
+def test_reading_a_trace_takes_time_linear_in_its_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """4x the whitespace takes at most 7x the time (the best of 3 runs each): joining the blocks once per seam is
+    linear, where appending each block to one growing buffer (and searching it all for a seam) was quadratic (about
+    10x here)."""
+    import time
+
+    monkeypatch.setenv(MAX_TRACE_ENV, "0")
+    small, large = gzip_bomb(tmp_path / "small.json.gz", 32), gzip_bomb(tmp_path / "large.json.gz", 128)
+
+    def best(path: Path) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            read_trace(path, _Sink())
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    ratio = best(large) / best(small)
+    assert ratio < 7, ratio
