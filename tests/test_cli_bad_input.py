@@ -59,12 +59,13 @@ def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120.0,
     killer.start()
     t0 = time.monotonic()
     if interrupt_when is not None:
-        while child.poll() is None and not interrupt_when(child.pid):
+        while not (pid := os.wait4(child.pid, os.WNOHANG)[0]) and not interrupt_when(child.pid):
             time.sleep(0.05)
+        assert not pid, "the command ended before it could be interrupted"
         if group:
             os.killpg(child.pid, signal.SIGINT)
         else:
-            child.send_signal(signal.SIGINT)
+            os.kill(child.pid, signal.SIGINT)
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.monotonic() - t0
     killer.cancel()
