@@ -112,6 +112,7 @@ def _rss_over(mb: int, workers: int = 0) -> Callable[[int], bool]:
     return over
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_stops_at_the_limit_in_bounded_memory_and_the_other_window_is_reported(tmp_path: Path) -> None:
     """A 300 KB .gz of 256 MB of spaces, with a limit of 32 MB: one line naming the file and the limit, exit 1
     (partial), the good window's report, and a peak memory within 4x the limit of a plain report's."""
@@ -219,6 +220,7 @@ def _connected(silent: SilentServer) -> Callable[[int], bool]:
     return lambda pid: silent.connections > 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_long_report_ends_with_one_line_and_exit_130(tmp_path: Path) -> None:
     """SIGINT once the report is reading a 1 GB gzip bomb (its memory past 150 MB): one line, exit 130."""
     folder = tmp_path / "run" / WINDOW
@@ -229,6 +231,7 @@ def test_ctrl_c_in_a_long_report_ends_with_one_line_and_exit_130(tmp_path: Path)
     assert (done.code, done.err, done.out) == (130, "perf-callbacks report: interrupted\n", ""), done
 
 
+@pytest.mark.slow
 def test_ctrl_c_from_a_terminal_stops_the_parsing_processes_too(tmp_path: Path) -> None:
     """SIGINT to the whole process group (a terminal's Ctrl-C) while two worker processes each read a 512 MB gzip
     bomb: the workers print nothing and are stopped, the command says one line and exits 130."""
