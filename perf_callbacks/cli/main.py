@@ -38,6 +38,22 @@ __all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``perf-callbacks`` command."""
+    command = ""
+    try:
+        args = _parser().parse_args(argv)
+        command = f" {args.command}"
+        code = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as Unix tools do
+        _silence_stdout()
+        return EXIT_PIPE
+    except KeyboardInterrupt:  # Ctrl-C, in any command and at any point: one line and 128 + SIGINT, no traceback
+        print(f"perf-callbacks{command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
+
+
+def _parser() -> Parser:
     from perf_callbacks import __version__
 
     parser = Parser(prog="perf-callbacks", description=DESCRIPTION,
@@ -49,17 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_nsys(sub)
     add_capture(sub)
     _tolerant_streams()
-    args = parser.parse_args(argv)
-    try:
-        code = int(args.func(args))
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as Unix tools do
-        _silence_stdout()
-        return EXIT_PIPE
-    except KeyboardInterrupt:  # Ctrl-C, in any command: one line and 128 + SIGINT, never a traceback
-        print(f"perf-callbacks {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return code
+    return parser
 
 
 def _tolerant_streams() -> None:
