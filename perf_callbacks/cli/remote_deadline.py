@@ -104,7 +104,8 @@ class Bounded:
                 kwargs["timeout"] = left
             try:
                 if watched:
-                    return self._watch(coroutine(*args, **kwargs), _progress(name, args))
+                    progress = _progress(name, args, kwargs)
+                    return self._watch(coroutine(*args, **kwargs), progress)
                 return method(*args, **kwargs)
             except (FileNotFoundError, RemoteTimeout):
                 raise
@@ -120,7 +121,7 @@ class Bounded:
 
         return call
 
-    def _watch(self, coroutine: Any, progress: Callable[[], int]) -> Any:
+    def _watch(self, coroutine: Any, progress: Callable[[], tuple[int, int]]) -> Any:
         """Run ``coroutine`` on the file system's loop until it ends, stalls or passes the deadline (then cancelled)."""
         future = asyncio.run_coroutine_threadsafe(coroutine, self._fs.loop)
         seen, since = progress(), time.monotonic()
@@ -149,18 +150,23 @@ class Bounded:
                              f"in time (raise --timeout or ${TIMEOUT_ENV}; 0: no bound)")
 
 
-def _progress(name: str, args: tuple[Any, ...]) -> Callable[[], int]:
-    """How far a call has come: the bytes of a download's local file so far (``get_file``), else nothing."""
+def _progress(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], tuple[int, int]]:
+    """How far a call has come: for a download (``get_file``), the bytes its callback was told of and the size of
+    its local file so far (a callback is added to ``kwargs`` when none is given); for any other call, nothing."""
     if name != "get_file" or len(args) < 2:
-        return lambda: 0
+        return lambda: (0, 0)
+    from fsspec.callbacks import Callback
 
-    def size() -> int:
+    told = kwargs.setdefault("callback", Callback())
+
+    def moved() -> tuple[int, int]:
         try:
-            return os.stat(args[1]).st_size
+            size = os.stat(args[1]).st_size
         except (OSError, TypeError, ValueError):
-            return 0
+            size = 0
+        return int(getattr(told, "value", 0) or 0), size
 
-    return size
+    return moved
 
 
 def bad_options(url: str, err: TypeError) -> ValueError:
