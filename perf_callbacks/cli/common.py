@@ -7,11 +7,15 @@ they failed in one line whose exit code says whose the failure is.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED, EXIT_REMOTE, EXIT_INTERNAL = 0, 1, 2, 3, 70
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
 
 
 class Parser(argparse.ArgumentParser):
@@ -75,6 +79,47 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                    help="give up reading a URL after SECONDS, with exit code 3 (default: $PERF_CALLBACKS_TIMEOUT, "
                         "else 300; 0: no bound)")
+
+
+def add_trace_limit(p: argparse.ArgumentParser) -> None:
+    """``--max-trace-mb``: the most JSON read from one trace once decompressed."""
+    p.add_argument("--max-trace-mb", type=_megabytes, default=None, metavar="MB",
+                   help="skip a trace holding more than MB of JSON once decompressed, with one line (default: "
+                        "$PERF_CALLBACKS_MAX_TRACE_MB, else 2048; 0: no limit)")
+
+
+@contextlib.contextmanager
+def trace_limit(args: argparse.Namespace) -> Iterator[None]:
+    """``--max-trace-mb`` in force while the command runs (the processes that parse traces inherit it).
+
+    Raises:
+        ValueError: ``$PERF_CALLBACKS_MAX_TRACE_MB`` is not a number >= 0.
+    """
+    from perf_callbacks.analysis.trace.loader import MAX_TRACE_ENV, max_trace_bytes
+
+    if args.max_trace_mb is None:
+        max_trace_bytes()  # a bad variable is one line before any work
+        yield
+        return
+    before = os.environ.get(MAX_TRACE_ENV)
+    os.environ[MAX_TRACE_ENV] = f"{args.max_trace_mb:g}"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MAX_TRACE_ENV, None)
+        else:
+            os.environ[MAX_TRACE_ENV] = before
+
+
+def _megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of MB: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0 MB, got {text}")
+    return value
 
 
 def _seconds(text: str) -> float:

@@ -11,7 +11,17 @@ import contextlib
 import sys
 from collections.abc import Callable
 
-from perf_callbacks.cli.common import Parser, _positive, add_storage_options, failure, local, remote, timeout
+from perf_callbacks.cli.common import (
+    Parser,
+    _positive,
+    add_storage_options,
+    add_trace_limit,
+    failure,
+    local,
+    remote,
+    timeout,
+    trace_limit,
+)
 
 
 def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
@@ -20,7 +30,8 @@ def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
         "diff", help="compare two runs: what changed, whether it is beyond the noise, and why",
         description="Compare the latest complete window of BASE with that of NEW. Exit codes: 0 done; 1 a significant "
         "step-time regression larger than PCT with --fail-on-regression; 2 bad input (a missing, unreadable or "
-        "corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error.",
+        "corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error; 130 "
+        "interrupted (Ctrl-C).",
     )
     p.add_argument("base", help="before the change: a trace, a window folder, a run folder or an output_dir")
     p.add_argument("new", help="after the change: the same kinds of path")
@@ -33,6 +44,7 @@ def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--jobs", type=_positive, default=8, metavar="N",
                    help="download up to N files at once from a URL (default: %(default)s)")
     add_storage_options(p)
+    add_trace_limit(p)
     p.set_defaults(func=run_diff)
 
 
@@ -51,6 +63,7 @@ def run_diff(args: argparse.Namespace) -> int:
     windows = (args.window * 2)[:2] if args.window else [None, None]
     try:
         with contextlib.ExitStack() as stack:
+            stack.enter_context(trace_limit(args))
             base, new, shown = _local_copies(stack, args)
             result = diff_paths(base, new, windows[0], windows[1])
             if args.html:

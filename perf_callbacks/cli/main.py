@@ -14,6 +14,7 @@ from perf_callbacks.cli.capture import add_capture
 from perf_callbacks.cli.common import (
     EXIT_FAILED,
     EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PARTIAL,
     EXIT_PIPE,
@@ -31,12 +32,28 @@ Why is my GPU training slow, and what should I change.
   perf-callbacks nsys -- python ...    the Nsight Systems command for the profiling window
   perf-callbacks capture RUN_DIR       ask a live run for a profiling window at its next step
 """
-__all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_OK", "EXIT_PARTIAL", "EXIT_PIPE", "EXIT_REMOTE", "REPORT_EPILOG",
-           "main"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_PIPE", "EXIT_REMOTE",
+           "REPORT_EPILOG", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``perf-callbacks`` command."""
+    command = ""
+    try:
+        args = _parser().parse_args(argv)
+        command = f" {args.command}"
+        code = int(args.func(args))
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as Unix tools do
+        _silence_stdout()
+        return EXIT_PIPE
+    except KeyboardInterrupt:  # Ctrl-C, in any command and at any point: one line and 128 + SIGINT, no traceback
+        print(f"perf-callbacks{command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
+
+
+def _parser() -> Parser:
     from perf_callbacks import __version__
 
     parser = Parser(prog="perf-callbacks", description=DESCRIPTION,
@@ -48,14 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_nsys(sub)
     add_capture(sub)
     _tolerant_streams()
-    args = parser.parse_args(argv)
-    try:
-        code = int(args.func(args))
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as Unix tools do
-        _silence_stdout()
-        return EXIT_PIPE
-    return code
+    return parser
 
 
 def _tolerant_streams() -> None:

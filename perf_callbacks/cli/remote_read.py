@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import shutil
 import tempfile
@@ -161,14 +160,15 @@ def _mirror(fs: Any, root: str, infos: dict[str, dict[str, Any]], tmp: Path, job
 
 def _named_by_sidecar(trace: Path, info: dict[str, Any]) -> bool:
     """The (already fetched) sidecar that the report would read for ``trace`` names it, with its remote size."""
+    from perf_callbacks._input_files import read_json
     from perf_callbacks.analysis.trace.loader import rank_from_name
     from perf_callbacks.analysis.trace.sidecar_store import FORMAT, contradicts
 
     rank = rank_from_name(trace)
     path = trace.with_name(f"rank{rank}.summary.json" if rank is not None else f"{trace.name}.summary.json")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = read_json(path)
+    except (OSError, ValueError):
         return False
     return (isinstance(data, dict) and data.get("format") == FORMAT and data.get("trace") == trace.name
             and data.get("trace_bytes") == info.get("size") and not contradicts(data, trace))

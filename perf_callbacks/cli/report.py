@@ -18,10 +18,12 @@ from perf_callbacks.cli.common import (
     Parser,
     _positive,
     add_storage_options,
+    add_trace_limit,
     failure,
     local,
     remote,
     timeout,
+    trace_limit,
 )
 
 REPORT_EPILOG = """\
@@ -33,6 +35,7 @@ exit codes:
   3   a URL could not be read: the storage did not answer within --timeout, was unreachable, or refused the
       credentials (one line says which)
   70  internal error: a bug in perf-callbacks (please report it)
+  130 interrupted (Ctrl-C), with one line
 """
 
 
@@ -51,6 +54,7 @@ def add_report(sub: argparse._SubParsersAction[Parser]) -> None:
                    help="parse up to N trace files at once in separate processes, and download up to N at once from a "
                         "URL (default: the CPU cores, %(default)s; fewer parsed when memory is short)")
     add_storage_options(p)
+    add_trace_limit(p)
     p.add_argument("--no-sidecars", action="store_true", help="parse every trace even where a sidecar summary matches")
     p.add_argument("--top", type=_positive, default=5, metavar="N",
                    help="ops in the op table (default: %(default)s; over 10 parses the traces, as sidecars keep 10)")
@@ -83,19 +87,25 @@ def run_report(args: argparse.Namespace) -> int:
         print("perf-callbacks report: --merge-ranks with a URL needs a FILE to write to", file=sys.stderr)
         return EXIT_FAILED
     try:
-        if not remote(args.path):
-            args.path = local(args.path)
-            return _report(args)
-        from perf_callbacks.cli.remote_read import fetched
-
-        url, sidecars = args.path, not args.no_sidecars and args.top <= 10 and args.merge_ranks is None
-        with fetched(url, args.storage_options, args.jobs, sidecars, timeout(args)) as local_path:
-            args.path = str(local_path)
-            return _report(args, lambda text: text.replace(str(local_path), url.rstrip("/")))
+        with trace_limit(args):
+            return _report_path(args)
     except BrokenPipeError:
         raise
     except Exception as err:  # noqa: BLE001 - the command prints one line, never a traceback
         return failure("report", err, "trace")
+
+
+def _report_path(args: argparse.Namespace) -> int:
+    """Report a local path, or a URL's local mirror."""
+    if not remote(args.path):
+        args.path = local(args.path)
+        return _report(args)
+    from perf_callbacks.cli.remote_read import fetched
+
+    url, sidecars = args.path, not args.no_sidecars and args.top <= 10 and args.merge_ranks is None
+    with fetched(url, args.storage_options, args.jobs, sidecars, timeout(args)) as local_path:
+        args.path = str(local_path)
+        return _report(args, lambda text: text.replace(str(local_path), url.rstrip("/")))
 
 
 def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:

@@ -35,6 +35,12 @@ IDLE = ("input", "host", "sync", "copy", "communication", "other")
 BUSY = ("copy",)
 """The causes among ``IDLE`` in which the device was busy (copying), not idle: the report's line shows them apart."""
 _LABELS = {"other": "unexplained"}
+PEAK_TFLOPS_RANGE = (1e-6, 1e6)
+"""Peak TFLOP/s believed (1 MFLOP/s to an exaFLOP/s, the training side's own bound): outside, the peak is set aside."""
+MAX_FLOPS_PER_STEP = 1e27
+"""FLOPs of one step believed (a thousand times a 2025 frontier model's): more is set aside."""
+MAX_MFU = 100.0
+"""An MFU above this (10,000%) comes from a wrong FLOPs count or peak: it is set aside with a note, not printed."""
 
 
 def flops_meta(meta: dict[str, Any]) -> dict[str, Any]:
@@ -47,8 +53,19 @@ def flops_meta(meta: dict[str, Any]) -> dict[str, Any]:
     raw = meta.get(META_KEY)
     if not isinstance(raw, dict):
         return {}
-    return {"flops_per_step": _positive(raw.get("flops_per_step")), "peak_tflops": _positive(raw.get("peak_tflops")),
-            **{k: str(raw.get(k) or "") for k in ("note", "source", "peak_source", "dtype")}}
+    out: dict[str, Any] = {
+        "flops_per_step": _within(raw.get("flops_per_step"), 0.0, MAX_FLOPS_PER_STEP),
+        "peak_tflops": _within(raw.get("peak_tflops"), *PEAK_TFLOPS_RANGE),
+        **{k: str(raw.get(k) or "") for k in ("note", "source", "peak_source", "dtype")},
+    }
+    peak = raw.get("peak_tflops")
+    if out["peak_tflops"] is None and _positive(peak) is not None:
+        out["peak_source"] = (f"peak_tflops {peak:.3g} is outside {PEAK_TFLOPS_RANGE[0]:g} to "
+                              f"{PEAK_TFLOPS_RANGE[1]:g} TFLOP/s: set aside")
+    count = raw.get("flops_per_step")
+    if out["flops_per_step"] is None and _positive(count) is not None:
+        out["note"] = f"set aside: flops_per_step {count:.3g} is above {MAX_FLOPS_PER_STEP:g}"
+    return out
 
 
 def window_mfu(flops: list[dict[str, Any]], step_time_ms: float | None,
@@ -81,7 +98,12 @@ def window_mfu(flops: list[dict[str, Any]], step_time_ms: float | None,
     if peak is None:
         notes.append(f"MFU: not given: {_first(known, 'peak_source') or 'the peak FLOP/s is unknown'}")
         return fields, notes
-    fields["mfu"] = mfu = fields["achieved_tflops"] / peak
+    mfu = fields["achieved_tflops"] / peak
+    if mfu > MAX_MFU:
+        notes.append(f"MFU: set aside: {per_step:.3g} FLOPs per step in {step_time_ms:.3g} ms against a peak of "
+                     f"{peak:.3g} TFLOP/s would be {mfu:.3g} times the peak; flops_per_step or peak_tflops is wrong")
+        return fields, notes
+    fields["mfu"] = mfu
     fields["mfu_gap"], note = mfu_gap(mfu, losses)
     return fields, notes + ([note] if note else [])
 
@@ -157,6 +179,12 @@ def _positive(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not isfinite(value) or value <= 0:
         return None
     return float(value)
+
+
+def _within(value: Any, low: float, high: float) -> float | None:
+    """``value`` as a float when it is a positive number in ``[low, high]``, else None."""
+    number = _positive(value)
+    return number if number is not None and low <= number <= high else None
 
 
 def _si(value: float) -> str:

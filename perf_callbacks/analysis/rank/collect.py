@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import struct
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from perf_callbacks.analysis.rank.sidecar_check import rank_from_sidecar
 from perf_callbacks.analysis.results.result import RankResult
 from perf_callbacks.analysis.trace.events import load_rank
 from perf_callbacks.analysis.trace.loader import TraceError
-from perf_callbacks.analysis.trace.sidecar_store import read_sidecar
+from perf_callbacks.analysis.trace.sidecar_store import load_sidecar, read_sidecar, sidecar_path
 
 log = logging.getLogger(__name__)
 MIN_PARALLEL_BYTES = 16 << 20
@@ -43,12 +44,14 @@ class Loaded:
         result: its rank result, None when it could not be analysed.
         error: one line (file name and reason) when it could not.
         meta: the sidecar's ``meta`` when the result came from a sidecar.
+        notes: what was set aside in reading it (a damaged sidecar).
     """
 
     path: Path
     result: RankResult | None = None
     error: str | None = None
     meta: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def analyze_file(path: Path, top_k: int = 10) -> Loaded:
@@ -86,18 +89,42 @@ def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars:
             out.update((x.path, x) for x in found if x is not None)
         else:
             todo += files
+    _parse(out, todo, top_k, jobs)
+    for f in todo if sidecars else []:
+        if (note := sidecar_aside(f)) is not None:
+            out[f].notes.append(note)
+    return out
+
+
+def _parse(out: dict[Path, Loaded], todo: list[Path], top_k: int, jobs: int) -> None:
     workers = min(jobs, len(todo), memory_bound_jobs(todo))
     if workers <= 1 or sum(_uncompressed_size(f) for f in todo) < MIN_PARALLEL_BYTES:
         out.update((f, analyze_file(f, top_k)) for f in todo)
-        return out
+        return
     try:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            out.update(zip(todo, pool.map(analyze_file, todo, repeat(top_k)), strict=True))
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_leave_sigint) as pool:
+            try:
+                out.update(zip(todo, pool.map(analyze_file, todo, repeat(top_k)), strict=True))
+            except KeyboardInterrupt:  # Ctrl-C: stop the workers now, not after the files they are parsing
+                _stop(pool)
+                raise
     except (BrokenProcessPool, OSError) as err:  # e.g. a script without `if __name__ == "__main__":`
         log.warning("perf-callbacks: parallel analysis failed (%s); analysing one file at a time", err)
         out.update((f, analyze_file(f, top_k)) for f in todo if f not in out)
-    return out
+
+
+def _leave_sigint() -> None:
+    """In a worker: ignore Ctrl-C, which the terminal sends to the whole process group; the parent stops us."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the pool's workers at once (``shutdown`` alone waits for the files they are parsing)."""
+    processes = list(getattr(pool, "_processes", {}).values())  # no public way to reach them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
 
 
 def from_sidecar(path: Path) -> Loaded | None:
@@ -108,6 +135,15 @@ def from_sidecar(path: Path) -> Loaded | None:
         return None
     result.path = str(path)
     return Loaded(path, result=result, meta=side.get("meta") or {})
+
+
+def sidecar_aside(path: Path) -> str | None:
+    """Why the sidecar next to ``path`` was set aside as damaged (unreadable, or values no trace gives), else None."""
+    side, why = load_sidecar(path)
+    if why is not None or side is None or "rank" not in side or rank_from_sidecar(side) is not None:
+        return why
+    return (f"{sidecar_path(path).name} set aside (a value of the wrong type, or one no trace gives: not finite, "
+            "negative or out of range); its trace was parsed")
 
 
 def default_jobs() -> int:

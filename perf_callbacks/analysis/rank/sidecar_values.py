@@ -1,5 +1,8 @@
 """Whether a sidecar's numbers can be what its trace measures: finite, shares in [0, 1], times, bytes and counts >= 0.
 
+Every number is also bounded: none beyond :data:`MAX_ABS` in size, and times, bytes and counts at most
+:data:`MAX_AMOUNT` (a ``time_ms`` of ``1e300`` would print as a 300-digit number).
+
 ``sidecar_check`` makes sure each field has its type; this module makes sure of its value, so that an edited or
 damaged sidecar never reaches the report as ``nan%``, ``data wait -50.0%`` or a negative MFU. A sidecar that fails
 is ignored and its trace parsed, as for a stale one. Memory by operator may be negative (an op that frees more than it
@@ -22,6 +25,10 @@ from perf_callbacks.analysis.compute.mfu import META_KEY, flops_meta
 
 SLACK = 1e-6
 """Rounding allowed above 1 in a share (a sum of floating-point parts)."""
+MAX_AMOUNT = 1e15
+"""The largest time (ms or us: 31 years in ms), byte count (a petabyte) or count a sidecar may hold."""
+MAX_ABS = 1e27
+"""The largest number of any kind in a sidecar (FLOPs per step included)."""
 _SHARES = ("gpu_utilization", "kernel_busy_fraction", "data_wait_fraction", "backlog_fraction",
            "graph_idle_fraction", "overlap_fraction")
 _AMOUNTS = ("span_ms", "step_time_ms", "peak_memory_bytes", "device_memory_bytes", "launches_per_step", "prologue_ms",
@@ -81,13 +88,13 @@ def _share(value: Any) -> bool:
 
 
 def _amount(value: Any) -> bool:
-    return value is None or value >= 0
+    return value is None or 0 <= value <= MAX_AMOUNT
 
 
 def _finite(value: Any) -> bool:
     """No NaN or infinity anywhere in ``value`` (dicts and lists walked; a long list of numbers in one pass)."""
-    if isinstance(value, float):
-        return isfinite(value)
+    if isinstance(value, (float, int)):
+        return isfinite(value) and -MAX_ABS <= value <= MAX_ABS
     if isinstance(value, dict):
         return _all_finite(value.values())
     if isinstance(value, list):
@@ -96,4 +103,4 @@ def _finite(value: Any) -> bool:
 
 
 def _all_finite(values: Iterable[Any]) -> bool:
-    return all(isfinite(v) if isinstance(v, float) else _finite(v) for v in values)
+    return all(isfinite(v) and -MAX_ABS <= v <= MAX_ABS if isinstance(v, float) else _finite(v) for v in values)

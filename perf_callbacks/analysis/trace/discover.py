@@ -72,6 +72,8 @@ def discover(path: str | Path, sidecars: bool = True) -> Discovery:
         if is_tensorboard_events(root):
             raise FileNotFoundError(f"{root} is a TensorBoard event file, not a trace; {WHERE_TRACES_ARE}")
         return Discovery([Window(root, [root])])
+    if root.exists() and not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a regular file or a folder (a FIFO, a device or a socket): not read")
     if not root.is_dir():
         raise FileNotFoundError(f"no trace file or folder at {root}")
     groups: dict[Path, list[Path]] = {}

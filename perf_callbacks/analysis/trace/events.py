@@ -34,6 +34,10 @@ from perf_callbacks.analysis.trace.schema import (
 )
 
 _STEP = re.compile(r"ProfilerStep#(\d+)")
+MAX_TS_US = 1e17
+"""The largest timestamp believed, in microseconds (Kineto's are since the epoch, about 1.8e15 in 2027)."""
+MAX_DUR_US = 7 * 86400e6
+"""The longest event believed, in microseconds (a week): a longer ``dur`` (``1e300``) sets its event aside."""
 _COMM_PREFIXES = ("gloo:", "nccl:")
 
 Span = tuple[float, float]
@@ -108,8 +112,7 @@ class _Collector:
             kind = CATEGORY.get(cat) if isinstance(cat, str) else None
             if kind is None:
                 continue
-            ts = e.get("ts")
-            if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not isfinite(ts):
+            if not _in_range(e.get("ts"), e.get("dur")):
                 t.bad_events += 1
                 continue
             if kind == "cpu_op":
@@ -240,6 +243,16 @@ def load_rank(path: Path) -> RankTrace:
     trace.comm_spans.sort()
     trace.data_spans, trace.data_names = training_input(trace.own_data_spans, trace.loader_spans, trace.aside_spans)
     return trace
+
+
+def _in_range(ts: Any, dur: Any) -> bool:
+    """A numeric ``ts`` within :data:`MAX_TS_US` of 0, and a ``dur`` that is absent, not a number, or at most a week.
+
+    A ``dur`` that is not a positive number counts as 0 (an instant), as it always has.
+    """
+    if type(ts) not in (int, float) or not -MAX_TS_US <= ts <= MAX_TS_US:
+        return False
+    return type(dur) not in (int, float) or dur <= MAX_DUR_US and dur == dur  # noqa: PLR0124 - NaN is not equal
 
 
 def _dur(e: dict[str, Any]) -> float:

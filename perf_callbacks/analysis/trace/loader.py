@@ -3,17 +3,25 @@ r"""Finding and reading Kineto traces: one file, a window folder of per-rank tra
 Traces are parsed in chunks so that memory stays a small multiple of the file: Kineto writes one event per block,
 separated by ``"\\n  },\\n  {"``, so the ``traceEvents`` array is cut at those seams and each slice is parsed on its
 own (with orjson when it is importable). Any file that does not follow that layout is parsed whole.
+
+The reading is linear in the file and bounded: no more than :func:`max_trace_bytes` of JSON is read from one file
+once decompressed (``--max-trace-mb``, ``$PERF_CALLBACKS_MAX_TRACE_MB``, default :data:`MAX_TRACE_MB`), so a small
+``.gz`` that inflates to gigabytes (of whitespace, say) ends in :class:`TraceTooLarge` after that much, and only regular
+files are opened (:mod:`~perf_callbacks._input_files`).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
+
+from perf_callbacks._input_files import NotRegularFile, open_regular
 
 try:
     import orjson
@@ -24,6 +32,9 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     _loads = json.loads
     PARSER = "json"
 
+MAX_TRACE_MB = 2048
+"""Default bound on one trace's JSON once decompressed, in MB (``$PERF_CALLBACKS_MAX_TRACE_MB``; 0: no bound)."""
+MAX_TRACE_ENV = "PERF_CALLBACKS_MAX_TRACE_MB"
 
 
 class EventSink(Protocol):
@@ -48,6 +59,28 @@ _READ_ERRORS = (OSError, EOFError, ValueError, TypeError, zlib.error, RecursionE
 
 class TraceError(ValueError):
     """A file that cannot be read as a trace; the message names the file and says why."""
+
+
+class TraceTooLarge(TraceError):
+    """A trace holds more JSON, once decompressed, than :func:`max_trace_bytes`; the rest of it is not read."""
+
+
+def max_trace_bytes() -> int | None:
+    """The bound on one trace's JSON in bytes: ``$PERF_CALLBACKS_MAX_TRACE_MB`` (MB), else :data:`MAX_TRACE_MB`.
+
+    None when the variable is 0 (no bound).
+
+    Raises:
+        ValueError: the variable is not a number >= 0.
+    """
+    text = os.environ.get(MAX_TRACE_ENV, "").strip()
+    try:
+        mb = float(text) if text else float(MAX_TRACE_MB)
+    except ValueError:
+        mb = -1.0
+    if not 0 <= mb < float("inf"):
+        raise ValueError(f"{MAX_TRACE_ENV} must be a number of MB >= 0, got {text!r}")
+    return int(mb * (1 << 20)) or None
 
 
 def is_candidate(path: Path) -> bool:
@@ -82,7 +115,7 @@ def is_tensorboard_events(path: Path) -> bool:
     if path.name.startswith("events.out.tfevents"):
         return True
     try:
-        with path.open("rb") as f:
+        with open_regular(path) as f:
             head = f.read(64)
     except OSError:
         return False
@@ -122,13 +155,14 @@ def read_trace(path: Path, sink: EventSink) -> dict[str, Any]:
 
 
 def _read(path: Path, sink: EventSink) -> dict[str, Any]:
+    limit = max_trace_bytes()
     with open_trace(path) as f:
-        meta = _read_streamed(f, sink)
+        meta = _read_streamed(_Limited(f, limit, path), sink)
     if meta is not None:
         return meta
     sink.reset()
     with open_trace(path) as f:
-        text = f.read()
+        text = _Limited(f, limit, path).read_all()
     try:
         doc = _loads(text)
     except ValueError:  # orjson refuses NaN and Infinity, which Python's json (and some writers) accept
@@ -146,6 +180,8 @@ def _read(path: Path, sink: EventSink) -> dict[str, Any]:
 
 
 def _reason(err: BaseException) -> str:
+    if isinstance(err, NotRegularFile):
+        return str(err).rsplit(": ", 1)[-1]
     if isinstance(err, RecursionError):
         return "invalid JSON (nested too deeply to parse)"
     if isinstance(err, EOFError):
@@ -162,19 +198,44 @@ def _reason(err: BaseException) -> str:
 
 
 def open_trace(path: Path) -> BinaryIO:
-    """Open a ``.json`` or ``.json.gz`` file for reading bytes."""
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return path.open("rb")
+    """Open a ``.json`` or ``.json.gz`` regular file for reading bytes (``OSError`` for a FIFO, a device...)."""
+    raw = open_regular(path)
+    if not path.name.endswith(".gz"):
+        return raw
+    gz = gzip.GzipFile(fileobj=raw, mode="rb")
+    gz.myfileobj = raw  # type: ignore[assignment] # closed with it, as when GzipFile opens the file itself
+    return gz  # type: ignore[return-value]
 
 
-def _blocks(f: BinaryIO) -> Iterator[bytes]:
+class _Limited:
+    """Reads of a trace that stop with :class:`TraceTooLarge` past ``limit`` bytes (None: no limit)."""
+
+    def __init__(self, f: BinaryIO, limit: int | None, path: Path) -> None:
+        self._f, self._limit, self._path, self._read = f, limit, path, 0
+
+    def read(self, size: int) -> bytes:
+        block = self._f.read(size)
+        self._read += len(block)
+        if self._limit is not None and self._read > self._limit:
+            raise TraceTooLarge(f"{self._path}: more than {self._limit / (1 << 20):g} MB of JSON once decompressed, "
+                                f"not read (the limit: --max-trace-mb or ${MAX_TRACE_ENV}; 0: no limit)")
+        return block
+
+    def read_all(self) -> bytes:
+        return b"".join(_blocks(self))
+
+
+def _blocks(f: BinaryIO | _Limited) -> Iterator[bytes]:
     while block := f.read(_CHUNK):
         yield block
 
 
-def _read_streamed(f: BinaryIO, sink: EventSink) -> dict[str, Any] | None:
-    """Parse slice by slice; returns None (and has sent nothing) when the layout is not Kineto's."""
+def _read_streamed(f: _Limited, sink: EventSink) -> dict[str, Any] | None:
+    """Parse slice by slice; returns None (and has sent nothing) when the layout is not Kineto's.
+
+    The blocks read since the last seam wait in a list and are joined once a new block holds a seam, so that
+    the time is linear in the file however far apart the seams are.
+    """
     blocks = _blocks(f)
     buf = b""
     head = None
@@ -185,17 +246,24 @@ def _read_streamed(f: BinaryIO, sink: EventSink) -> dict[str, Any] | None:
             break
     if head is None:
         return None
-    header, buf = buf[: head.end()], buf[head.end() :]
+    header, pending = buf[: head.end()], [buf[head.end() :]]
     try:
         for block in blocks:
-            buf += block
+            pending.append(block)
+            if _SEAM not in pending[-2][-len(_SEAM):] + block:
+                continue
+            buf = b"".join(pending)
             cut = buf.rfind(_SEAM)
             if cut > 0:
                 sink.add(_loads(b"[" + buf[: cut + 4] + b"]"))
                 buf = buf[cut + 5 :]
+            pending = [buf]
+        buf = b"".join(pending)
         end = buf.rfind(_END)
         events = _loads(b"[" + buf[:end] + b"]") if end >= 0 else None
         meta = _loads(header + b"]" + buf[end + len(_END) :]) if end >= 0 else None
+    except TraceTooLarge:
+        raise
     except ValueError:
         return None
     if events is None or not isinstance(meta, dict):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks._errors import describe_error
+from perf_callbacks._input_files import read_json
 from perf_callbacks.analysis.trace.loader import open_trace, rank_from_name
 
 FORMAT = "perf-callbacks-sidecar/7"
@@ -53,16 +54,30 @@ def read_sidecar(trace: Path) -> dict[str, Any] | None:
     than the folder and its ``meta`` say the window recorded. The trace itself is not read (a remote report has not
     downloaded it).
     """
+    return load_sidecar(trace)[0]
+
+
+def load_sidecar(trace: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """:func:`read_sidecar`, with why a sidecar that is there could not be read (None when it was, or is absent).
+
+    A sidecar that is not a regular file, larger than ``JSON_MAX_BYTES``, invalid or nested too deeply is set aside
+    with that reason; a stale one (another format, name or size) or one that contradicts its trace's place is set
+    aside without one, as it is no damage.
+    """
+    path = sidecar_path(trace)
     try:
-        data = json.loads(sidecar_path(trace).read_text(encoding="utf-8"))
+        data = read_json(path)
         size = trace.stat().st_size
-    except (OSError, ValueError, RecursionError):
-        return None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as err:
+        why = describe_error(err) if isinstance(err, OSError) and err.errno else str(err)
+        return None, f"{path.name} set aside ({why.replace(f'{path}: ', '')}); its trace was parsed"
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        return None
+        return None, None
     if data.get("trace") != trace.name or data.get("trace_bytes") != size or contradicts(data, trace):
-        return None
-    return data
+        return None, None
+    return data, None
 
 
 def write_atomic(path: Path, text: str) -> None:

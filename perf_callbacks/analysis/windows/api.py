@@ -154,8 +154,9 @@ def _window_results(window: Window, loaded: list[Loaded], top_k: int) -> list[An
     assign_order_ranks(ranks)
     metas = {x.result.path: x.meta for x in ok if x.result is not None}
     layers, notes = process_windows(ranks)
-    bad = [f"{Path(r.path).name}: {r.bad_events} malformed events skipped (not objects, or without a finite "
-           "numeric ts)" for r in ranks if r.bad_events]
+    bad = [f"{Path(r.path).name}: {r.bad_events} malformed events skipped (not objects, or without a "
+           "numeric ts within 1e17 us, or with a dur over a week)" for r in ranks if r.bad_events]
+    bad += [note for x in loaded for note in x.notes]
     bad += [f"{Path(r.path).name}: {HOST_UNTRACED}; idle time is not put down to the host" for r in ranks
             if host_untraced(r)]
     out = []

@@ -12,11 +12,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks._input_files import read_json
 from perf_callbacks.analysis.diff.compare import compare, summarize
 from perf_callbacks.analysis.results.result import AnalysisResult
 
@@ -98,7 +98,7 @@ def _capture_meta(path: str) -> dict[str, Any] | None:
     folder = p if p.is_dir() else p.parent
     for sidecar in sorted(folder.glob("rank*.summary.json")):
         try:
-            capture = json.loads(sidecar.read_text()).get("meta", {}).get("capture")
+            capture = read_json(sidecar).get("meta", {}).get("capture")
         except (OSError, ValueError, AttributeError):
             continue
         if isinstance(capture, dict):

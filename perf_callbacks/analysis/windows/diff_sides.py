@@ -56,11 +56,11 @@ def diff_paths(
         child = _start(new, new_window)
         try:
             b = load_side(base, base_window)
-        except BaseException:
+            n = _finish(child, *child.communicate())
+        except BaseException:  # Ctrl-C included: the child is not left running
             child.kill()
             child.wait()
             raise
-        n = _finish(child, *child.communicate())
     else:
         b, n = load_side(base, base_window), load_side(new, new_window)
     result = compare(b[0], n[0])

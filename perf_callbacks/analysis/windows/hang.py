@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perf_callbacks._input_files import read_json
+
 __all__ = ["HangRank", "find_hangs", "hang_html", "hang_lines", "hang_only", "read_hangs", "rank_ranges"]
 HANG_FOLDER = "hang-rank"
 COLLECTIVES = frozenset({
@@ -76,7 +78,7 @@ def read_hangs(path: str | Path) -> dict[str, Any] | None:
     ranks, world = [], 0
     for folder in find_hangs(path):
         try:
-            data = json.loads((folder / "hang.json").read_text(encoding="utf-8"))
+            data = read_json(folder / "hang.json")
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("rank"), int):
@@ -144,7 +146,7 @@ def _flight_recorders(folder: Path, data: dict[str, Any]) -> list[dict[str, Any]
     out = []
     for name in data.get("flight_recorder") or []:
         try:
-            dump = json.loads((folder / name).read_text(encoding="utf-8"))
+            dump = read_json(folder / str(name))
         except (OSError, ValueError):
             continue
         if isinstance(dump, dict):
