@@ -145,7 +145,8 @@ def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
              and re.search(r"Launch\w*Kernel", e["name"]) and "correlation" in e.get("args", {})}
     kernels = [e for e in ev if e.get("cat") == "kernel" and inside(e, lo, hi)]
     ended = {e["args"]["correlation"]: e["ts"] + e["dur"] for e in calls.values()}  # HTA: from the call's end
-    delays = sorted(e["ts"] - ended[e["args"]["correlation"]] for e in kernels if e["args"].get("correlation") in ended)
+    delays = sorted(max(0.0, e["ts"] - ended[e["args"]["correlation"]])  # before the call returned: 0
+                    for e in kernels if e["args"].get("correlation") in ended)
     free = []  # kernels that did not start the moment the device's earlier work ended, after their launch returned
     device_ops = sorted((e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
                         key=lambda e: (e["ts"], e["ts"] + e["dur"]))
@@ -157,7 +158,7 @@ def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
         corr = e["args"].get("correlation")
         queued = corr in ended and ended[corr] < before and abs(e["ts"] - before) <= 5.0
         if e["cat"] == "kernel" and inside(e, lo, hi) and corr in ended and not queued:
-            free.append(e["ts"] - ended[corr])
+            free.append(max(0.0, e["ts"] - ended[corr]))
     small = [e["dur"] for e in kernels if e["dur"] < 10]
     return {"p50_us": median(delays), "p95_us": delays[math.ceil(0.95 * len(delays)) - 1],
             "idle_p50_us": median(free) if free else None, "queued_fraction": 1 - len(free) / len(delays),
