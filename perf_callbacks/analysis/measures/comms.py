@@ -8,7 +8,9 @@ of one moves no data: its busbw is 0.
 The calls come from the NCCL kernels on the rank's device (their own arguments, else those of the
 ``record_param_comms`` op that launched them, else, on an older torch, the ``nccl:<collective>`` host annotation whose
 span holds the kernel's launch call on the same thread: its name, and its size from its ``Input Dims``/``Input type``;
-an all-to-all runs as a ``SendRecv`` kernel and is named by the annotation); on a trace without NCCL kernels, from
+an all-to-all runs as a ``SendRecv`` kernel and is named by the annotation; an AllGather, whose output is its
+input times the ranks, by the ``c10d::_allgather_base_`` op around the annotation: its output tensor, and output /
+input ranks); on a trace without NCCL kernels, from
 the host's ``gloo:`` spans, sized from their ``Input Dims`` (``record_shapes=True``). A call without a size is counted
 and timed, and gets no bandwidth.
 ``nccl:`` host spans alone time only the host's enqueue: they are counted, never turned into a bandwidth.
@@ -161,6 +163,8 @@ def _device_calls(trace: RankTrace, device: int | None, keep: InWindow) -> tuple
         args = own if own is not None else extra.param_comms.get(ext) if isinstance(ext, (int, str)) else None
         span = annotated.get(id(k)) if args is None else None
         call = _nccl_call(k, args) if span is None else _annotated_call(k, span, group, n)
+        if call[0] == "AllGather" and call[5] is None and span is not None:
+            call = _gathered(trace, k, call)
         if call[5] is None:
             notes.add(GATHER_UNSIZED if span is not None and call[0] == "AllGather" and n is None else NO_SIZE)
         calls.append(call)
@@ -203,6 +207,22 @@ def _annotated_call(k: Nccl, span: HostComm, group: str | None, n: int | None) -
     if name == "AllGather":
         nbytes = None if nbytes is None or n is None else nbytes * n
     return name, group, n, k[0], k[1], nbytes
+
+
+def _gathered(trace: RankTrace, k: Nccl, call: Call) -> Call:
+    """An annotated AllGather sized by the ``c10d::_allgather_base_`` op that holds its launch: that op's output
+    tensor is the size, output / input the group size; ``call`` unchanged without such an op."""
+    corr = k[NCCL_CORRELATION]
+    launched = trace.launches.get(corr) if isinstance(corr, int) else None
+    ops = [g for g in trace.extra.gather_ops if g[HOST_COMM_THREAD] == trace.launch_tids.get(corr)]
+    op = _holding(ops, launched[0]) if launched is not None and ops else None
+    dims, types = (op[HOST_COMM_DIMS], op[HOST_COMM_TYPES]) if op is not None else (None, None)
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) < 2 or len(types) < 2:
+        return call
+    out, inp = tensor_bytes(dims[0], types[0]), tensor_bytes(dims[1], types[1])
+    if not out or not inp or out % inp:
+        return call
+    return call[0], call[1], call[2] or out // inp, call[3], call[4], out
 
 
 def _external_id(trace: RankTrace, k: Nccl) -> Any:

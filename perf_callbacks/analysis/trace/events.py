@@ -16,7 +16,7 @@ from perf_callbacks.analysis.trace.aside import (
     is_loader_next,
     training_input,
 )
-from perf_callbacks.analysis.trace.extra_events import ExtraEvents
+from perf_callbacks.analysis.trace.extra_events import GATHER_OPS, ExtraEvents
 from perf_callbacks.analysis.trace.loader import rank_from_name, read_trace
 from perf_callbacks.analysis.trace.op_names import KNOWN as SHAPED_OPS
 from perf_callbacks.analysis.trace.schema import (
@@ -148,6 +148,8 @@ class _Collector:
                 t.extra.shapes[ext] = (args["Input Dims"], args.get("Input type"), args.get("Concrete Inputs"))
         if name in SYNC_CALLS:
             t.syncs.append((ts, end, name))
+        elif name in GATHER_OPS and "Input Dims" in args:
+            t.extra.gather_ops.append((ts, end, name, args["Input Dims"], args.get("Input type"), e.get("tid")))
         seq = args.get("Sequence number")
         if seq is not None:
             t.extra.seq_op(ts, end, e.get("tid"), name, seq)

@@ -35,6 +35,8 @@ HOST_COMM_NAME: Final = 2
 HOST_COMM_DIMS: Final = 3
 HOST_COMM_TYPES: Final = 4
 HOST_COMM_THREAD: Final = 5
+GATHER_OPS: Final = ("c10d::_allgather_base_", "c10d::_allgather_base")
+"""The host ops of an all-gather into one tensor: ``Input Dims`` ``[output, input, ...]`` (output = input x ranks)."""
 Memory = tuple[float, Any, Any, Any, Any, Any]
 """``(ts, tid, Bytes, Total Allocated, Device Type, Addr)`` of a ``[memory]`` event."""
 ModuleSpan = tuple[float, float, Any, str]
@@ -59,6 +61,7 @@ class ExtraEvents:
         shapes: ``External id`` -> ``(Input Dims, Input type, Concrete Inputs)`` of each op the roofline knows
             (``op_cost.KNOWN``), when the trace recorded shapes.
         module_spans: every module span.
+        gather_ops: every ``GATHER_OPS`` op with ``Input Dims``, as a ``HostComm`` row.
         seq_ops: every cpu op with a sequence number (forward ops, and the backward's node evaluations).
     """
 
@@ -70,6 +73,7 @@ class ExtraEvents:
     memory: list[Memory] = field(default_factory=list)
     shapes: dict[Any, tuple[Any, Any, Any]] = field(default_factory=dict)
     module_spans: list[ModuleSpan] = field(default_factory=list)
+    gather_ops: list[HostComm] = field(default_factory=list)
     seq_ops: list[SeqOp] = field(default_factory=list)
 
     def gpu(self, row: tuple[float, float, str, str, int, Any, Any], args: dict[str, Any]) -> None:
