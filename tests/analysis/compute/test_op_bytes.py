@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from perf_callbacks.analysis import analyze
+from perf_callbacks.analysis import analyze, format_text
 from perf_callbacks.analysis.compute.op_cost import op_cost
 from tests.analysis.conftest import write_trace, x
 
@@ -68,3 +68,21 @@ def test_ops_that_keep_their_input_dtype_are_not_promoted() -> None:
     """``native_layer_norm`` of a bf16 input with fp32 weight and bias writes bf16."""
     got = op_cost("aten::native_layer_norm", [[N, 64], [], [64], [64], []], [BF16, "", FP32, FP32, "double"], [])
     assert got is not None and got[2] == 2 * 64 * N + 4 * 64 + 4 * 64 + 2 * 64 * N
+
+
+def test_cpu_timed_rows_are_never_held_to_the_device_peaks(tmp_path: Path) -> None:
+    """HTA's ``distributed_info_unavailable``: the trace names an A100 but holds no device event, so each row's time
+    is the op's own CPU time; an ``aten::addmm`` of 2 x 1024^3 FLOPs in 10 us of CPU time 'runs' at 214.7 TFLOP/s,
+    which the A100's peaks made 1101% of the fp32 bound. CPU time is not held to a device's peaks: no bound."""
+    props = [{"id": 0, "name": "NVIDIA A100-PG509-200", "totalGlobalMem": 42505273344, "computeMajor": 8}]
+    events = [x("user_annotation", "ProfilerStep#1", 0, 1_000),
+              x("cpu_op", "aten::addmm", 100, 10, **{"External id": 1, "Input Dims": [[1024], [1024, 1024],
+                                                      [1024, 1024], [], []],
+                                                      "Input type": [FP32, FP32, FP32, "Scalar", "Scalar"]})]
+    result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events, deviceProperties=props), sidecars=False)
+    (row,) = [r for r in result.measures.roofline if r["op"] == "aten::addmm"]
+    assert row["device"] == "cpu"
+    assert row["achieved_tflops"] == pytest.approx(2 * 1024**3 / 10e-6 / 1e12)  # measured, shown
+    assert (row["bound_share"], row["bound"], row["bound_tflops"], row["peak_tflops"]) == (None, None, None, None)
+    text = format_text(result)
+    assert "A100" not in text.split("operators against the roofline")[1].split("\n\n")[0]
