@@ -16,7 +16,7 @@ from perf_callbacks.analysis.trace.aside import (
     is_loader_next,
     training_input,
 )
-from perf_callbacks.analysis.trace.extra_events import GATHER_OPS, ExtraEvents
+from perf_callbacks.analysis.trace.extra_events import FOREIGN_MODULE_PREFIX, GATHER_OPS, ExtraEvents, nested_paths
 from perf_callbacks.analysis.trace.loader import rank_from_name, read_trace
 from perf_callbacks.analysis.trace.op_names import KNOWN as SHAPED_OPS
 from perf_callbacks.analysis.trace.schema import (
@@ -122,6 +122,8 @@ class _Collector:
                 self._annotation(e)
             elif kind == "python":
                 t.python_events += 1
+                if str(e.get("name", "")).startswith(FOREIGN_MODULE_PREFIX):
+                    self._annotation(e)
             elif e.get("name") == "[memory]" and isinstance(e.get("args"), dict):
                 self._memory(e["args"])
                 t.extra.memory_event(e)
@@ -198,6 +200,8 @@ class _Collector:
             t.loader_spans.append((ts, end, name))
         elif name.startswith(MODULE_PREFIX):
             t.extra.module_spans.append((ts, end, e.get("tid"), name[len(MODULE_PREFIX):]))
+        elif name.startswith(FOREIGN_MODULE_PREFIX):
+            t.extra.foreign_modules.append((ts, end, e.get("tid"), name[len(FOREIGN_MODULE_PREFIX):]))
         elif name.startswith(_COMM_PREFIXES):
             t.comm_spans.append((ts, end, name))
             t.extra.host_comm(ts, end, name, _args(e), e.get("tid"))
@@ -240,6 +244,8 @@ def load_rank(path: Path) -> RankTrace:
     trace.gpu.sort()
     trace.syncs.sort(key=lambda s: s[1])
     trace.comm_spans.sort()
+    if not trace.extra.module_spans and trace.extra.foreign_modules:  # another tool's trace: PyTorch's module spans
+        trace.extra.module_spans = nested_paths(trace.extra.foreign_modules)
     trace.data_spans, trace.data_names = training_input(trace.own_data_spans, trace.loader_spans, trace.aside_spans)
     return trace
 
