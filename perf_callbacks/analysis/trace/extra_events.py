@@ -84,7 +84,8 @@ class ExtraEvents:
         """A device event, as ``events`` keeps it: ``(start, end, kind, name, device, correlation, External id)``."""
         ts, end, kind, name, device, corr, ext = row
         if kind == "memcpy":
-            self.copies.append((ts, end, device, name, args.get("bytes")))
+            dma = args.get("size") if name.startswith("dma") else None  # an MTIA DMA says ``size``
+            self.copies.append((ts, end, device, name, args.get("bytes", dma)))
         elif kind == "kernel" and "nccl" in name.lower():
             self.nccl.append((ts, end, device, name, comm_args(args), ext, corr))
 
