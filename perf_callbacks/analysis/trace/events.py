@@ -13,6 +13,7 @@ from perf_callbacks.analysis.trace.aside import (
     COMPILE_SUFFIX,
     COMPILING,
     DATA_WAIT,
+    REPLAYS,
     is_loader_next,
     training_input,
 )
@@ -73,6 +74,7 @@ class RankTrace:
     bad_events: int = 0
     runtime_calls: int = 0
     python_events: int = 0
+    profiler_ranges: int = 0
     peak_allocated: int | None = None
     peak_reserved: int | None = None
     events: int = 0
@@ -120,6 +122,8 @@ class _Collector:
                 self._runtime(e)
             elif kind == "annotation":
                 self._annotation(e)
+            elif kind == "profiler_range":
+                t.profiler_ranges += 1
             elif kind == "python":
                 t.python_events += 1
                 if str(e.get("name", "")).startswith(FOREIGN_MODULE_PREFIX):
@@ -247,6 +251,8 @@ def load_rank(path: Path) -> RankTrace:
     trace.gpu.sort()
     trace.syncs.sort(key=lambda s: s[1])
     trace.comm_spans.sort()
+    if trace.profiler_ranges:  # the CUPTI range profiler replayed each kernel inside its launch call
+        trace.aside_spans += [(ts, ts + dur, REPLAYS) for ts, dur in trace.extra.launch_calls.values()]
     if not trace.extra.module_spans and trace.extra.foreign_modules:  # another tool's trace: PyTorch's module spans
         trace.extra.module_spans = nested_paths(trace.extra.foreign_modules)
     trace.data_spans, trace.data_names = training_input(trace.own_data_spans, trace.loader_spans, trace.aside_spans)

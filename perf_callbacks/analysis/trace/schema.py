@@ -24,6 +24,7 @@ CATEGORY = {
     "user_annotation": "annotation", "User annotation": "annotation",
     "python_function": "python", "Python function": "python",
     "cpu_instant_event": "instant",
+    "cuda_profiler_range": "profiler_range",
     **dict.fromkeys(GPU_CATS, "gpu"),
 }
 """Every category the analysis reads, old names mapped onto the current ones."""
