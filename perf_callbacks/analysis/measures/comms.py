@@ -54,6 +54,8 @@ GATHER_UNSIZED = "AllGather sized by its nccl: host annotation needs the group s
                  "the ranks), which the trace does not give: no bandwidth"
 ANNOTATION_SIZED = ("AllReduce", "Broadcast", "Reduce", "ReduceScatter", "AllToAll")
 """Collectives that an ``nccl:`` annotation's one input tensor sizes (nccl-tests: their input)."""
+BEFORE_WINDOW = "collectives launched before the window (their launch and the op that sized them are not in the " \
+                "trace): counts and times only, no bandwidth"
 GROUP_OF_ONE = "a collective on a group of one rank moves no data: its busbw is 0"
 
 Call = tuple[str, str | None, int | None, float, float, int | None]
@@ -156,6 +158,7 @@ def _device_calls(trace: RankTrace, device: int | None, keep: InWindow) -> tuple
     calls: list[Call] = []
     notes: set[str] = set()
     annotated = _annotations(trace, mine)
+    first = min((ts for ts, _ in trace.launches.values()), default=None)
     group, n = _only_group(trace.meta.get("distributedInfo"))
     for k in mine:
         own = k[NCCL_ARGS]
@@ -166,7 +169,8 @@ def _device_calls(trace: RankTrace, device: int | None, keep: InWindow) -> tuple
         if call[0] == "AllGather" and call[5] is None and span is not None:
             call = _gathered(trace, k, call)
         if call[5] is None:
-            notes.add(GATHER_UNSIZED if span is not None and call[0] == "AllGather" and n is None else NO_SIZE)
+            notes.add(GATHER_UNSIZED if span is not None and call[0] == "AllGather" and n is None
+                      else BEFORE_WINDOW if args is None and _before(trace, k, keep.lo, first) else NO_SIZE)
         calls.append(call)
     return calls, sorted(notes)
 
@@ -223,6 +227,13 @@ def _gathered(trace: RankTrace, k: Nccl, call: Call) -> Call:
     if not out or not inp or out % inp:
         return call
     return call[0], call[1], call[2] or out // inp, call[3], call[4], out
+
+
+def _before(trace: RankTrace, k: Nccl, lo: float, first: float | None) -> bool:
+    """Whether ``k`` was launched before the window: its launch call is before ``lo``, or, not in the trace, ``k``
+    started before the trace's ``first`` launch call (a kernel runs after its launch)."""
+    launched = trace.launches.get(k[NCCL_CORRELATION])
+    return launched[0] < lo if launched is not None else first is not None and k[0] < first
 
 
 def _external_id(trace: RankTrace, k: Nccl) -> Any:

@@ -109,3 +109,22 @@ def test_an_allgather_base_op_whose_output_is_no_multiple_of_its_input_sizes_not
     (row,) = result.measures.communication
     assert (row["bytes"], row["group_size"], row["busbw_gbps"]) == (None, None, None)
     assert GATHER_UNSIZED in result.ranks[0].measures.notes
+
+
+def test_a_collective_launched_before_the_window_is_not_blamed_on_an_older_torch(tmp_path: Path) -> None:
+    """``tl_mi300_resnet_ckpt``: a torch 2.x trace whose first AllReduce was launched before the trace began (its
+    launch and its ``record_param_comms`` op are not in it) was "an older torch"; it says what happened instead."""
+    comm = {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float",
+            "Group size": 2, "Process Group Name": "0", "Process Group Description": "default_pg"}
+    name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = [x("user_annotation", "ProfilerStep#1", 0, 10_000),
+              kernel(10, 500, 7, name),  # launched before the trace: correlation 7 has no launch call in it
+              x("cpu_op", "record_param_comms", 1_000, 20, **{"External id": 9, **comm}),
+              x("cuda_runtime", "hipLaunchKernel", 1_005, 5, correlation=8, **{"External id": 9}),
+              x("kernel", name, 1_100, 500, device=0, stream=7, correlation=8, **{"External id": 9})]
+    result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
+    notes = " ".join(result.ranks[0].measures.notes)
+    assert "older torch" not in notes and "before the window" in notes
+    rows = {c["group"]: c for c in result.measures.communication}
+    assert (rows[None]["count"], rows[None]["bytes"]) == (1, None)  # counted and timed
+    assert rows["default_pg"]["bytes"] == 4 * 1024
