@@ -79,7 +79,8 @@ OP_NAME: Final = 3
 
 
 _DMA = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD"}
-"""MTIA's ``direction`` argument of a ``dma_request``, which the reader appends to its name (``dma_request HOST_TO_DEVICE``)."""
+"""MTIA's ``direction`` argument of a ``dma_request``, which the reader appends to its name
+(``dma_request HOST_TO_DEVICE``)."""
 
 
 def _dma_direction(name: str) -> str:
