@@ -164,13 +164,13 @@ class _Collector:
         args = _args(e)
         ts = e["ts"]
         device = args.get("device", e.get("pid", 0))
+        name = str(e.get("name", ""))
         if e["cat"] == "mtia_ccp_events":
             self.trace.device_kind = "mtia"
             device = e.get("pid", 0)
-            kind = mtia_kind(str(e.get("name", "")))
-        name = str(e.get("name", ""))
-        if kind == "memcpy" and isinstance(args.get("direction"), str):  # an MTIA DMA: its direction, for copy_kind
-            name = f"{name} {args['direction']}"
+            kind = mtia_kind(name)
+            if kind == "memcpy" and isinstance(args.get("direction"), str):  # a DMA: its direction, for copy_kind
+                name = f"{name} {args['direction']}"
         row = (ts, ts + _dur(e), kind, name, device if isinstance(device, int) else 0,
                args.get("correlation", -1), args.get("External id", args.get("external id", -1)))
         self.trace.gpu.append(row)
