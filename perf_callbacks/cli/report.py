@@ -60,7 +60,8 @@ def add_report(sub: argparse._SubParsersAction[Parser]) -> None:
                    help="ops in the op table (default: %(default)s; over 10 parses the traces, as sidecars keep 10)")
     p.add_argument("--modules", type=_positive, default=None, metavar="DEPTH",
                    help="device time, FLOPs and parameters by module down to DEPTH path segments (1: the top-level "
-                        "modules, the default when the trace has module spans; needs module_spans=True)")
+                        "modules, the default when the trace has module spans; needs module_spans=True, or PyTorch's "
+                        "nn.Module: spans in another tool's trace)")
     p.add_argument("--sort", choices=("device_time", "self_cpu", "calls", "memory"), default="device_time",
                    help="order of the op table: self device time (default), self CPU time, calls, or self memory "
                         "allocated (needs profile_memory=True)")

@@ -145,7 +145,8 @@ def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
              and re.search(r"Launch\w*Kernel", e["name"]) and "correlation" in e.get("args", {})}
     kernels = [e for e in ev if e.get("cat") == "kernel" and inside(e, lo, hi)]
     ended = {e["args"]["correlation"]: e["ts"] + e["dur"] for e in calls.values()}  # HTA: from the call's end
-    delays = sorted(e["ts"] - ended[e["args"]["correlation"]] for e in kernels if e["args"].get("correlation") in ended)
+    delays = sorted(max(0.0, e["ts"] - ended[e["args"]["correlation"]])  # before the call returned: 0
+                    for e in kernels if e["args"].get("correlation") in ended)
     free = []  # kernels that did not start the moment the device's earlier work ended, after their launch returned
     device_ops = sorted((e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
                         key=lambda e: (e["ts"], e["ts"] + e["dur"]))
@@ -157,7 +158,7 @@ def launch_figures(ev: list[dict[str, Any]]) -> dict[str, Any]:
         corr = e["args"].get("correlation")
         queued = corr in ended and ended[corr] < before and abs(e["ts"] - before) <= 5.0
         if e["cat"] == "kernel" and inside(e, lo, hi) and corr in ended and not queued:
-            free.append(e["ts"] - ended[corr])
+            free.append(max(0.0, e["ts"] - ended[corr]))
     small = [e["dur"] for e in kernels if e["dur"] < 10]
     return {"p50_us": median(delays), "p95_us": delays[math.ceil(0.95 * len(delays)) - 1],
             "idle_p50_us": median(free) if free else None, "queued_fraction": 1 - len(free) / len(delays),
@@ -226,11 +227,13 @@ def annotated_nccl_figures(ev: list[dict[str, Any]], device: int) -> dict[str, d
     """Per collective of an older torch's NCCL kernels (no collective arguments): count, bytes, total_ms and algbw.
 
     Each kernel's launch call (same correlation) lies inside one ``nccl:<collective>`` annotation on its thread: the
-    annotation names the collective and sizes it by its one input tensor (AllGather: no size, as the group size is
-    not in these traces). A kernel whose launch no annotation holds keeps its kernel's name and has no size."""
+    annotation names the collective and sizes it by its one input tensor (AllGather: by the output tensor, the first
+    ``Input Dims`` entry, of the ``c10d::_allgather_base_`` op around the launch; no size without one, as the group size
+    is not in these traces). A kernel whose launch no annotation holds keeps its kernel's name and has no size."""
     lo, hi = window(ev)
     calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]}
     notes = [e for e in ev if str(e.get("name", "")).startswith("nccl:")]
+    bases = [e for e in ev if e.get("name") == "c10d::_allgather_base_" and "Input Dims" in e.get("args", {})]
     rows: dict[str, list[tuple[float, int | None]]] = defaultdict(list)
     for k in ev:
         if k.get("cat") != "kernel" or "nccl" not in k["name"].lower() or k["args"].get("device") != device:
@@ -245,7 +248,10 @@ def annotated_nccl_figures(ev: list[dict[str, Any]], device: int) -> dict[str, d
             continue
         name = ANNOTATED[held[0]["name"][5:]]
         dims, kind = held[0]["args"]["Input Dims"][0], held[0]["args"]["Input type"][0]
-        rows[name].append((k["dur"], None if name == "AllGather" else math.prod(dims) * C_SIZES[kind]))
+        if name == "AllGather":
+            base = [b for b in bases if b["tid"] == call["tid"] and b["ts"] <= call["ts"] <= b["ts"] + b["dur"]]
+            dims, kind = (base[0]["args"]["Input Dims"][0], base[0]["args"]["Input type"][0]) if base else ([], "")
+        rows[name].append((k["dur"], math.prod(dims) * C_SIZES[kind] if kind else None))
     out = {}
     for name, got in rows.items():
         sized = None if any(b is None for _, b in got) else sum(b for _, b in got if b is not None)

@@ -5,7 +5,10 @@ FLOPs follow ``torch.utils.flop_counter`` (FlopCounterMode): a matrix product of
 backward, a convolution ``2 * output elements * (C_in / groups) * kernel size`` forward and twice that backward.
 Element-wise ops count one FLOP per output element, reductions one per input element (a convention: their bound is
 the memory bandwidth). Bytes are the least traffic the call can do: each input read once, each output written once;
-the tensor that ``fill_``, ``zero_`` and ``copy_`` write over is not read.
+the tensor that ``fill_``, ``zero_`` and ``copy_`` write over is not read, nor the ``out`` tensor of an ``out=`` call
+(recorded as an argument past those of the op's functional form, ``OUT_AFTER``). An element-wise output has the dtype
+torch's type promotion gives for the arithmetic ops (``PROMOTING``: bf16 x fp32 writes fp32), an ``out=`` call its
+``out`` tensor's, any other call (in place ones included) its first tensor's.
 
 Example:
     >>> op_cost("aten::mm", [[64, 32], [32, 16]], ["float", "float"], [])
@@ -37,6 +40,22 @@ from perf_callbacks.analysis.trace.window import element_bytes
 
 OVERWRITE = frozenset(("aten::fill_", "aten::zero_", "aten::copy_"))
 """Ops that write over their first tensor without reading it: its bytes are the output's, not an input's."""
+OUT_AFTER = {
+    **dict.fromkeys(("aten::add", "aten::sub", "aten::clamp", "aten::where", "aten::threshold_backward",
+                     "aten::gelu_backward", "aten::_softmax", "aten::_log_softmax"), 3),
+    **dict.fromkeys(("aten::mul", "aten::div", "aten::pow", "aten::gelu", "aten::clamp_min", "aten::silu_backward",
+                     "aten::sigmoid_backward", "aten::tanh_backward"), 2),
+    **dict.fromkeys(("aten::silu", "aten::sigmoid", "aten::tanh", "aten::exp", "aten::neg", "aten::rsqrt",
+                     "aten::sqrt"), 1),
+    "aten::_softmax_backward_data": 4,
+}
+"""Arguments of an element-wise op's functional form: a call that has more, the last a tensor, is its ``out=`` form."""
+PROMOTING = frozenset(f"aten::{n}" for n in ("add", "sub", "mul", "div", "pow", "clamp", "clamp_min", "where"))
+"""Element-wise ops whose output dtype is the promotion of their tensors' (the others: their first tensor's, as
+``native_layer_norm`` of bf16 input with fp32 weights writes bf16)."""
+_FLOATS = frozenset(("float", "double", "half", "bfloat16", "float32", "float64", "float16", "c10::half",
+                     "c10::bfloat16"))
+_HALVES = {"half": "fp16", "float16": "fp16", "c10::half": "fp16", "bfloat16": "bf16", "c10::bfloat16": "bf16"}
 Cost = tuple[str, int, int]
 """``(kind, FLOPs, bytes)``: kind is ``gemm``, ``attention``, ``conv``, ``elementwise`` or ``reduction``."""
 
@@ -64,7 +83,7 @@ def op_cost(name: str, dims: Any, types: Any, concrete: Any) -> Cost | None:
         if name in CONV or name in CONV_BACKWARD:
             return _conv(name, dims, tensors, concrete if isinstance(concrete, list) else [])
         if name in ELEMENTWISE:
-            return _elementwise(tensors, overwrite=name in OVERWRITE)
+            return _elementwise(name, tensors, _has_out(name, dims, types))
         if name in REDUCTIONS:
             return "reduction", _numel(tensors[0][0]), _bytes(*tensors[0])
     except (IndexError, ValueError, TypeError):
@@ -155,15 +174,42 @@ def _conv(name: str, dims: list[Any], tensors: list[tuple[list[int], str]], conc
     return "conv", flops, (_numel(x) + _numel(w) + bias + _numel(out)) * size
 
 
-def _elementwise(tensors: list[tuple[list[int], str]], overwrite: bool = False) -> Cost:
-    """One FLOP per output element; each input read once (not the first when it is written over), the output once."""
+def _elementwise(name: str, tensors: list[tuple[list[int], str]], out: bool) -> Cost:
+    """One FLOP per output element; each input read once (not the tensor written over, nor ``out``), the output once."""
+    read = tensors[:-1] if out else tensors[1:] if name in OVERWRITE else tensors
     shape: list[int] = []
-    for d, _ in tensors:
+    for d, _ in read if out else tensors:
         shape = _broadcast(shape, d)
-    size = element_bytes(tensors[0][1]) or 0
     numel = _numel(shape)
-    read = tensors[1:] if overwrite else tensors
+    if out:
+        size = element_bytes(tensors[-1][1]) or 0
+    elif name in PROMOTING:
+        size = _promoted([t for _, t in tensors])
+    else:  # in place (written in its first tensor's dtype), or an op that keeps its input's dtype
+        size = element_bytes(tensors[0][1]) or 0
     return "elementwise", numel, sum(_bytes(d, t) for d, t in read) + numel * size
+
+
+def _has_out(name: str, dims: list[Any], types: list[Any]) -> bool:
+    """Whether the call is the ``out=`` form of ``name``: an argument past ``OUT_AFTER``'s count, and a tensor."""
+    count = OUT_AFTER.get(name)
+    return (count is not None and len(dims) > count and isinstance(dims[-1], list) and bool(dims[-1])
+            and element_bytes(types[-1] if len(types) == len(dims) else None) is not None)
+
+
+def _promoted(types: list[str]) -> int:
+    """Bytes per element of torch's promoted dtype over tensors with dimensions: floating over integral, the wider
+    of two, bf16 with fp16 fp32.
+
+    Example:
+        >>> _promoted(["c10::BFloat16", "float"]), _promoted(["c10::Half", "c10::BFloat16"]), _promoted(["bool", "int"])
+        (4, 4, 4)
+    """
+    low = [t.lower() for t in types]
+    pool = [t for t in low if t in _FLOATS] or low
+    size = max(element_bytes(t) or 0 for t in pool)
+    halves = {_HALVES[t] for t in pool if t in _HALVES}
+    return 4 if size == 2 and len(halves) > 1 else size
 
 
 def _broadcast(a: list[int], b: list[int]) -> list[int]:

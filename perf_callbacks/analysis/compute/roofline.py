@@ -11,7 +11,8 @@ intensity (FLOP per byte), and the roofline bound at that intensity::
 with the share of it reached and whether the group is compute- or memory-bound (its intensity above or below the
 ridge point, peak FLOP/s / peak bandwidth). The peaks are :mod:`~perf_callbacks.analysis.compute.device_peaks`'; fp32
 calls whose kernels use TF32 tensor cores (``tf32`` in a kernel's name) are held to the TF32 peak. Without a bandwidth
-the bound is the compute peak alone (``bound`` is None); without a FLOP peak for the dtype, there is no bound.
+the bound is the compute peak alone (``bound`` is None); without a FLOP peak for the dtype, there is no bound. Rows
+timed on the CPU (a trace without device activity) have no bound, whatever device the trace's metadata names.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from perf_callbacks.analysis.trace.window import InWindow
 MAX_ROWS = 40
 """Groups kept per rank (the most device time first): the table shows ``--top`` of them."""
 _SUMS = ("count", "device_time_ms", "flops", "bytes")
+CPU_NO_PEAKS = "no bound: these are CPU times, never held to a device's peaks (the trace has no device activity)"
 
 
 def rank_roofline(trace: RankTrace, tl: Timeline) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -52,8 +54,9 @@ def finish(row: dict[str, Any], peaks: Peaks) -> dict[str, Any]:
     seconds = row["device_time_ms"] / 1e3
     flops, nbytes = row["flops"], row["bytes"]
     row["peak_dtype"] = _peak_dtype(row)
-    row["peak_tflops"] = peak = peaks.tflops.get(row["peak_dtype"])
-    row["peak_tbps"] = bandwidth = peaks.tbps
+    device = row.get("device") != "cpu"  # CPU time is never held to the peaks of the device the trace names
+    row["peak_tflops"] = peak = peaks.tflops.get(row["peak_dtype"]) if device else None
+    row["peak_tbps"] = bandwidth = peaks.tbps if device else None
     row["achieved_tflops"] = flops / seconds / 1e12 if flops is not None and seconds > 0 else None
     row["achieved_tbps"] = nbytes / seconds / 1e12 if nbytes is not None and seconds > 0 else None
     row["intensity"] = intensity = flops / nbytes if flops is not None and nbytes else None
@@ -123,13 +126,13 @@ def roofline_lines(rows: list[dict[str, Any]], peaks: dict[str, Any], top_k: int
         )
     if (note := over_bound_note(rows[:top_k])) is not None:
         lines.append(f"  {note}")
+    if where == "CPU":
+        return [*lines, f"  {CPU_NO_PEAKS}"]
     tflops = ", ".join(f"{k} {v:g}" for k, v in peaks.get("tflops", {}).items())
     flops = f"{tflops} TFLOP/s ({peaks.get('tflops_source') or 'n/a'})" if tflops else "no peak FLOP/s known"
-    tbps = peaks.get("tbps")
-    memory = f"{tbps:g} TB/s ({peaks.get('tbps_source')})" if tbps else str(
+    tbps = f"{peaks['tbps']:g} TB/s ({peaks.get('tbps_source')})" if peaks.get("tbps") else str(
         peaks.get("tbps_source") or "no peak memory bandwidth known")
-    lines.append(f"  peaks: {flops}; {memory}")
-    return lines
+    return [*lines, f"  peaks: {flops}; {tbps}"]
 
 
 def over_bound_note(rows: list[dict[str, Any]]) -> str | None:

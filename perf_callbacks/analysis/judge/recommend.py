@@ -12,6 +12,7 @@ from perf_callbacks.analysis.judge.evidence import input_evidence
 from perf_callbacks.analysis.judge.load import loader_evidence
 from perf_callbacks.analysis.results.result import RankResult
 from perf_callbacks.analysis.trace.machine import cores_per_rank
+from perf_callbacks.analysis.trace.schema import mtia_kind
 
 HOST_UNTRACED = "the host side was not traced (device activity, but no runtime call such as cudaLaunchKernel)"
 
@@ -158,10 +159,11 @@ ADVICE: dict[str, Callable[[RankResult, float], str]] = {
 def compute_advice(r: RankResult) -> str:
     """The first recommendation of a ``compute_bound`` rank: what leads, and how to make the math itself faster.
 
+    The op that leads is a kernel: on MTIA an ``event_wait`` (the queue waiting on an event) or a DMA is skipped.
     Without device activity in the trace the time is host compute: CUDA profiling is suggested only where the machine
     had CUDA (``RankResult.cuda_on_host``).
     """
-    top = r.top_ops[0] if r.top_ops else None
+    top = next((o for o in r.top_ops if r.device_kind != "mtia" or mtia_kind(o["name"]) == "kernel"), None)
     lead = f"{top['name']} has {_pct(top['fraction'])} of self {top['device']} time" if top else "no single op leads"
     if r.gpu_utilization is None:
         see = ", or profile with activities=[CPU, CUDA] to see the device" if r.cuda_on_host else ""

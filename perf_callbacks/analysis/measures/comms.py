@@ -8,7 +8,9 @@ of one moves no data: its busbw is 0.
 The calls come from the NCCL kernels on the rank's device (their own arguments, else those of the
 ``record_param_comms`` op that launched them, else, on an older torch, the ``nccl:<collective>`` host annotation whose
 span holds the kernel's launch call on the same thread: its name, and its size from its ``Input Dims``/``Input type``;
-an all-to-all runs as a ``SendRecv`` kernel and is named by the annotation); on a trace without NCCL kernels, from
+an all-to-all runs as a ``SendRecv`` kernel and is named by the annotation; an AllGather, whose output is its
+input times the ranks, by the ``c10d::_allgather_base_`` op around the annotation: its output tensor, and output /
+input ranks); on a trace without NCCL kernels, from
 the host's ``gloo:`` spans, sized from their ``Input Dims`` (``record_shapes=True``). A call without a size is counted
 and timed, and gets no bandwidth.
 ``nccl:`` host spans alone time only the host's enqueue: they are counted, never turned into a bandwidth.
@@ -52,6 +54,8 @@ GATHER_UNSIZED = "AllGather sized by its nccl: host annotation needs the group s
                  "the ranks), which the trace does not give: no bandwidth"
 ANNOTATION_SIZED = ("AllReduce", "Broadcast", "Reduce", "ReduceScatter", "AllToAll")
 """Collectives that an ``nccl:`` annotation's one input tensor sizes (nccl-tests: their input)."""
+BEFORE_WINDOW = "collectives launched before the window (their launch and the op that sized them are not in the " \
+                "trace): counts and times only, no bandwidth"
 GROUP_OF_ONE = "a collective on a group of one rank moves no data: its busbw is 0"
 
 Call = tuple[str, str | None, int | None, float, float, int | None]
@@ -154,6 +158,7 @@ def _device_calls(trace: RankTrace, device: int | None, keep: InWindow) -> tuple
     calls: list[Call] = []
     notes: set[str] = set()
     annotated = _annotations(trace, mine)
+    first = min((ts for ts, _ in trace.launches.values()), default=None)
     group, n = _only_group(trace.meta.get("distributedInfo"))
     for k in mine:
         own = k[NCCL_ARGS]
@@ -161,8 +166,11 @@ def _device_calls(trace: RankTrace, device: int | None, keep: InWindow) -> tuple
         args = own if own is not None else extra.param_comms.get(ext) if isinstance(ext, (int, str)) else None
         span = annotated.get(id(k)) if args is None else None
         call = _nccl_call(k, args) if span is None else _annotated_call(k, span, group, n)
+        if call[0] == "AllGather" and call[5] is None and span is not None:
+            call = _gathered(trace, k, call)
         if call[5] is None:
-            notes.add(GATHER_UNSIZED if span is not None and call[0] == "AllGather" and n is None else NO_SIZE)
+            notes.add(GATHER_UNSIZED if span is not None and call[0] == "AllGather" and n is None
+                      else BEFORE_WINDOW if args is None and _before(trace, k, keep.lo, first) else NO_SIZE)
         calls.append(call)
     return calls, sorted(notes)
 
@@ -203,6 +211,29 @@ def _annotated_call(k: Nccl, span: HostComm, group: str | None, n: int | None) -
     if name == "AllGather":
         nbytes = None if nbytes is None or n is None else nbytes * n
     return name, group, n, k[0], k[1], nbytes
+
+
+def _gathered(trace: RankTrace, k: Nccl, call: Call) -> Call:
+    """An annotated AllGather sized by the ``c10d::_allgather_base_`` op that holds its launch: that op's output
+    tensor is the size, output / input the group size; ``call`` unchanged without such an op."""
+    corr = k[NCCL_CORRELATION]
+    launched = trace.launches.get(corr) if isinstance(corr, int) else None
+    ops = [g for g in trace.extra.gather_ops if g[HOST_COMM_THREAD] == trace.launch_tids.get(corr)]
+    op = _holding(ops, launched[0]) if launched is not None and ops else None
+    dims, types = (op[HOST_COMM_DIMS], op[HOST_COMM_TYPES]) if op is not None else (None, None)
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) < 2 or len(types) < 2:
+        return call
+    out, inp = tensor_bytes(dims[0], types[0]), tensor_bytes(dims[1], types[1])
+    if not out or not inp or out % inp:
+        return call
+    return call[0], call[1], call[2] or out // inp, call[3], call[4], out
+
+
+def _before(trace: RankTrace, k: Nccl, lo: float, first: float | None) -> bool:
+    """Whether ``k`` was launched before the window: its launch call is before ``lo``, or, not in the trace, ``k``
+    started before the trace's ``first`` launch call (a kernel runs after its launch)."""
+    launched = trace.launches.get(k[NCCL_CORRELATION])
+    return launched[0] < lo if launched is not None else first is not None and k[0] < first
 
 
 def _external_id(trace: RankTrace, k: Nccl) -> Any:

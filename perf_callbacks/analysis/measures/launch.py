@@ -2,7 +2,10 @@
 
 For each kernel that starts in the window (outside the time set aside), on every device of the rank: the delay from the
 end of the runtime call that launched it (``cudaLaunchKernel``, ``cuLaunchKernel``, ``hipLaunchKernel``...) to the
-kernel's start, as HTA measures it; kernels of a CUDA graph replay have no such call of their own and are left out.
+kernel's start, as HTA documents it; kernels of a CUDA graph replay have no such call of their own and are left out.
+A kernel that started before its call returned (the call's end is recorded after the driver queued the work) waited
+nothing after it: its delay is 0, never negative (HTA's ``get_cuda_kernel_launch_stats`` code computes
+``kernel start - call start + call duration``, two call durations above the delay its documentation defines).
 
 On a busy device that delay is queue depth, not launch cost: a kernel launched while earlier work still ran starts
 when that work ends. Such a kernel is counted as *queued* (the device's previous op ended after the launch call and
@@ -51,9 +54,10 @@ def launch(trace: RankTrace, tl: Timeline) -> dict[str, Any] | None:
         call = calls.get(corr) if isinstance(corr, (int, str)) else None
         if call is not None:
             returned = call[0] + call[1]
-            delays.append(ts - returned)
+            delay = max(ts - returned, 0.0)  # started before its call returned: it waited nothing after it
+            delays.append(delay)
             if not (returned < before and abs(ts - before) <= SLACK_US):  # else it queued behind earlier work
-                idle.append(ts - returned)
+                idle.append(delay)
     if kernel_us == 0.0 and not small:
         return None
     durations = [dur for ts, dur in calls.values() if keep(ts)]

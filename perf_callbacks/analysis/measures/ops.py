@@ -9,6 +9,8 @@ such as an execution-trace replay, whose ids were renumbered), the innermost op 
 charged. A device op whose id names no op at all (older traces carry the correlation id there) keeps its own name.
 Kernels launched straight from a ``torch.compile`` region (Triton kernels, whose launcher is no operator) are listed
 by their own name: the region itself is a wrapper, not an op to speed up.
+On a CPU-only trace, an op's self time leaves out the CUPTI range profiler's kernel replays inside it (its launch
+calls, set aside as ``aside.REPLAYS``): profiler time, not the op's. Other time set aside still counts here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
+from perf_callbacks.analysis.trace.aside import REPLAYS
 from perf_callbacks.analysis.trace.events import RankTrace
+from perf_callbacks.analysis.trace.intervals import clip, total, union
 from perf_callbacks.analysis.trace.schema import COPY_KINDS, OP_THREAD, copy_kind
 
 
@@ -115,12 +119,18 @@ def _enclosing(trace: RankTrace, tid: Any, t: float, threads: Threads) -> str | 
 
 
 def _cpu_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]:
-    """Self time of each cpu_op: its duration minus that of its direct children on the same thread."""
+    """Self time of each cpu_op: its duration minus that of its direct children on the same thread (kernel replays
+    left out of both)."""
     times: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     by_thread: dict[Any, list[tuple[float, float, Any, str]]] = defaultdict(list)
     for op in trace.cpu_ops:
         by_thread[op[OP_THREAD]].append(op)
+    aside = union((a, b) for a, b, kind in trace.aside_spans if kind == REPLAYS)
+
+    def kept(a: float, b: float) -> float:
+        return b - a - total(clip(aside, a, b)) if aside else b - a
+
     for ops in by_thread.values():
         ops.sort(key=lambda o: (o[0], -o[1]))
         stack: list[list[Any]] = []
@@ -128,8 +138,8 @@ def _cpu_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]
             while stack and stack[-1][1] <= ts:
                 _close(stack.pop(), times)
             if stack:
-                stack[-1][2] -= min(end, stack[-1][1]) - ts
-            stack.append([ts, end, end - ts, name])
+                stack[-1][2] -= kept(ts, min(end, stack[-1][1]))
+            stack.append([ts, end, kept(ts, end), name])
             counts[name] += 1
         while stack:
             _close(stack.pop(), times)

@@ -117,7 +117,7 @@ def _launch(result: AnalysisResult) -> list[str]:
         return [f"launch: {small}; launch latency unknown (no launch call traced)"]
     call = "" if x["launch_call_p50_us"] is None else f"; launch call p50 {duration(x['launch_call_p50_us'])}"
     return [f"launch: launch-call end to kernel start p50 {duration(x['p50_us'])}, p95 {duration(x['p95_us'])} "
-            f"(as HTA measures it){queue_note(x)}{call}; {small}"]
+            f"(as HTA defines it; 0 when a kernel started before its call returned){queue_note(x)}{call}; {small}"]
 
 
 def queue_note(x: dict[str, Any]) -> str:

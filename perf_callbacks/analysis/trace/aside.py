@@ -3,7 +3,8 @@
 perf-callbacks wraps validation inside training in a ``perf_callbacks.validation`` span and checkpoint saves in a
 ``perf_callbacks.checkpoint`` span. Their time is *set aside*: it is not step time, not data wait, not a cause in the
 time-by-cause breakdown, and not in the GPU utilization window. DataLoader fetches inside them (the validation loader's)
-are never input. torch.compile's compilation (its ``... (dynamo_timed)`` spans) is set aside the same way.
+are never input. torch.compile's compilation (its ``... (dynamo_timed)`` spans) is set aside the same way, and so are
+the launch calls of a trace recorded under the CUPTI range profiler (its kernel replays, ``REPLAYS``).
 
 The training loader's ``next()`` is exactly our ``perf_callbacks.data_wait`` spans; where a trace has them they are the
 data wait. Traces written by other tools have none, and their ``enumerate(DataLoader)#...__next__`` events are used.
@@ -22,6 +23,9 @@ DATA_WAIT = "perf_callbacks.data_wait"
 COMPILE_SUFFIX = " (dynamo_timed)"
 """torch.compile's own spans while it compiles (``_compile.compile_inner (dynamo_timed)``...), nested: set aside."""
 COMPILING = "torch.compile compilation"
+REPLAYS = "CUPTI range profiler kernel replays"
+"""The launch calls of a trace recorded under the CUPTI range profiler (``cuda_profiler_range`` events): each replays
+its kernel once per metric pass on the host, profiler time and never the workload's; set aside."""
 
 Named = tuple[float, float, str]
 

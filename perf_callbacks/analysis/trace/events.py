@@ -13,10 +13,11 @@ from perf_callbacks.analysis.trace.aside import (
     COMPILE_SUFFIX,
     COMPILING,
     DATA_WAIT,
+    REPLAYS,
     is_loader_next,
     training_input,
 )
-from perf_callbacks.analysis.trace.extra_events import ExtraEvents
+from perf_callbacks.analysis.trace.extra_events import FOREIGN_MODULE_PREFIX, GATHER_OPS, ExtraEvents, nested_paths
 from perf_callbacks.analysis.trace.loader import rank_from_name, read_trace
 from perf_callbacks.analysis.trace.op_names import KNOWN as SHAPED_OPS
 from perf_callbacks.analysis.trace.schema import (
@@ -77,6 +78,7 @@ class RankTrace:
     bad_events: int = 0
     runtime_calls: int = 0
     python_events: int = 0
+    profiler_ranges: int = 0
     peak_allocated: int | None = None
     peak_reserved: int | None = None
     events: int = 0
@@ -123,8 +125,12 @@ class _Collector:
                 self._runtime(e)
             elif kind == "annotation":
                 self._annotation(e)
+            elif kind == "profiler_range":
+                t.profiler_ranges += 1
             elif kind == "python":
                 t.python_events += 1
+                if str(e.get("name", "")).startswith(FOREIGN_MODULE_PREFIX):
+                    self._annotation(e)
             elif e.get("name") == "[memory]" and isinstance(e.get("args"), dict):
                 self._memory(e["args"])
                 t.extra.memory_event(e)
@@ -151,6 +157,8 @@ class _Collector:
                 t.extra.shapes[ext] = (args["Input Dims"], args.get("Input type"), args.get("Concrete Inputs"))
         if name in SYNC_CALLS:
             t.syncs.append((ts, end, name))
+        elif name in GATHER_OPS and "Input Dims" in args:
+            t.extra.gather_ops.append((ts, end, name, args["Input Dims"], args.get("Input type"), e.get("tid")))
         seq = args.get("Sequence number")
         if seq is not None:
             t.extra.seq_op(ts, end, e.get("tid"), name, seq)
@@ -159,11 +167,14 @@ class _Collector:
         args = _args(e)
         ts = e["ts"]
         device = args.get("device", e.get("pid", 0))
+        name = str(e.get("name", ""))
         if e["cat"] == "mtia_ccp_events":
             self.trace.device_kind = "mtia"
             device = e.get("pid", 0)
-            kind = mtia_kind(str(e.get("name", "")))
-        row = (ts, ts + _dur(e), kind, str(e.get("name", "")), device if isinstance(device, int) else 0,
+            kind = mtia_kind(name)
+            if kind == "memcpy" and isinstance(args.get("direction"), str):  # a DMA: its direction, for copy_kind
+                name = f"{name} {args['direction']}"
+        row = (ts, ts + _dur(e), kind, name, device if isinstance(device, int) else 0,
                args.get("correlation", -1), args.get("External id", args.get("external id", -1)))
         self.trace.gpu.append(row)
         self.trace.extra.gpu(row, args)
@@ -199,6 +210,8 @@ class _Collector:
             t.loader_spans.append((ts, end, name))
         elif name.startswith(MODULE_PREFIX):
             t.extra.module_spans.append((ts, end, e.get("tid"), name[len(MODULE_PREFIX):]))
+        elif name.startswith(FOREIGN_MODULE_PREFIX):
+            t.extra.foreign_modules.append((ts, end, e.get("tid"), name[len(FOREIGN_MODULE_PREFIX):]))
         elif name.startswith(_COMM_PREFIXES):
             t.comm_spans.append((ts, end, name))
             t.extra.host_comm(ts, end, name, _args(e), e.get("tid"))
@@ -241,6 +254,10 @@ def load_rank(path: Path) -> RankTrace:
     trace.gpu.sort()
     trace.syncs.sort(key=lambda s: s[1])
     trace.comm_spans.sort()
+    if trace.profiler_ranges:  # the CUPTI range profiler replayed each kernel inside its launch call
+        trace.aside_spans += [(ts, ts + dur, REPLAYS) for ts, dur in trace.extra.launch_calls.values()]
+    if not trace.extra.module_spans and trace.extra.foreign_modules:  # another tool's trace: PyTorch's module spans
+        trace.extra.module_spans = nested_paths(trace.extra.foreign_modules)
     trace.data_spans, trace.data_names = training_input(trace.own_data_spans, trace.loader_spans, trace.aside_spans)
     return trace
 

@@ -35,6 +35,10 @@ HOST_COMM_NAME: Final = 2
 HOST_COMM_DIMS: Final = 3
 HOST_COMM_TYPES: Final = 4
 HOST_COMM_THREAD: Final = 5
+FOREIGN_MODULE_PREFIX: Final = "nn.Module: "
+"""PyTorch's own module spans (``with_modules=True``): ``nn.Module: Linear_0`` names the class and its instance."""
+GATHER_OPS: Final = ("c10d::_allgather_base_", "c10d::_allgather_base")
+"""The host ops of an all-gather into one tensor: ``Input Dims`` ``[output, input, ...]`` (output = input x ranks)."""
 Memory = tuple[float, Any, Any, Any, Any, Any]
 """``(ts, tid, Bytes, Total Allocated, Device Type, Addr)`` of a ``[memory]`` event."""
 ModuleSpan = tuple[float, float, Any, str]
@@ -59,6 +63,8 @@ class ExtraEvents:
         shapes: ``External id`` -> ``(Input Dims, Input type, Concrete Inputs)`` of each op the roofline knows
             (``op_cost.KNOWN``), when the trace recorded shapes.
         module_spans: every module span.
+        foreign_modules: every ``nn.Module:`` span (its name after the prefix in the path's place).
+        gather_ops: every ``GATHER_OPS`` op with ``Input Dims``, as a ``HostComm`` row.
         seq_ops: every cpu op with a sequence number (forward ops, and the backward's node evaluations).
     """
 
@@ -70,13 +76,16 @@ class ExtraEvents:
     memory: list[Memory] = field(default_factory=list)
     shapes: dict[Any, tuple[Any, Any, Any]] = field(default_factory=dict)
     module_spans: list[ModuleSpan] = field(default_factory=list)
+    foreign_modules: list[ModuleSpan] = field(default_factory=list)
+    gather_ops: list[HostComm] = field(default_factory=list)
     seq_ops: list[SeqOp] = field(default_factory=list)
 
     def gpu(self, row: tuple[float, float, str, str, int, Any, Any], args: dict[str, Any]) -> None:
         """A device event, as ``events`` keeps it: ``(start, end, kind, name, device, correlation, External id)``."""
         ts, end, kind, name, device, corr, ext = row
         if kind == "memcpy":
-            self.copies.append((ts, end, device, name, args.get("bytes")))
+            dma = args.get("size") if name.startswith("dma") else None  # an MTIA DMA says ``size``
+            self.copies.append((ts, end, device, name, args.get("bytes", dma)))
         elif kind == "kernel" and "nccl" in name.lower():
             self.nccl.append((ts, end, device, name, comm_args(args), ext, corr))
 
@@ -113,3 +122,25 @@ def comm_args(args: dict[str, Any]) -> dict[str, Any] | None:
     if not args.get("Collective name"):
         return None
     return {k: args[k] for k in COMM_KEYS if k in args}
+
+
+def nested_paths(spans: list[ModuleSpan]) -> list[ModuleSpan]:
+    """``nn.Module:`` spans as module paths: each name under the names of the spans that hold it on its thread; when
+    one module holds all the others (the model), it is the root (``""``) and left out of the paths.
+
+    Example:
+        >>> nested_paths([(0, 9, 1, "Net_0"), (1, 3, 1, "Block_0"), (2, 3, 1, "Linear_0"), (4, 5, 1, "Block_1")])
+        [(0, 9, 1, ''), (1, 3, 1, 'Block_0'), (2, 3, 1, 'Block_0.Linear_0'), (4, 5, 1, 'Block_1')]
+    """
+    out: list[ModuleSpan] = []
+    stack: list[ModuleSpan] = []
+    for ts, end, tid, name in sorted(spans, key=lambda s: (str(s[2]), s[0], -s[1])):
+        while stack and (stack[-1][2] != tid or stack[-1][1] <= ts):
+            stack.pop()
+        path = f"{stack[-1][3]}.{name}" if stack else name
+        stack.append((ts, end, tid, path))
+        out.append((ts, end, tid, path))
+    roots = {p.split(".", 1)[0] for _, _, _, p in out}
+    if len(roots) != 1:
+        return out
+    return [(ts, end, tid, p.split(".", 1)[1] if "." in p else "") for ts, end, tid, p in out]

@@ -24,6 +24,7 @@ CATEGORY = {
     "user_annotation": "annotation", "User annotation": "annotation",
     "python_function": "python", "Python function": "python",
     "cpu_instant_event": "instant",
+    "cuda_profiler_range": "profiler_range",
     **dict.fromkeys(GPU_CATS, "gpu"),
 }
 """Every category the analysis reads, old names mapped onto the current ones."""
@@ -77,6 +78,16 @@ OP_THREAD: Final = 2
 OP_NAME: Final = 3
 
 
+_DMA = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD"}
+"""MTIA's ``direction`` argument of a ``dma_request``, which the reader appends to its name
+(``dma_request HOST_TO_DEVICE``)."""
+
+
+def _dma_direction(name: str) -> str:
+    """``HtoD``... from an MTIA DMA's name with its direction appended; ``DMA`` when it says none."""
+    return next((short for long, short in _DMA.items() if name.endswith(long)), "DMA")
+
+
 def mtia_kind(name: str) -> str:
     """The kind of an ``mtia_ccp_events`` event: ``dma_*`` copies are ``memcpy``, ``event_*`` are ``DEVICE_EVENT``.
 
@@ -122,7 +133,7 @@ def copy_kind(kind: str, name: str) -> str:
     if kind == "memset":
         return "memset"
     match = _MEMCPY.match(name)
-    direction = match.group(1) if match else "DMA" if name.startswith("dma") else "other"
+    direction = match.group(1) if match else _dma_direction(name) if name.startswith("dma") else "other"
     memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else \
         "host" if "H" in direction else "device"
     return f"{direction}/{memory}"

@@ -8,8 +8,8 @@ The gap at the window's start is ``backlog`` from the first op's launch to its s
 its launch (more than ``BACKLOG_US``): the device was still running work queued before, which is not host idle. Before
 that launch the device had nothing to run: ``host`` (a trace whose first launch comes 20 s into the window, after
 CUDA initialisation, has 20 s of host time there, not backlog). While a blocking call (a synchronous
-``hipMemcpyWithStream``, say) holds the host for the whole of that gap, nothing was queued and running: the stream
-waited on an event, and the gap is ``sync``, not backlog. The kernels of a
+``hipMemcpyWithStream``, say) holds the host for the whole of that gap (all but ``1 - HELD_SHARE`` of it), nothing
+was queued and running: the stream waited on an event, and the gap is ``sync``, not backlog. The kernels of a
 CUDA graph replay take the launch time of their ``cudaGraphLaunch``; idle between two kernels of one replay is
 ``other``, and counted in ``graph_idle_us``.
 On CPU-only traces the main thread is labelled instead: ``compute`` inside traced CPU ops, ``other`` outside them.
@@ -45,6 +45,9 @@ CAUSES = ("compute", "copy", "communication", "input", "sync", "host", "other", 
 SYNC_WINDOW_US = 300.0
 SLACK_US = 5.0
 BACKLOG_US = 100.0
+HELD_SHARE = 0.99
+"""A blocking call holds a gap when it covers this share of it (or all but ``SLACK_US`` at each end): a host that
+enters ``hipMemcpyWithStream`` 0.24 ms into a 463 ms gap held it."""
 WINDOW_DEFINITION = "first ProfilerStep start to the later of the last step end and the last device op end"
 WINDOW_NO_STEPS = "first to last device op (the trace has no ProfilerStep)"
 WINDOW_HOST_ONLY = "first to last traced op (the trace has no ProfilerStep)"
@@ -247,8 +250,9 @@ def _classify_gaps(trace: RankTrace, device: int, pieces: list[Span], tl: Timeli
 
 
 def _holding_call(syncs: list[tuple[float, float, str]], p0: float, p1: float) -> str | None:
-    """The blocking call that held the host from ``p0`` to ``p1`` (within ``SLACK_US``), if one did."""
-    held = [s for s in syncs if s[0] <= p0 + SLACK_US and s[1] >= p1 - SLACK_US]
+    """The blocking call that held the host from ``p0`` to ``p1`` (within ``SLACK_US``, or ``HELD_SHARE`` of it)."""
+    held = [s for s in syncs if (s[0] <= p0 + SLACK_US and s[1] >= p1 - SLACK_US)
+            or min(s[1], p1) - max(s[0], p0) >= HELD_SHARE * (p1 - p0)]
     return min(held)[2] if held else None
 
 

@@ -205,8 +205,9 @@ def _aside_note(ranks: list[RankResult]) -> list[str]:
         return []
     what = " and ".join(f"{k} {mean[k]:.1f} ms" for k in kinds)
     per = f" per rank (mean of {len(ranks)})" if len(ranks) > 1 else ""
-    return [f"{what}{per} set aside in this window: not step time, data wait, a cause of idle time or GPU "
-            "utilization"]
+    gpu = any(r.gpu_utilization is not None for r in ranks)  # a trace without a device has no GPU utilization
+    causes = "data wait, a cause of idle time or GPU utilization" if gpu else "data wait or a cause of idle time"
+    return [f"{what}{per} set aside in this window: not step time, {causes}"]
 
 
 def _mean(values: list[float | None]) -> float | None:

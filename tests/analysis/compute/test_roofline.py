@@ -211,9 +211,12 @@ def test_the_peaks_line_without_a_peak_flops_names_no_unit_for_it() -> None:
     from perf_callbacks.analysis.compute.roofline import roofline_lines
 
     row = {"device_time_ms": 1.0, "count": 1, "achieved_tflops": None, "achieved_tbps": None, "intensity": None,
-           "bound_share": None, "bound": None, "op": "aten::mm", "shapes": "", "dtype": "fp32", "device": "cpu"}
+           "bound_share": None, "bound": None, "op": "aten::mm", "shapes": "", "dtype": "fp32", "device": "cuda"}
     none = roofline_lines([row], {"tflops": {}, "tflops_source": None, "tbps": None}, 1)[-1]
     assert none == "  peaks: no peak FLOP/s known; no peak memory bandwidth known"
     known = roofline_lines([row], {"tflops": {"bf16": 989.0}, "tflops_source": "table: H100", "tbps": 3.35,
                                    "tbps_source": "table: H100"}, 1)[-1]
     assert known == "  peaks: bf16 989 TFLOP/s (table: H100); 3.35 TB/s (table: H100)"
+    cpu = roofline_lines([{**row, "device": "cpu"}], {"tflops": {"bf16": 989.0}, "tflops_source": "table: H100",
+                                                      "tbps": 3.35, "tbps_source": "table: H100"}, 1)[-1]
+    assert "H100" not in cpu and "no bound" in cpu  # CPU times are never held to the device's peaks

@@ -45,9 +45,45 @@ def test_mtia_small_kernels_match_independent_count() -> None:
     result = analyze(MTIA, sidecars=False)
     assert result.measures.launch is not None
     assert result.measures.launch["small_kernels"] == sum(e["dur"] < 10 for e in kernels)
-    assert [(c["kind"], c["count"]) for c in result.measures.copies] == [
-        ("DMA", sum(e["name"].startswith("dma") for e in device))]
+    dma = [e for e in device if e["name"].startswith("dma")]
+    short = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD"}
+    want: dict[str, list[int]] = {}
+    for e in dma:  # direction and size from each request's own arguments
+        row = want.setdefault(short[e["args"]["direction"]], [0, 0])
+        row[0] += 1
+        row[1] += e["args"]["size"]
+    assert {c["kind"]: [c["count"], c["bytes"]] for c in result.measures.copies} == want
     assert result.ranks[0].launches_per_step == len(kernels)  # was 25812, with the DMAs and event records
     assert result.gpu_utilization == pytest.approx(0.578, abs=0.001)  # unchanged: HTA's 57.6% busy, as before
     assert result.verdict == "host_bound"
-    assert "DMA x" in format_text(result)
+    assert "HtoD host x" in format_text(result) and "no byte count" not in format_text(result)
+
+
+def _dma(ts: float, dur: float, direction: str, size: int) -> dict[str, Any]:
+    return {**_ccp("dma_request", ts, dur), "args": {"stream": 105, "direction": direction, "size": size, "sqid": 8}}
+
+
+def test_mtia_dma_requests_are_sized_and_directed_by_their_arguments(tmp_path: Path) -> None:
+    """HTA's MTIA traces: each ``dma_request`` carries ``size`` and ``direction`` (was "DMA x877, no byte count")."""
+    events = [x("user_annotation", "ProfilerStep#1", 0, 1000), _ccp("fc-dtype_Float", 100, 300),
+              _dma(10, 4, "HOST_TO_DEVICE", 4_000_000), _dma(20, 4, "HOST_TO_DEVICE", 4_000_000),
+              _dma(500, 2, "DEVICE_TO_HOST", 1024), _ccp("dma_request", 600, 1)]  # the last one says nothing
+    result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
+    rows = {(c["kind"], c["memory"]): c for c in result.measures.copies}
+    assert set(rows) == {("HtoD", "host"), ("DtoH", "host"), ("DMA", "device")}
+    assert (rows[("HtoD", "host")]["count"], rows[("HtoD", "host")]["bytes"]) == (2, 8_000_000)
+    assert rows[("HtoD", "host")]["gbps"] == pytest.approx(8_000_000 / 8 / 1e3)
+    assert rows[("DtoH", "host")]["bytes"] == 1024
+    assert rows[("DMA", "device")]["bytes"] is None
+    assert result.ranks[0].copies_ms == pytest.approx({"HtoD/host": 0.008, "DtoH/host": 0.002, "DMA/device": 0.001})
+
+
+def test_an_mtia_event_wait_is_not_the_kernel_to_speed_up(tmp_path: Path) -> None:
+    """``mtia_inference``: ``event_wait`` had the most self time (43%) and the compute-bound advice named it as the
+    kernel to speed up; a wait is the queue waiting on an event: the advice names the leading kernel."""
+    events = [x("user_annotation", "ProfilerStep#1", 0, 1000), _ccp("event_wait", 0, 900),
+              _ccp("merge", 10, 600), _ccp("pe_exe", 620, 300)]
+    result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
+    assert result.verdict == "compute_bound"
+    advice = result.recommendations[0]
+    assert "merge has" in advice and "event_wait" not in advice

@@ -36,3 +36,18 @@ def test_ranks_give_the_median_of_their_latencies() -> None:
     assert (got["p50_us"], got["p95_us"], got["idle_p50_us"]) == (8.0, 16.0, 4.0)
     assert (got["queued_fraction"], got["launch_call_p50_us"]) == (0.08, 2.0)
     assert (got["small_kernels"], got["small_kernel_fraction"]) == (3, pytest.approx(0.1))
+
+
+def test_a_kernel_that_starts_before_its_launch_call_returns_waited_zero(tmp_path: Path) -> None:
+    """HTA's ``triton_example``: one kernel starts 2.3 us before its 47.8 us ``cuLaunchKernel`` returns (p50 was
+    -2.3 us). It waited nothing after the call: 0, and the others keep their delay."""
+    events = [x("user_annotation", "ProfilerStep#1", 0, 1000),
+              x("cuda_driver", "cuLaunchKernel", 10, 47.8, correlation=1), kernel(55.5, 3.0, 1, "triton_add"),
+              launch(100, 2), kernel(112, 3.0, 2), launch(200, 3), kernel(206, 3.0, 3)]
+    result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
+    assert result.measures.launch is not None
+    figures = result.measures.launch
+    assert (figures["p50_us"], figures["p95_us"], figures["idle_p50_us"]) == (1.0, 7.0, 1.0)
+    one = write_trace(tmp_path / "alone.pt.trace.json", events[:3])
+    alone = analyze(one, sidecars=False).measures.launch
+    assert alone is not None and (alone["p50_us"], alone["p95_us"]) == (0.0, 0.0)

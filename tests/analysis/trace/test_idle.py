@@ -191,3 +191,31 @@ def test_an_event_wait_held_by_a_blocking_call_is_sync_not_backlog(tmp_path: Pat
     assert rank.sync_calls_ms == pytest.approx({"hipMemcpyWithStream": 463.0})
     assert result.verdict == "sync_bound"
     assert not any(r.startswith("backlog") for r in result.recommendations)
+
+
+def test_a_gap_a_blocking_call_holds_all_but_its_first_moments_is_sync(tmp_path: Path) -> None:
+    """``tl_sglang_decode`` as it is: the delayed kernel is launched at +0.043 ms, the host enters the blocking
+    ``hipMemcpyWithStream`` only at +0.281 ms and sits there until +463.345 ms. The call holds all but 0.238 ms of the
+    463 ms gap (``HELD_SHARE``): sync, not backlog (was compute_bound at 2.1% busy, backlog 97.8%)."""
+    hip = [x("cuda_runtime", "hipLaunchKernel", 43, 5, correlation=2),
+           x("cuda_runtime", "hipMemcpyWithStream", 281, 463_064, correlation=3)]
+    device = [kernel(463_300, 9_000, 2, "decode_attention"),
+              x("gpu_memcpy", "Memcpy HtoD (Host -> Device)", 472_300, 40, device=0, stream=7, correlation=3)]
+    events = [x("user_annotation", "ProfilerStep#1", 0, 474_000), *hip, *device]
+    result = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False)
+    rank = result.ranks[0]
+    assert rank.backlog_fraction == 0.0
+    assert rank.losses["sync"] == pytest.approx((463_300 - 43) / 474_000)
+    assert rank.sync_calls_ms == pytest.approx({"hipMemcpyWithStream": 463.257})
+    assert result.verdict == "sync_bound"
+
+
+def test_a_blocking_call_that_holds_only_part_of_a_backlog_gap_leaves_it_backlog(tmp_path: Path) -> None:
+    """The tolerance is a share of the gap: a blocking call entered 5% into the gap does not hold it."""
+    events = [x("user_annotation", "ProfilerStep#1", 0, 110_000),
+              x("cuda_runtime", "cudaLaunchKernel", 43, 5, correlation=2),
+              x("cuda_runtime", "cudaStreamSynchronize", 5_000, 95_000),
+              kernel(100_000, 9_000, 2)]
+    rank = analyze(write_trace(tmp_path / "rank0.pt.trace.json", events), sidecars=False).ranks[0]
+    assert rank.backlog_fraction == pytest.approx((100_000 - 43) / 110_000)
+    assert rank.sync_calls_ms == {}
