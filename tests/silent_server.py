@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from types import TracebackType
 
 import pytest
 
@@ -29,6 +30,17 @@ class SilentServer:
         self._until = time.monotonic() + life_s
         self._thread = threading.Thread(target=self._serve, name="silent-server", daemon=True)
         self._thread.start()
+
+    def __enter__(self) -> SilentServer:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    @property
+    def connections(self) -> int:
+        """How many connections it has accepted so far."""
+        return self.accepted
 
     @property
     def options(self) -> dict[str, object]:
@@ -58,9 +70,11 @@ class SilentServer:
         self._sock.close()
 
     def stop(self) -> None:
-        """Stop now."""
+        """Stop now: every connection held is closed."""
         self._stop.set()
         self._thread.join(5)
+
+    close = stop
 
 
 @pytest.fixture(name="silent")

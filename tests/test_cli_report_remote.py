@@ -193,7 +193,7 @@ def test_a_storage_that_never_answers_ends_at_the_timeout(s3: S3Server, capsys: 
     from perf_callbacks.cli import EXIT_REMOTE
 
     bound = 2.0
-    silent = SilentServer()
+    silent = SilentServer(life_s=60)
     options = json.dumps({"client_kwargs": {"endpoint_url": silent.endpoint}, "skip_instance_cache": True})
     args = [command, "s3://perf-hung/perf", *(["s3://perf-hung/other"] if command == "diff" else []),
             "--storage-options", options]
