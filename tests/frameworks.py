@@ -10,7 +10,7 @@ Every other test is marked, so a new test is in both passes unless it is known t
 Example:
     >>> touches_frameworks(Path(__file__).parent / "analysis" / "judge" / "test_noise.py")
     False
-    >>> touches_frameworks(Path(__file__).parent / "analysis" / "html" / "test_run_page.py")  # trains through the engine
+    >>> touches_frameworks(Path(__file__).parent / "analysis" / "html" / "test_run_page.py")  # trains an engine
     True
 """
 
@@ -25,7 +25,8 @@ FREE_DIRS = ("analysis",)
 FREE_FILES = ("test_cli_errors.py", "test_cli_report.py", "test_cli_report_remote.py", "test_imports.py",
               "test_ci_skips.py")
 PINNED = ("lightning", "pytorch_lightning", "accelerate", "transformers", "tensorboard", "nvtx", "jsonargparse")
-DRIVERS = ("perf_callbacks.integrations", "perf_callbacks.core.engine", "tests.integrations", "tests.core.engine_helpers")
+DRIVERS = ("perf_callbacks.integrations", "perf_callbacks.core.engine", "tests.integrations",
+           "tests.core.engine_helpers")
 
 
 def touches_frameworks(path: Path, tests: Path = TESTS) -> bool:

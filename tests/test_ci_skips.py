@@ -159,7 +159,9 @@ def test_after():
 '''
 
 
-def test_one_ctrl_c_in_a_lightning_fit_stops_the_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_ctrl_c_in_a_lightning_fit_stops_the_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PYTHONPATH", str(CONFTEST.parents[1]))  # the conftest's plugins are in this repository
     shutil.copy(CONFTEST, pytester.path / "conftest.py")
     pytester.makeini("[pytest]\nmarkers =\n    gpu: needs CUDA\n")
