@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.phases import PhaseRanges
+from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.flops.compile_watch import CompileWatch
 from perf_callbacks.core.flops.step import StepFlops
@@ -45,6 +46,7 @@ class Closing(Protocol):
     compile: CompileWatch
     nvtx: NvtxRanges
     captures: EngineCaptures
+    steps: StepLog
     end_phase: Callable[[], None]
     _at_exit: Callable[[], None]  # its exit handler, unregistered here
 
@@ -75,6 +77,7 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
     phases.replain()
     if exc is None:  # after the window's export: our logging is no span in its trace
         quiet(engine.log_short_run)
+    engine.steps.flush()  # the run-wide step record's last rows (never raises)
     if exc is None and engine.is_main and state.steps_run and windows.nothing_recorded():
         print(windows.nothing_recorded_line(state.steps_run), file=sys.stderr, flush=True)
     engine.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
