@@ -1,4 +1,4 @@
-"""Did it help? The ratio of typical step cost NEW/BASE, with an interval that allows for steps that are not independent.
+"""Did it help? The ratio of typical step cost NEW/BASE, with an interval that allows for steps that depend on others.
 
 Standard library only (``math``, ``statistics``): no numpy, no scipy.
 
@@ -96,8 +96,11 @@ def decide(ci_low: float, ci_high: float, threshold: float = THRESHOLD) -> str:
     return "undecided"
 
 
-def estimate(base: Sequence[float], new: Sequence[float], threshold: float = THRESHOLD) -> Effect:
+def estimate(base: Sequence[float], new: Sequence[float], threshold: float = THRESHOLD, typical: bool = True) -> Effect:
     """The effect of NEW against BASE on per-step costs (any positive unit, the same on both sides), with its call.
+
+    ``typical``: blocks give their median (the typical step's cost); False: their mean, for a wall-clock cost where
+    rare long steps (a checkpoint every tenth step) are part of what the run pays.
 
     Raises:
         ValueError: when a side has no step, or a cost is not positive.
@@ -109,8 +112,9 @@ def estimate(base: Sequence[float], new: Sequence[float], threshold: float = THR
     length = max(block_length(base), block_length(new))
     length = max(1, min(length, min(len(base), len(new)) // MIN_BLOCKS))
     length = max(length, math.ceil(max(len(base), len(new)) / MAX_BLOCKS))
-    a = [math.log(x) for x in block_medians(base, length)]
-    b = [math.log(x) for x in block_medians(new, length)]
+    summary = block_medians if typical else block_means
+    a = [math.log(x) for x in summary(base, length)]
+    b = [math.log(x) for x in summary(new, length)]
     shift, lo, hi = hodges_lehmann(a, b)
     call = decide(_frac(lo), _frac(hi), threshold) if min(len(a), len(b)) >= MIN_BLOCKS else "undecided"
     need = _steps_to_decide(min(len(base), len(new)), lo, hi, threshold) if call == "undecided" else None
@@ -146,6 +150,19 @@ def block_medians(values: Sequence[float], length: int) -> list[float]:
     if n == 0:
         return [median(values)]
     return [median(values[i * length:(i + 1) * length]) for i in range(n)]
+
+
+def block_means(values: Sequence[float], length: int) -> list[float]:
+    """The means of consecutive blocks of ``length`` steps (as :func:`block_medians`).
+
+    Example:
+        >>> block_means([1.0, 3.0, 2.0, 4.0, 9.0], 2)
+        [2.0, 3.0]
+    """
+    n = len(values) // length
+    if n == 0:
+        return [fmean(values)]
+    return [fmean(values[i * length:(i + 1) * length]) for i in range(n)]
 
 
 def hodges_lehmann(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
