@@ -1,7 +1,8 @@
 """The machine is not the change: what differs between two runs besides the code (``diff`` says it first).
 
-Compared from each run's step record description (``core/engine/step_log.py``) and its steps: the share of the run
-the training thread waited for a CPU (``cpu_contention``, a difference of ``CONTENTION_POINTS`` or more), CPU cores,
+Compared from each run's step record description (``core/engine/step_log.py``) and its steps: the share of the time
+the training thread could run that it waited for a CPU (``cpu_contention``, a difference of ``CONTENTION_POINTS`` or
+more), CPU cores,
 GPU, torch and framework versions, world size, and the batch (median samples per step).
 
 Only a difference in CPU contention *withholds* the call (:func:`withholds`): it is the machine's load, never a setting
@@ -12,7 +13,7 @@ Example:
     >>> d = machine_differences({"cpu_contention": 0.82, "machine": {"cpu_cores": 2}},
     ...                         {"cpu_contention": 0.03, "machine": {"cpu_cores": 2}}, 1.0, 1.0)
     >>> [x["text"] for x in d], withholds(d)
-    (['CPU contention 82% -> 3% of the wall time'], True)
+    (["CPU contention 82% -> 3% (the training thread's wait for a CPU)"], True)
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 CONTENTION_POINTS = 0.10
-"""Two runs whose CPU contention differs by this share of the wall time or more ran on machines under different load."""
+"""Two runs whose CPU contention differs by this much (a share of the time the thread could run) or more ran on
+machines under different load."""
 SETTINGS = (("cpu_cores", "CPU cores"), ("gpu", "GPU"), ("world_size", "world size"), ("torch", "torch"),
             ("lightning", "lightning"), ("pytorch_lightning", "pytorch_lightning"), ("accelerate", "accelerate"),
             ("transformers", "transformers"))
@@ -40,7 +42,7 @@ def machine_differences(base: dict[str, Any], new: dict[str, Any], base_batch: f
     a, b = base.get("cpu_contention"), new.get("cpu_contention")
     if isinstance(a, float | int) and isinstance(b, float | int) and abs(b - a) >= CONTENTION_POINTS:
         out.append({"what": "cpu_contention", "base": a, "new": b,
-                    "text": f"CPU contention {a:.0%} -> {b:.0%} of the wall time"})
+                    "text": f"CPU contention {a:.0%} -> {b:.0%} (the training thread's wait for a CPU)"})
     ma, mb = base.get("machine", {}) or {}, new.get("machine", {}) or {}
     for key, label in SETTINGS:
         x, y = ma.get(key), mb.get(key)

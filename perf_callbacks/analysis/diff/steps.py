@@ -33,8 +33,8 @@ from typing import Any
 
 COLUMNS = ("step", "time_s", "samples", "wait_s", "aside_s", "flags")
 """The record's row: one per completed optimizer step. ``time_s`` is the step's time (set-aside time left out);
-``samples`` 0 is unknown; ``aside_s`` is the time set aside in it (validation, checkpoints, compilation, our own
-logging)."""
+``samples`` 0 is unknown; ``aside_s`` is the time set aside in it (validation, checkpoints, compilation: the user's;
+perf-callbacks' own export and logging are left out)."""
 WINDOW, COMPILED = 1, 4
 """``flags`` bits: the step's time is not its own (profiled in a window, or its ops ran through the FLOP counter); the
 step compiled (its compilation is set aside, its first runs are not)."""

@@ -226,7 +226,7 @@ class PerfEngine:
         if (pending := state.pending_t) is not None:
             t, state.pending_t = pending, None
         state.step, state.ended, state.expected, state.micro, state.samples = step, False, step, 0, 0
-        state.t_begin, state.aside = t, 0.0  # clock.begin(t, carry_wait=pending is not None)
+        state.t_begin, state.aside, state.own = t, 0.0, 0.0  # clock.begin(t, carry_wait=pending is not None)
         if pending is None:
             state.wait = 0.0
         if not state.steps_run and not self.compile.installed:  # a model compiled after the engine was made
@@ -257,7 +257,7 @@ class PerfEngine:
             return
         elapsed = state.last_elapsed if t is None else max(t - state.t_begin - state.aside, 0.0)  # clock.elapsed
         skip = (counted := step == self.flops.counted_step) or self.windows.action is not Action.NONE
-        self._step_rows.extend((step, elapsed, state.samples, state.wait, state.aside,  # core/engine/step_log.py
+        self._step_rows.extend((step, elapsed, state.samples, state.wait, state.aside - state.own,  # step_log.py
                                 compiled * COMPILED + skip * WINDOW))
         if skip:
             self.intervals.not_comparable(counted)  # its ops ran through the FLOP counter, or it was profiled

@@ -4,7 +4,8 @@ A part of :class:`~perf_callbacks.core.engine.engine.PerfEngine` (``engine.steps
 row of ``COLUMNS`` (``analysis/diff/steps.py``, which reads them) to an ``array('f')`` per completed step (one ``extend``, no call into this module); the logging
 step and close append the rows to ``<run>/steps-rank{R}.f32`` (little-endian float32, ``len(COLUMNS)`` a row) and
 rewrite ``<run>/steps-rank{R}.json``: the columns, the machine (CPU cores, ranks, GPU, torch and framework versions)
-and the share of the run the training thread waited for a CPU. ``perf-callbacks diff`` reads them
+and the share of the time the training thread could run that it waited for a CPU (its sleeps, I/O and device waits
+left out: a run that sleeps in a checkpoint is not a quieter machine). ``perf-callbacks diff`` reads them
 (``analysis/diff/steps.py``).
 
 Bounded: the file keeps the last ``keep`` steps at full resolution; once it holds ``2 * keep``, the older half is
@@ -102,8 +103,8 @@ class StepLog:
         """The JSON description: columns, flags, steps written, the machine and the CPU contention so far."""
         t0, sched0 = self._start
         wall, sched = time.perf_counter() - t0, self._sched.sched()
-        contention = None if sched is None or sched0 is None or wall <= 0 else \
-            min(max((sched[1] - sched0[1]) / wall, 0.0), 1.0)
+        ran, waited = (sched[0] - sched0[0], sched[1] - sched0[1]) if sched and sched0 else (0.0, 0.0)
+        contention = waited / (ran + waited) if ran + waited > 0 else None  # of the time it could have run
         return {"columns": list(COLUMNS), "flags": {"window": WINDOW, "compiled": COMPILED},
                 "steps": self.written, "keep": self.keep, "summary_steps": SUMMARY_STEPS,
                 "machine": {**self.machine, **versions()},
