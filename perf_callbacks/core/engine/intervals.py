@@ -173,4 +173,4 @@ class IntervalLog:
             self.memory = None
             self.outputs.failed("metrics", err)
         if self.steps is not None:
-            self.steps.flush()
+            self.steps.due()

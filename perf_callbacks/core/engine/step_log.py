@@ -1,12 +1,12 @@
 """The run-wide step record: every optimizer step's time, samples, data wait and set-aside time, per rank.
 
 A part of :class:`~perf_callbacks.core.engine.engine.PerfEngine` (``engine.steps``). The engine's hot path appends one
-row of ``COLUMNS`` (``analysis/diff/steps.py``, which reads them) to an ``array('f')`` per completed step (one ``extend``, no call into this module); the logging
-step and close append the rows to ``<run>/steps-rank{R}.f32`` (little-endian float32, ``len(COLUMNS)`` a row) and
-rewrite ``<run>/steps-rank{R}.json``: the columns, the machine (CPU cores, ranks, GPU, torch and framework versions)
-and the share of the time the training thread could run that it waited for a CPU (its sleeps, I/O and device waits
-left out: a run that sleeps in a checkpoint is not a quieter machine). ``perf-callbacks diff`` reads them
-(``analysis/diff/steps.py``).
+row of ``COLUMNS`` (``analysis/diff/steps.py``, which reads them) to an ``array('f')`` per completed step (one
+``extend``, no call into this module). A logging step (once ``FLUSH_ROWS`` rows wait or ``FLUSH_S`` seconds passed)
+and close append the rows to ``<run>/steps-rank{R}.f32`` (little-endian float32, ``len(COLUMNS)`` a row) and rewrite
+``<run>/steps-rank{R}.json``: the columns, the machine (CPU cores, ranks, GPU, torch and framework versions) and the
+share of the time the training thread could run that it waited for a CPU (its sleeps, I/O and device waits left out:
+a run that sleeps in a checkpoint is not a quieter machine). ``perf-callbacks diff`` reads them.
 
 Bounded: the file keeps the last ``keep`` steps at full resolution; once it holds ``2 * keep``, the older half is
 folded into ``steps-rank{R}-early.f32``: one row per ``SUMMARY_STEPS`` steps (the last step, the median time, and the
@@ -40,8 +40,10 @@ from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.timing.cpu_wait import ThreadWait
 from perf_callbacks.core.windows.machine import machine_meta
 
-__all__ = ["COLUMNS", "COMPILED", "KEEP", "SUMMARY_STEPS", "WINDOW", "StepLog", "versions"]
+__all__ = ["COLUMNS", "COMPILED", "FLUSH_ROWS", "FLUSH_S", "KEEP", "SUMMARY_STEPS", "WINDOW", "StepLog", "versions"]
 KEEP = 100_000
+FLUSH_ROWS, FLUSH_S = 4096, 30.0
+"""A logging step writes the rows once this many wait or this many seconds passed since the last write."""
 log = logging.getLogger(__name__)
 SUMMARY_STEPS = 100
 FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "transformers")
@@ -64,8 +66,15 @@ class StepLog:
         self.rows = array("f")  # not yet written: the engine extends it in place, flush() empties it in place
         self.keep, self.written, self.off = keep, 0, False
         self.machine = {**machine_meta(ctx, cuda), "world_size": ctx.world_size, "gpu": _gpu(ctx, cuda)}
+        self.every_s, self._flushed = FLUSH_S, time.perf_counter()
         self._sched = ThreadWait()
         self._start = (time.perf_counter(), self._sched.sched())
+
+    def due(self) -> None:
+        """At a logging step: :meth:`flush` once ``FLUSH_ROWS`` steps wait or ``FLUSH_S`` seconds passed (else nothing:
+        a logging step of a fast loop stays cheap)."""
+        if len(self.rows) >= FLUSH_ROWS * len(COLUMNS) or time.perf_counter() - self._flushed >= self.every_s:
+            self.flush()
 
     def flush(self) -> None:
         """Append the rows so far to the file, fold the oldest when it is full, and rewrite the description.
@@ -73,6 +82,7 @@ class StepLog:
         Never raises: a failure turns the record off with one log line (the traces' own writer warns about a folder
         that cannot be written; ``diff`` then compares windows).
         """
+        self._flushed = time.perf_counter()
         if self.off or not (self.rows or self.written):
             return
         try:

@@ -50,12 +50,17 @@ def test_profiled_steps_are_flagged_and_left_out_with_the_warm_up(tmp_path: Path
     assert COMPILED not in r.flags
 
 
-def test_the_record_is_written_at_logging_steps_not_only_at_close(tmp_path: Path) -> None:
+def test_the_record_is_written_at_logging_steps_once_its_time_has_come_and_at_close(tmp_path: Path) -> None:
     engine = make_engine(tmp_path, schedule={"skip_first": 1000})  # logs every 5 steps
     run_steps(engine, 11)
+    assert read_run(tmp_path) == []  # FLUSH_S (30 s) not passed, FLUSH_ROWS not waiting: a logging step stays cheap
+    engine.steps.every_s = 0.0
+    run_steps(engine, 10, start=11)
     [r] = read_run(tmp_path)
-    assert len(r.time_s) == 9  # steps 0-8: measured when the next began, written at the logging step of step 10
+    assert len(r.time_s) == 19  # steps 0-18: measured when the next began, written at the logging step of step 20
     engine.close()
+    [r] = read_run(tmp_path)
+    assert len(r.time_s) == 20  # at close: steps 0-19 (the last, which no step follows, is not measured)
 
 
 def test_a_long_run_keeps_its_last_steps_whole_and_summarises_the_older_ones(tmp_path: Path) -> None:
