@@ -10,7 +10,7 @@ all ranks) and estimates the effect (``analysis/judge/effect.py``) in the primar
 - else ``time per sample`` when the batch (samples per step) differs;
 - else ``step time``.
 
-Step time stays as a secondary line, with time per sample when the primary is the wall clock.
+Step time stays as a secondary line, with time per sample when the primary is the wall clock and the batch differs.
 
 Example:
     >>> from perf_callbacks.analysis.diff.steps import StepRecord
@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -64,7 +65,8 @@ def compare_runs(base: list[StepRecord], new: list[StepRecord], threshold: float
     call = primary.call
     if withholds(differences) and call in ("improvement", "regression"):
         call = "undecided"  # the machine's load moved: the change cannot be told from it
-    secondary = [u for u in ("step time", "time per sample") if u != unit and (u == "step time" or per_sample)]
+    secondary = [u for u in ("step time", "time per sample") if u != unit and
+                 (u == "step time" or (per_sample and batch_a != batch_b))]
     return {
         "unit": unit, "effect": primary.effect, "ci_low": primary.ci_low, "ci_high": primary.ci_high,
         "threshold": threshold, "call": call, "steps_to_decide": primary.steps_to_decide if call == primary.call
@@ -76,7 +78,12 @@ def compare_runs(base: list[StepRecord], new: list[StepRecord], threshold: float
 
 
 def _effect(a: dict[str, list[float]], b: dict[str, list[float]], unit: str, threshold: float) -> Effect:
-    return estimate(_costs(a, unit), _costs(b, unit), threshold, typical=not unit.startswith("wall"))
+    """The effect in ``unit``; on the wall clock, blocks of at least two set-aside steps' spacing (their mean then
+    holds such steps in their share, not one block in two or none)."""
+    if not unit.startswith("wall"):
+        return estimate(_costs(a, unit), _costs(b, unit), threshold)
+    spacing = max(len(s["aside"]) / max(1, sum(x > 0 for x in s["aside"])) for s in (a, b))
+    return estimate(_costs(a, unit), _costs(b, unit), threshold, typical=False, min_block=math.ceil(2 * spacing))
 
 
 def _costs(side: dict[str, list[float]], unit: str) -> list[float]:

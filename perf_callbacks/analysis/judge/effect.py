@@ -96,11 +96,13 @@ def decide(ci_low: float, ci_high: float, threshold: float = THRESHOLD) -> str:
     return "undecided"
 
 
-def estimate(base: Sequence[float], new: Sequence[float], threshold: float = THRESHOLD, typical: bool = True) -> Effect:
+def estimate(base: Sequence[float], new: Sequence[float], threshold: float = THRESHOLD, typical: bool = True,
+             min_block: int = 1) -> Effect:
     """The effect of NEW against BASE on per-step costs (any positive unit, the same on both sides), with its call.
 
     ``typical``: blocks give their median (the typical step's cost); False: their mean, for a wall-clock cost where
-    rare long steps (a checkpoint every tenth step) are part of what the run pays.
+    rare long steps (a checkpoint every tenth step) are part of what the run pays. ``min_block``: the least steps a
+    block holds (for means: enough to hold such steps in their share).
 
     Raises:
         ValueError: when a side has no step, or a cost is not positive.
@@ -109,7 +111,7 @@ def estimate(base: Sequence[float], new: Sequence[float], threshold: float = THR
         raise ValueError("both sides need at least one step")
     if min(base) <= 0 or min(new) <= 0:
         raise ValueError("step costs must be positive")
-    length = max(block_length(base), block_length(new))
+    length = max(block_length(base), block_length(new), min_block)
     length = max(1, min(length, min(len(base), len(new)) // MIN_BLOCKS))
     length = max(length, math.ceil(max(len(base), len(new)) / MAX_BLOCKS))
     summary = block_medians if typical else block_means

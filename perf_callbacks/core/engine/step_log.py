@@ -15,8 +15,7 @@ mean samples, wait and set-aside time; ``flags`` holds the steps it summarises).
 Example:
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from perf_callbacks.analysis.diff.steps import COLUMNS, COMPILED, WINDOW
-from perf_callbacks.core.context import RunContext
+    >>> from perf_callbacks.core.context import RunContext
     >>> log = StepLog(Path(tempfile.mkdtemp()), RunContext(Path("out"), "run"))
     >>> log.rows.extend((0, 0.01, 32, 0.002, 0.0, 0))  # what the engine's hot path does
     >>> log.flush()
