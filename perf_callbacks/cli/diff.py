@@ -92,7 +92,7 @@ def _run_wide(args: argparse.Namespace, base: list[Any], new: list[Any]) -> int:
 
     from perf_callbacks.analysis.diff.run_text import format_run_diff
     from perf_callbacks.analysis.diff.run_wide import compare_runs
-    from perf_callbacks.analysis.html.run_diff_page import render_run_diff_html
+    from perf_callbacks.analysis.diff.run_html import render_run_diff_html
 
     result = compare_runs(base, new, args.threshold / 100)
     if args.html:
