@@ -12,7 +12,7 @@ Example:
     >>> run = Path(tempfile.mkdtemp())
     >>> log = StepLog(run, RunContext(run, "run"))
     >>> for step in range(30):
-    ...     log.rows.extend((step, 0.01, 32, 0.0, 0.0, 0))
+    ...     log.rows.append((step, 0.01, 32, 0.0, 0.0, 0))
     >>> log.flush()
     >>> [r] = read_run(run)
     >>> len(r.time_s), len(compared_steps(r).time_s)

@@ -98,13 +98,13 @@ class PerfEngine:
         # validation, checkpoints, compilation and our own work: left out of step time
         self.aside = SetAside(self.state, self.clock, self.monitor, self.phases, self.compile, self.windows, now)
         self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn)  # core/capture*.py
-        self.steps = StepLog(layout.run_dir, ctx, self.cuda)  # every step's row (the hot path extends _step_rows)
+        self.steps = steps = StepLog(layout.run_dir, ctx, self.cuda)  # every step's row: the hot path's _step_row
         self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside,
                                      MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None, growth,
                                      self.mem, self.captures, self.windows, self.outputs, warn, ctx.log_min_interval_s,
                                      self.steps)
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
-        self._log_every, self._nsys_steps, self._step_rows = ctx.log_every_n_steps, config.nsys_steps, self.steps.rows
+        self._log_every, self._nsys_steps, self._step_row = ctx.log_every_n_steps, config.nsys_steps, steps.rows.append
         # the verbs a part answers for the engine: bound once (no call in between on the hot path)
         self.phase, self.end_phase, self.tool_time = self.phases.enter, self.phases.leave, self.aside.tool_time
         self.validation_start, self.validation_end = self.aside.validation_start, self.aside.validation_end
@@ -257,8 +257,8 @@ class PerfEngine:
             return
         elapsed = state.last_elapsed if t is None else max(t - state.t_begin - state.aside, 0.0)  # clock.elapsed
         skip = (counted := step == self.flops.counted_step) or self.windows.action is not Action.NONE
-        self._step_rows.extend((step, elapsed, state.samples, state.wait, state.aside - state.own,  # step_log.py
-                                compiled * COMPILED + skip * WINDOW))
+        self._step_row((step, elapsed, state.samples, state.wait, state.aside - state.own,  # core/engine/step_log.py
+                        compiled * COMPILED + skip * WINDOW))
         if skip:
             self.intervals.not_comparable(counted)  # its ops ran through the FLOP counter, or it was profiled
         else:

@@ -66,7 +66,7 @@ def test_the_record_is_written_at_logging_steps_once_its_time_has_come_and_at_cl
 def test_a_long_run_keeps_its_last_steps_whole_and_summarises_the_older_ones(tmp_path: Path) -> None:
     log = StepLog(tmp_path, RunContext(tmp_path, "run"), keep=300)
     for step in range(1000):
-        log.rows.extend((step, 0.01 + step * 1e-5, 8, 0.0, 0.0, 0))
+        log.rows.append((step, 0.01 + step * 1e-5, 8, 0.0, 0.0, 0))
         if step % 50 == 49:
             log.flush()
     [r] = read_run(tmp_path)
