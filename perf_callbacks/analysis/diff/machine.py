@@ -38,7 +38,7 @@ def machine_differences(base: dict[str, Any], new: dict[str, Any], base_batch: f
         base_batch: the base's median samples per step (None: unknown).
         new_batch: the new one's.
     """
-    out = []
+    out: list[dict[str, Any]] = []
     a, b = base.get("cpu_contention"), new.get("cpu_contention")
     if isinstance(a, float | int) and isinstance(b, float | int) and abs(b - a) >= CONTENTION_POINTS:
         out.append({"what": "cpu_contention", "base": a, "new": b,

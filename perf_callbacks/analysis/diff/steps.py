@@ -67,7 +67,7 @@ def find_run(path: str | Path) -> Path | None:
     if any(RECORD.fullmatch(p.name) for p in _files(root)):
         return root
     runs = [p.parent for p in root.rglob("steps-rank*.f32") if RECORD.fullmatch(p.name)] if root.is_dir() else []
-    return max(runs, key=lambda d: max(p.stat().st_mtime for p in d.glob("steps-rank*.f32")), default=None)
+    return max(runs, key=_newest) if runs else None
 
 
 def read_run(path: str | Path) -> list[StepRecord]:
@@ -99,9 +99,9 @@ def read_record(path: Path) -> StepRecord:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         meta = {}
-    cols = [list(rows[i::width]) for i in range(width)]
-    return StepRecord(int(match.group(1)) if match else 0, *cols, meta=meta if isinstance(meta, dict) else {},
-                      path=str(path))
+    step, time_s, samples, wait_s, aside_s, flags = (list(rows[i::width]) for i in range(width))
+    return StepRecord(int(match.group(1)) if match else 0, step, time_s, samples, wait_s, aside_s, flags,
+                      meta=meta if isinstance(meta, dict) else {}, path=str(path))
 
 
 def compared_steps(record: StepRecord) -> StepRecord:
@@ -109,8 +109,13 @@ def compared_steps(record: StepRecord) -> StepRecord:
     n = len(record.time_s)
     warm = max(WARMUP_MIN, math.ceil(WARMUP_SHARE * n))
     keep = [i for i in range(warm, n) if not record.flags[i] and record.time_s[i] > 0]
-    cols = {c: [getattr(record, c)[i] for i in keep] for c in COLUMNS}
-    return StepRecord(record.rank, **cols, meta=record.meta, path=record.path)
+    step, time_s, samples, wait_s, aside_s, flags = ([getattr(record, c)[i] for i in keep] for c in COLUMNS)
+    return StepRecord(record.rank, step, time_s, samples, wait_s, aside_s, flags, meta=record.meta, path=record.path)
+
+
+def _newest(run: Path) -> float:
+    """When the run's step record was last written."""
+    return max(p.stat().st_mtime for p in run.glob("steps-rank*.f32"))
 
 
 def _files(root: Path) -> list[Path]:

@@ -133,12 +133,12 @@ def block_length(values: Sequence[float]) -> int:
         (10, 2)
     """
     n = len(values)
-    length = math.ceil(n ** (1 / 3))
+    length = math.ceil(float(n) ** (1 / 3))
     rho = _lag1(values)
     if rho > 0:  # an AR(1)-like memory: the variance of a mean grows by (1 + rho) / (1 - rho)
         rho = min(rho, 0.9)
         length = max(length, math.ceil(2 * (1 + rho) / (1 - rho)))
-    return length + length % 2
+    return int(length + length % 2)
 
 
 def block_medians(values: Sequence[float], length: int) -> list[float]:

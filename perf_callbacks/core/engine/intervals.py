@@ -17,6 +17,7 @@ from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
+from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.flops.compile_watch import CompileWatch
 from perf_callbacks.core.flops.step import StepFlops
 from perf_callbacks.core.memory.growth import MemoryGrowth
