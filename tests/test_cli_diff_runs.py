@@ -108,3 +108,61 @@ def test_windows_keeps_the_window_comparison(tmp_path: Path, capsys: pytest.Capt
     assert main(["diff", str(run), str(run), "--json"]) == 0  # the same run twice, whole runs: never a change
     d = json.loads(capsys.readouterr().out)
     assert d["effect"] == 0.0 and d["call"] in ("no change", "undecided") and 50 <= d["base"]["compared_steps"] < d["base"]["steps"]
+
+
+def _record(run: Path, ms: float, steps: int) -> None:
+    from perf_callbacks.core.context import RunContext
+    from perf_callbacks.core.engine.step_log import StepLog
+
+    log = StepLog(run, RunContext(run, "run"))
+    for step in range(steps):
+        log.rows.append((step, ms / 1e3 * (1 + step % 2), 8, 0.0, 0.0, 0))
+    log.flush()
+
+
+def test_a_side_without_a_step_record_compares_the_windows_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from tests.analysis.conftest import fixture_trace
+
+    with_record, without = tmp_path / "with", tmp_path / "without"
+    for run in (with_record, without):
+        run.mkdir()
+        shutil.copy(fixture_trace("compute_bound"), run)
+    _record(with_record, 10.0, 100)
+    assert main(["diff", str(with_record), str(without)]) == 0
+    out, err = capsys.readouterr()
+    assert err == f"perf-callbacks diff: {without}: no step record (steps-rank*.f32); comparing the latest windows " \
+                  "(--windows)\n"
+    assert out.splitlines()[0] == "perf-callbacks diff"  # the window comparison
+    assert main(["diff", str(without), str(without)]) == 0  # neither side has one: windows, silently
+    assert capsys.readouterr().err == ""
+
+
+def test_too_few_comparable_steps_fall_back_to_the_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.analysis.conftest import fixture_trace
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "t.pt.trace.json.gz").write_bytes(fixture_trace("compute_bound").read_bytes())
+    _record(run, 10.0, 12)  # 3 warm-up steps out: 9 comparable
+    assert main(["diff", str(run), str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert "holds 9 comparable steps" in err and err.endswith("comparing the latest windows (--windows)\n")
+    assert out.splitlines()[0] == "perf-callbacks diff"
+
+
+def test_the_threshold_is_a_percentage_and_decides_the_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base, new = tmp_path / "base", tmp_path / "new"
+    _record(base, 10.0, 200)
+    _record(new, 9.5, 200)  # 5% less, exactly (no noise): the interval is a point
+    assert main(["diff", str(base), str(new), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["call"] == "improvement" and d["threshold"] == 0.02 and d["effect"] == pytest.approx(-0.05)
+    assert main(["diff", str(base), str(new), "--json", "--threshold", "10"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["call"] == "no change" and d["threshold"] == 0.1
+    assert main(["diff", str(base), str(new), "--threshold", "0"]) == 2
+    assert "--threshold must be between 0 and 100 percent, got 0" in capsys.readouterr().err

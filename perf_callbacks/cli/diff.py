@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -87,7 +88,6 @@ def _run_records(args: argparse.Namespace) -> tuple[list[Any], list[Any]] | None
 def _run_wide(args: argparse.Namespace, base: list[Any], new: list[Any]) -> int:
     """The run-wide comparison (the default): text, ``--json`` or ``--html``; 1 for a regression past PCT."""
     import json
-    import math
     from pathlib import Path
 
     from perf_callbacks.analysis.diff.run_text import format_run_diff
@@ -98,14 +98,23 @@ def _run_wide(args: argparse.Namespace, base: list[Any], new: list[Any]) -> int:
     if args.html:
         Path(args.html).write_text(render_run_diff_html(result), encoding="utf-8")
         print(f"perf-callbacks diff: wrote {Path(args.html).resolve()}", file=sys.stderr)
-    finite = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in result.items()}  # JSON
-    print(json.dumps(finite, indent=2) if args.json else format_run_diff(result), end="\n" if args.json else "")
+    print(json.dumps(_finite(result), indent=2) if args.json else format_run_diff(result),
+          end="\n" if args.json else "")
     pct = result["effect"] * 100
     if args.fail_on_regression is not None and result["call"] == "regression" and pct > args.fail_on_regression:
         print(f"perf-callbacks diff: {result['unit']} regressed by {pct:.1f}%, more than --fail-on-regression "
               f"{args.fail_on_regression:g}%", file=sys.stderr)
         return 1
     return 0
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every infinite float (an interval with no bound) as None: valid JSON."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def _windows(args: argparse.Namespace) -> int:
