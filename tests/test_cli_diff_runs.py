@@ -1,8 +1,9 @@
 """``perf-callbacks diff`` over whole runs (the default): real Lightning runs on CPU, compared from their step records.
 
 Each pair is trained in this process, one run after the other; the change each test makes is far larger than what the
-machine can do to a run (a batch 64 times larger, a 30 ms sleep per step in a checkpoint save), so the call does not
-depend on this machine's speed or load.
+machine can do to a run (a batch 64 times larger, a 30 ms sleep per step in a checkpoint save), so the interval does
+not depend on this machine's speed or load. Where the machine's load changed between the two runs (another job took
+the cores), the call is withheld, as it should be: the tests accept that, and only that, in place of `improvement`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ def fit(out: Path, batch: int, steps: int = 150, model: L.LightningModule | None
     return out / "perf"
 
 
+def _contention_moved(d: dict[str, Any]) -> bool:
+    """The machine's load changed between the two runs (the CI machine is shared): the call is rightly withheld."""
+    return bool(d["withheld"]) and any(x["what"] == "cpu_contention" for x in d["machine"])
+
+
 def diff(capsys: pytest.CaptureFixture[str], base: Path, new: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     code = main(["diff", str(base), str(new), "--json", *args])
     out, err = capsys.readouterr()
@@ -66,15 +72,17 @@ def test_batch_1_to_64_is_an_improvement_per_sample(tmp_path: Path, capsys: pyte
     base, new = fit(tmp_path / "b1", batch=1), fit(tmp_path / "b64", batch=64)
     code, d, _ = diff(capsys, base, new)
     assert code == 0
-    assert d["unit"] == "time per sample" and d["call"] == "improvement", d
-    assert d["ci_high"] < -d["threshold"] and d["effect"] < -0.5
+    assert d["unit"] == "time per sample" and d["ci_high"] < -d["threshold"] and d["effect"] < -0.5, d
+    assert d["call"] == "improvement" or _contention_moved(d), d
     assert d["machine_differs"] and any(x["what"] == "batch" and x["new"] == 64 for x in d["machine"])
     assert {k for k in ("unit", "effect", "ci_low", "ci_high", "threshold", "call", "steps_to_decide",
                         "machine_differs")} <= set(d)
     assert main(["diff", str(base), str(new)]) == 0
     text = capsys.readouterr().out.splitlines()
-    assert text[3] == "the runs differ besides the change: batch 1 -> 64 samples per step"
-    assert text[4].startswith("time per sample -") and text[4].endswith(": improvement, beyond the 2% threshold")
+    assert text[3].startswith("the runs differ besides the change: ")
+    assert text[3].endswith("batch 1 -> 64 samples per step")
+    if not _contention_moved(d):
+        assert text[4].startswith("time per sample -") and text[4].endswith(": improvement, beyond the 2% threshold")
     assert any(line.startswith("  step time ") for line in text)  # step time stays, as a secondary line
 
 
@@ -86,13 +94,15 @@ def test_a_per_step_checkpoint_removed_is_an_improvement_in_wall_time_per_sample
     new = fit(tmp_path / "none", batch=8, steps=100)
     code, d, _ = diff(capsys, base, new, "--fail-on-regression", "0")
     assert code == 0
-    assert d["unit"] == "wall time per sample" and d["call"] == "improvement", d
+    assert d["unit"] == "wall time per sample" and d["ci_high"] < -d["threshold"], d
+    assert d["call"] == "improvement" or _contention_moved(d), d
     assert d["base"]["aside_share"] > 0.5 > d["new"]["aside_share"]
     assert not d["machine_differs"] or all(x["what"] != "batch" for x in d["machine"])
     html = tmp_path / "diff.html"
     assert main(["diff", str(base), str(new), "--html", str(html)]) == 0
     page = html.read_text()
-    assert "wall time per sample -" in page and 'class="summary improvement"' in page
+    assert "wall time per sample -" in page and f'class="summary {d["call"].replace(" ", "-")}"' in page
+    assert 'aria-label="effect and its interval"' in page  # drawn against the threshold band
     out = capsys.readouterr().out
     assert "time set aside (checkpoints, validation, compilation)" in out
 
@@ -107,7 +117,8 @@ def test_windows_keeps_the_window_comparison(tmp_path: Path, capsys: pytest.Capt
     assert capsys.readouterr().out.splitlines()[0] == "perf-callbacks diff"
     assert main(["diff", str(run), str(run), "--json"]) == 0  # the same run twice, whole runs: never a change
     d = json.loads(capsys.readouterr().out)
-    assert d["effect"] == 0.0 and d["call"] in ("no change", "undecided") and 50 <= d["base"]["compared_steps"] < d["base"]["steps"]
+    assert d["effect"] == 0.0 and d["call"] in ("no change", "undecided")
+    assert 50 <= d["base"]["compared_steps"] < d["base"]["steps"]
 
 
 def _record(run: Path, ms: float, steps: int) -> None:
@@ -166,3 +177,7 @@ def test_the_threshold_is_a_percentage_and_decides_the_call(tmp_path: Path, caps
     assert d["call"] == "no change" and d["threshold"] == 0.1
     assert main(["diff", str(base), str(new), "--threshold", "0"]) == 2
     assert "--threshold must be between 0 and 100 percent, got 0" in capsys.readouterr().err
+    assert main(["diff", str(new), str(base), "--fail-on-regression", "5"]) == 1  # +5.3%: a regression beyond 5%
+    assert capsys.readouterr().err == "perf-callbacks diff: step time regressed by 5.3%, more than " \
+                                      "--fail-on-regression 5%\n"
+    assert main(["diff", str(new), str(base), "--fail-on-regression", "6"]) == 0
