@@ -1,9 +1,9 @@
-"""``perf-callbacks diff`` over whole runs: the same run on a loaded core and on a quiet one is the machine, not a change.
+"""``perf-callbacks diff`` over whole runs: one run on a loaded core and the same on a quiet one is the machine.
 
 Two runs of the Lightning example with the same settings, each pinned to one core: the first with two CPU burners on
 that core, all at normal priority (the training gets about a third of it); the second alone there at a raised
-priority (``nice -10``), so that the other processes of this shared machine take little of its core. Needs the right to raise a
-priority (root); skipped without it.
+priority (``nice -10``), so that the other processes of this shared machine take little of its core. Needs the
+right to raise a priority (root); skipped without it.
 """
 
 from __future__ import annotations

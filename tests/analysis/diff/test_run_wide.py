@@ -46,7 +46,8 @@ def test_a_cpu_contention_that_moved_withholds_the_call_and_is_said_first() -> N
     assert d["machine_differs"] and d["withheld"] and d["call"] == "undecided" and d["steps_to_decide"] is None
     assert d["ci_high"] < -0.02  # the interval alone would call it an improvement
     text = format_run_diff(d).splitlines()
-    assert text[3] == "the runs differ besides the change: CPU contention 82% -> 3% (the training thread's wait for a CPU)"
+    assert text[3] == "the runs differ besides the change: CPU contention 82% -> 3% (the training thread's wait for " \
+                      "a CPU)"
     assert text[4].endswith(": undecided") and text[5].startswith("  no call: the CPU contention moved")
 
 
