@@ -69,7 +69,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _diff(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
-    code = main(["diff", *args, "--json"])
+    code = main(["diff", *args, "--json", "--windows"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -85,7 +85,7 @@ def test_slower_input_pipeline_is_a_significant_regression_led_by_data_wait(
     assert d["data_wait_fraction"]["change"] > 0
     assert d["base"]["window"].endswith("window-000003-000062") and d["base"]["complete"] and d["new"]["n_steps"] == 60
     assert "significant regression): data wait +" in d["summary"]
-    assert main(["diff", str(runs["fast"]), str(runs["slow"]), "--fail-on-regression", "1000000"]) == 0
+    assert main(["diff", str(runs["fast"]), str(runs["slow"]), "--fail-on-regression", "1000000", "--windows"]) == 0
 
 
 def test_two_runs_of_the_same_configuration_are_within_noise(
@@ -105,7 +105,7 @@ def test_an_improvement_is_reported_as_one(runs: dict[str, Path], capsys: pytest
 
 def test_text_and_html_output(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     html = tmp_path / "diff.html"
-    assert main(["diff", str(runs["fast"]), str(runs["slow"]), "--html", str(html)]) == 0
+    assert main(["diff", str(runs["fast"]), str(runs["slow"]), "--html", str(html), "--windows"]) == 0
     text, err = capsys.readouterr()
     assert err == f"perf-callbacks diff: wrote {html.resolve()}\n"  # as report says where it wrote
     lines = text.splitlines()

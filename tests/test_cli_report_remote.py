@@ -99,9 +99,9 @@ def test_a_window_without_all_its_sidecars_gets_its_traces_whole(tmp_path: Path,
 def test_diff_of_two_remote_runs(tmp_path: Path, s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     local = _run(tmp_path, ranks=2)
     options = _upload(s3, local, "perf-diff", "a", "b")
-    assert main(["diff", str(local), str(local)]) == 0
+    assert main(["diff", str(local), str(local), "--windows"]) == 0  # a URL's side is read as windows
     here = capsys.readouterr().out
-    assert main(["diff", "s3://perf-diff/a", "s3://perf-diff/b", "--storage-options", options]) == 0
+    assert main(["diff", "s3://perf-diff/a", "s3://perf-diff/b", "--storage-options", options, "--windows"]) == 0
     there = capsys.readouterr().out
     assert there.replace("s3://perf-diff/a", str(local)).replace("s3://perf-diff/b", str(local)) == here
 
@@ -159,10 +159,11 @@ def test_diff_of_two_remote_runs_downloads_only_the_windows_it_compares(tmp_path
     time.sleep(1.1)
     for side in "ab":
         s3.fs().put(str(local / WINDOW) + "/", f"perf-diff-some/{side}/{WINDOW}", recursive=True)
-    assert main(["diff", str(local), str(local)]) == 0
+    assert main(["diff", str(local), str(local), "--windows"]) == 0
     here = capsys.readouterr().out
     s3.requests.clear()
-    assert main(["diff", "s3://perf-diff-some/a", "s3://perf-diff-some/b", "--storage-options", options]) == 0
+    assert main(["diff", "s3://perf-diff-some/a", "s3://perf-diff-some/b", "--storage-options", options,
+                 "--windows"]) == 0
     there = capsys.readouterr().out
     assert there.replace("s3://perf-diff-some/a", str(local)).replace("s3://perf-diff-some/b", str(local)) == here
     assert WINDOW in here

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from perf_callbacks.cli.common import (
     Parser,
@@ -28,17 +30,24 @@ def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
     """The ``diff`` subcommand."""
     p = sub.add_parser(
         "diff", help="compare two runs: what changed, whether it is beyond the noise, and why",
-        description="Compare the latest complete window of BASE with that of NEW. Exit codes: 0 done; 1 a significant "
-        "step-time regression larger than PCT with --fail-on-regression; 2 bad input (a missing, unreadable or "
-        "corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error; 130 "
-        "interrupted (Ctrl-C).",
+        description="Compare every step of BASE's run with every step of NEW's (their step records, "
+        "steps-rank*.f32), in the unit that matters, with a 95%% interval and a call against --threshold; "
+        "--windows (or --window, or a side without a step record) compares the latest complete windows instead. "
+        "Exit codes: 0 done; 1 a regression larger than PCT with --fail-on-regression; 2 bad input (a missing, "
+        "unreadable or corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error; "
+        "130 interrupted (Ctrl-C).",
     )
     p.add_argument("base", help="before the change: a trace, a window folder, a run folder or an output_dir")
     p.add_argument("new", help="after the change: the same kinds of path")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page")
     p.add_argument("--fail-on-regression", metavar="PCT", type=float,
-                   help="exit 1 when step time is significantly slower by more than PCT percent")
+                   help="exit 1 when the call is a regression (windows: significantly slower step time) larger than "
+                   "PCT percent")
+    p.add_argument("--threshold", metavar="PCT", type=float, default=2.0,
+                   help="the smallest change worth a call, in percent of the base (default: %(default)s)")
+    p.add_argument("--windows", action="store_true",
+                   help="compare the latest complete profiled windows (causes, ops, memory) instead of whole runs")
     p.add_argument("--window", action="append", metavar="W", default=[],
                    help="window index (0 = latest) or folder name; once for both sides, twice for BASE then NEW")
     p.add_argument("--jobs", type=_positive, default=8, metavar="N",
@@ -50,6 +59,78 @@ def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
 
 def run_diff(args: argparse.Namespace) -> int:
     """Compare the two sides and print the diff; 1 only for a regression beyond ``--fail-on-regression``."""
+    if len(args.window) > 2:
+        print("perf-callbacks diff: give --window at most twice (BASE, then NEW)", file=sys.stderr)
+        return 2
+    if not 0 < args.threshold < 100:
+        print(f"perf-callbacks diff: --threshold must be between 0 and 100 percent, got {args.threshold:g}",
+              file=sys.stderr)
+        return 2
+    if not args.windows and not args.window:
+        from perf_callbacks.analysis.diff.run_wide import TooFewSteps
+
+        try:
+            runs = _run_records(args)
+            if runs is not None:
+                return _run_wide(args, *runs)
+        except TooFewSteps as err:
+            print(f"perf-callbacks diff: {err}; comparing the latest windows (--windows)", file=sys.stderr)
+        except BrokenPipeError:
+            raise
+        except Exception as err:  # noqa: BLE001 - one line, never a traceback, never exit 1 (a regression)
+            return failure("diff", err, "step records")
+    return _windows(args)
+
+
+def _run_records(args: argparse.Namespace) -> tuple[list[Any], list[Any]] | None:
+    """Both sides' step records, or None when a side has none: then windows are compared (with a note when only one
+    side has a record; runs made before step records, and URLs, have none)."""
+    from perf_callbacks.analysis.diff.steps import read_run
+
+    sides = [[] if remote(path) else read_run(local(path)) for path in (args.base, args.new)]
+    if all(sides):
+        return sides[0], sides[1]
+    for path, records in zip((args.base, args.new), sides, strict=True):
+        if any(sides) and not records:
+            why = "a URL: its windows are read" if remote(path) else "no step record (steps-rank*.f32)"
+            print(f"perf-callbacks diff: {path}: {why}; comparing the latest windows (--windows)", file=sys.stderr)
+    return None
+
+
+def _run_wide(args: argparse.Namespace, base: list[Any], new: list[Any]) -> int:
+    """The run-wide comparison (the default): text, ``--json`` or ``--html``; 1 for a regression past PCT."""
+    import json
+    from pathlib import Path
+
+    from perf_callbacks.analysis.diff.run_text import format_run_diff
+    from perf_callbacks.analysis.diff.run_wide import compare_runs
+    from perf_callbacks.analysis.diff.run_html import render_run_diff_html
+
+    result = compare_runs(base, new, args.threshold / 100)
+    if args.html:
+        Path(args.html).write_text(render_run_diff_html(result), encoding="utf-8")
+        print(f"perf-callbacks diff: wrote {Path(args.html).resolve()}", file=sys.stderr)
+    print(json.dumps(_finite(result), indent=2) if args.json else format_run_diff(result),
+          end="\n" if args.json else "")
+    pct = result["effect"] * 100
+    if args.fail_on_regression is not None and result["call"] == "regression" and pct > args.fail_on_regression:
+        print(f"perf-callbacks diff: {result['unit']} regressed by {pct:.1f}%, more than --fail-on-regression "
+              f"{args.fail_on_regression:g}%", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every infinite float (an interval with no bound) as None: valid JSON."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _windows(args: argparse.Namespace) -> int:
+    """The window comparison (``--windows``): the latest complete window of each side."""
     import json
     from pathlib import Path
 
@@ -57,9 +138,6 @@ def run_diff(args: argparse.Namespace) -> int:
     from perf_callbacks.analysis.html.diff_page import render_diff_html
     from perf_callbacks.analysis.windows.diff_sides import diff_paths
 
-    if len(args.window) > 2:
-        print("perf-callbacks diff: give --window at most twice (BASE, then NEW)", file=sys.stderr)
-        return 2
     windows = (args.window * 2)[:2] if args.window else [None, None]
     try:
         with contextlib.ExitStack() as stack:

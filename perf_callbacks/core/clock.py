@@ -31,6 +31,8 @@ class StepClock:
         t_begin: when the open step began.
         wait: its data wait so far: the time inside the DataLoader's ``next()``.
         aside: its time set aside so far (validation, checkpoints, our own work).
+        ours: the part of ``aside`` that was our own work (export, logging): left out of the step record's set-aside
+            time, which is the user's (``core/engine/step_log.py``).
         loader_timed: some step's data wait was measured inside the DataLoader (for the rest of the run).
         t_data: when the open fetch started (None: no fetch open).
     """
@@ -38,6 +40,7 @@ class StepClock:
     t_begin: float = 0.0
     wait: float = 0.0
     aside: float = 0.0
+    ours: float = 0.0
     loader_timed: bool = False
     t_data: float | None = None
 

@@ -48,7 +48,7 @@ def test_removing_a_planted_data_wait_delivers_what_its_recommendation_estimated
     assert not any(r.cause == "input" for r in fast.recommendations), fast.recommendations
 
     capsys.readouterr()
-    assert main(["diff", str(tmp_path / "slow" / "perf"), str(tmp_path / "fast" / "perf"), "--json"]) == 0
+    assert main(["diff", str(tmp_path / "slow" / "perf"), str(tmp_path / "fast" / "perf"), "--json", "--windows"]) == 0
     diff = json.loads(capsys.readouterr().out)
     row = diff["estimates"][0]
     assert row["cause"] == "input" and row["estimated_gain_ms"] == pytest.approx(top.estimated_gain_ms)

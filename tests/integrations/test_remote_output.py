@@ -116,8 +116,8 @@ def test_an_endpoint_that_refuses_connections_warns_once(tmp_path: Path, s3: S3S
     (message,) = upload_warnings(list(seen))
     assert "cannot upload to s3://perf-down/perf: " in message and s3.endpoint in message
     assert f"the files stay in {staging}" in message
-    assert len(staged(staging)) == 4  # the window's trace, sidecar and summary, and the run's report.html
-    assert "4 file(s) not uploaded to s3://perf-down/perf" in capsys.readouterr().err
+    assert len(staged(staging)) == 6  # the window's trace, sidecar and summary, report.html and the step record
+    assert "6 file(s) not uploaded to s3://perf-down/perf" in capsys.readouterr().err
 
 
 def test_a_server_stopped_mid_run_keeps_what_it_did_not_get(tmp_path: Path, s3: S3Server, staging: Path) -> None:
@@ -141,8 +141,11 @@ def test_a_server_stopped_mid_run_keeps_what_it_did_not_get(tmp_path: Path, s3: 
     assert t.global_step == 12 and t.state.finished
     assert len(upload_warnings(list(seen))) == 1
     kept = staged(staging)
-    assert {p.parent.name for p in kept if p.name != "report.html"} == {"window-000010-000011"}  # the second window
-    assert [p.name for p in kept if p.parent.name != "window-000010-000011"] == ["report.html"]  # and the page after it
+    record = {"steps-rank0.f32", "steps-rank0.json"}  # the step record, written at close
+    assert {p.parent.name for p in kept if p.name != "report.html" and p.name not in record} == \
+        {"window-000010-000011"}  # the second window
+    assert sorted(p.name for p in kept if p.parent.name != "window-000010-000011") == \
+        ["report.html", *sorted(record)]  # and the page after it
 
 
 @pytest.mark.slow
@@ -168,7 +171,8 @@ def test_a_slow_server_never_makes_a_training_hook_wait(tmp_path: Path, s3: S3Se
     after_window = {step: s for step, s in hook_s.items() if step > 5}  # after the export (at 5): while it uploads
     assert pending[0] > 0  # uploads were still in flight when training ended: the steps overlapped them
     assert max(after_window.values()) < s3.delay_s / 4, after_window
-    assert remote_files(s3, "perf-slow/perf") == {"report.html", "window-000003-000004/rank0.pt.trace.json.gz",
+    assert remote_files(s3, "perf-slow/perf") == {"report.html", "steps-rank0.f32", "steps-rank0.json",
+                                                   "window-000003-000004/rank0.pt.trace.json.gz",
                                                    "window-000003-000004/rank0.summary.json",
                                                    "window-000003-000004/summary.txt"}
     assert staged(staging) == []
@@ -276,7 +280,7 @@ def test_wrong_credentials_warn_once_and_keep_the_files(tmp_path: Path, s3: S3Se
     (message,) = upload_warnings(list(seen))
     assert "cannot upload to s3://perf-auth/perf: PermissionError: The AWS Access Key Id you provided does not exist" \
         in message, message
-    assert len(staged(staging)) == 4  # the window's trace, sidecar and summary, and the run's report.html
+    assert len(staged(staging)) == 6  # the window's trace, sidecar and summary, report.html and the step record
 
 
 @pytest.mark.multiprocess
@@ -433,7 +437,8 @@ def test_an_oom_folder_ends_up_in_the_bucket(tmp_path: Path, s3: S3Server, stagi
     with pytest.raises(OutOfMemoryError) as info:
         t.fit(model, loader())
     assert info.value is model.error
-    assert remote_files(s3, "perf-oom/perf") == {"oom-rank0/summary.txt", "report.html",
+    assert remote_files(s3, "perf-oom/perf") == {"oom-rank0/summary.txt", "report.html", "steps-rank0.f32",
+                                                  "steps-rank0.json",
                                                   "window-000003-000004/rank0.pt.trace.json.gz",
                                                   "window-000003-000004/rank0.summary.json",
                                                   "window-000003-000004/summary.txt"}

@@ -11,7 +11,10 @@ For each of the base's first ``TOP`` recommendations with an estimated gain
   is the two sides' per-step spreads added: the delivered gain is the difference of two medians, each as uncertain as
   its side's spread (on a shared machine the rest of the step drifts between two runs by about that much);
 - ``beyond the estimate``: faster by more than the estimate and the noise band: more than this recommendation's cause
-  went (several changes at once, or other work), or the estimate was no bound.
+  went (several changes at once, or other work), or the estimate was no bound;
+- ``cause did not move``: the step time moved beyond the noise, but the recommendation's own cause fell by less than
+  ``CAUSE_MOVED`` of the estimate (where its change is known): it was not this advice delivering: no share of the estimate is
+  given, and ``elsewhere`` names the cause that moved most instead (where the time went).
 
 ``cause_change_ms`` is the change of the recommendation's own cause in ms per step (``diff``'s time by cause), where
 the cause is one of the timeline's: it says whether the delivered time came off that cause.
@@ -36,6 +39,8 @@ from perf_callbacks.analysis.results.result import AnalysisResult
 
 TOP = 3
 """How many of the base's recommendations with a gain are checked."""
+CAUSE_MOVED = 0.25
+"""A recommendation's cause that fell by less than this share of its estimate did not move."""
 
 
 def estimate_check(base: AnalysisResult, step: Change, causes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -47,7 +52,13 @@ def estimate_check(base: AnalysisResult, step: Change, causes: dict[str, dict[st
         causes: ``diff``'s time by cause, cause -> ``{base, new, change}`` in ms per step.
     """
     recs = [r for r in map(Recommendation.of, base.recommendations) if r.estimated_gain_ms is not None][:TOP]
-    return [check_one(r, step, (causes.get(r.cause) or {}).get("change")) for r in recs]
+    rows = [check_one(r, step, (causes.get(r.cause) or {}).get("change")) for r in recs]
+    for row in rows:
+        if row["outcome"] == "cause did not move":
+            moved = [(c, v["change"]) for c, v in causes.items() if c != row["cause"] and v.get("change")]
+            top = max(moved, key=lambda cv: abs(cv[1]), default=None)
+            row["elsewhere"] = None if top is None else {"cause": top[0], "change_ms": top[1]}
+    return rows
 
 
 def check_one(rec: Recommendation, step: Change, cause_change_ms: float | None) -> dict[str, Any]:
@@ -57,6 +68,8 @@ def check_one(rec: Recommendation, step: Change, cause_change_ms: float | None) 
     band = step.spread_base + step.spread_new
     if not step.significant:
         outcome = "within noise"
+    elif cause_change_ms is not None and estimate > 0 and -cause_change_ms < CAUSE_MOVED * estimate:
+        outcome = "cause did not move"
     elif delivered < 0:
         outcome = "slower"
     elif delivered <= estimate + band:
@@ -79,6 +92,8 @@ def estimate_lines(rows: list[dict[str, Any]]) -> list[str]:
         share = f", {row['delivered_share']:.0%} of the estimate" if row["delivered_share"] is not None and \
             row["outcome"] in ("within the estimate", "beyond the estimate") else ""
         cause = "" if row["cause_change_ms"] is None else f"; {row['cause']} {row['cause_change_ms']:+.1f} ms/step"
+        if (where := row.get("elsewhere")) is not None:
+            cause += f"; the time went to {where['cause']} {where['change_ms']:+.1f} ms/step"
         text = row["text"] if len(row["text"]) <= 70 else row["text"][:67] + "..."
         out.append(f"  {i}. {row['cause']} ({text}): estimated {gain_label(row)}; delivered "
                    f"{-row['delivered_ms']:+.1f} ms/step{pct} (noise band {row['noise_ms']:.2g} ms){cause}: "

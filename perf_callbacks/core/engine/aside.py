@@ -90,4 +90,5 @@ class SetAside:
     def spent(self, kind: str, seconds: float) -> None:
         """``seconds`` of our own ``kind`` of work: set aside from the open step, added to the overhead."""
         self.clock.set_aside(seconds)
+        self.clock.ours += seconds
         self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + seconds

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.phases import PhaseRanges
+from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.flops.compile_watch import CompileWatch
 from perf_callbacks.core.flops.step import StepFlops
@@ -45,6 +46,7 @@ class Closing(Protocol):
     compile: CompileWatch
     nvtx: NvtxRanges
     captures: EngineCaptures
+    steps: StepLog
     end_phase: Callable[[], None]
     _at_exit: Callable[[], None]  # its exit handler, unregistered here
 
@@ -68,6 +70,7 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
     for fn in (engine.flops.close, engine.compile.close, engine.end_phase,
                lambda: exit_span(phases.ckpt_span) if phases.ckpt_span is not None else None,
                lambda: windows.finish(exc), windows.nsys.close, engine.nvtx.pop_all,
+               engine.steps.flush,  # the step record's rows so far (never raises), before a remote upload's last pass
                lambda: windows.wait(CLOSE_WAIT_S, last_page=exc is None), engine.mem.oom.stop_history,
                engine.captures.close):
         quiet(fn)
@@ -75,6 +78,8 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
     phases.replain()
     if exc is None:  # after the window's export: our logging is no span in its trace
         quiet(engine.log_short_run)
+    if windows.uploads is None:  # a short run's last row (a remote output_dir's files are uploaded by now)
+        engine.steps.flush()
     if exc is None and engine.is_main and state.steps_run and windows.nothing_recorded():
         print(windows.nothing_recorded_line(state.steps_run), file=sys.stderr, flush=True)
     engine.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler

@@ -8,11 +8,11 @@ An adapter maps its framework's hooks onto::
     batch_end(stepped, n)      # stepped: this micro-batch completed an optimizer step; n: its samples, if known
     close(exc)                 # end of training, or an exception (then the partial trace is flushed)
 
-A step begins at its first activity (the fetch of its first micro-batch, or the batch) and lasts until the next one
-begins: its NVTX range and ``ProfilerStep#N`` span hold its data wait, its work and the framework's work after it
-(the ``framework`` phase). Validation, checkpoints and our own work are set aside (``core/engine/aside.py``); the
-engine's other parts are in ``core/engine/``. Outside windows a micro-batch costs a few ``perf_counter`` reads and
-compares, with no call into a part in the usual case; memory is read at logging steps only; nothing syncs.
+A step begins at its first activity (its first fetch, or the batch) and lasts until the next begins: its NVTX range
+and ``ProfilerStep#N`` span hold its data wait, its work and the framework's after it (``framework``). Validation,
+checkpoints and our own work are set aside (``core/engine/aside.py``); the other parts are in ``core/engine/``.
+Outside windows a micro-batch costs a few ``perf_counter`` reads, compares and a row of the step record
+(``core/engine/step_log.py``), with no call into a part in the usual case; memory is read at logging steps only.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from perf_callbacks.core.engine.closing import close_engine
 from perf_callbacks.core.engine.intervals import IntervalLog, interval_rates
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.run_files import RunFiles
+from perf_callbacks.core.engine.step_log import COMPILED, WINDOW, StepLog
 from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.exit import ExitCause, close_at_exit
 from perf_callbacks.core.files.outputs import Outputs
@@ -97,11 +98,13 @@ class PerfEngine:
         # validation, checkpoints, compilation and our own work: left out of step time
         self.aside = SetAside(self.state, self.clock, self.monitor, self.phases, self.compile, self.windows, now)
         self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn)  # core/capture*.py
+        self.steps = steps = StepLog(layout.run_dir, ctx, self.cuda)  # every step's row: the hot path's _step_row
         self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside,
                                      MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None, growth,
-                                     self.mem, self.captures, self.windows, self.outputs, warn, ctx.log_min_interval_s)
+                                     self.mem, self.captures, self.windows, self.outputs, warn, ctx.log_min_interval_s,
+                                     self.steps)
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
-        self._log_every, self._nsys_steps = ctx.log_every_n_steps, config.nsys_steps
+        self._log_every, self._nsys_steps, self._step_row = ctx.log_every_n_steps, config.nsys_steps, steps.rows.append
         # the verbs a part answers for the engine: bound once (no call in between on the hot path)
         self.phase, self.end_phase, self.tool_time = self.phases.enter, self.phases.leave, self.aside.tool_time
         self.validation_start, self.validation_end = self.aside.validation_start, self.aside.validation_end
@@ -117,16 +120,11 @@ class PerfEngine:
                                                     "The device memory sampler (None: off, or it failed).")
     growth: Derived[MemoryGrowth | None] = Derived(lambda e: e.intervals.growth,
                                                    "The memory held at logged steps (None: off, or it failed).")
-    exported: Derived[list[Any]] = Derived(lambda e: e.files.exported,
-                                            "Trace files written so far (see RunFiles.exported).")
-    exported_urls: Derived[list[str]] = Derived(lambda e: e.files.exported_urls,
-                                                      "Where each of ``exported`` is uploaded to.")
+    exported: Derived[list[Any]] = Derived(lambda e: e.files.exported, "Trace files written so far (RunFiles).")
+    exported_urls: Derived[list[str]] = Derived(lambda e: e.files.exported_urls, "Where each of ``exported`` goes.")
     layout: Derived[TraceLayout] = Derived(lambda e: e.files.layout, "Where this run's windows go.")
 
-    @property
-    def run_dir(self) -> Path:
-        """The run's folder: its windows, TensorBoard events and forensics (local; see :meth:`locate`)."""
-        return self.windows.layout.run_dir
+    run_dir: Derived[Path] = Derived(lambda e: e.windows.layout.run_dir, "The run's folder (local; see locate).")
 
     def attach_model(self, model: torch.nn.Module) -> None:
         """The model that gets per-module NVTX ranges inside windows (``nvtx_modules``)."""
@@ -228,7 +226,7 @@ class PerfEngine:
         if (pending := state.pending_t) is not None:
             t, state.pending_t = pending, None
         state.step, state.ended, state.expected, state.micro, state.samples, state.own = step, False, step, 0, 0, None
-        state.t_begin, state.aside = t, 0.0  # clock.begin(t, carry_wait=pending is not None)
+        state.t_begin, state.aside, state.ours = t, 0.0, 0.0  # clock.begin(t, carry_wait=pending is not None)
         if pending is None:
             state.wait = 0.0
         if not state.steps_run and not self.compile.installed:  # a model compiled after the engine was made
@@ -252,15 +250,18 @@ class PerfEngine:
         state, step = self.state, self.state.step  # the state is the clock
         if self.phases.nvtx_on and t is not None:
             self.nvtx.pop()
-        if self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not a comparable interval
+        if compiled := self.compile.dirty:  # the step compiled: its recompilations and graph breaks; not comparable
             state.mark_unclean()
             self.compile.poll(step)
         if not state.ended or step is None:  # abandoned: no optimizer step completed (a `break`, a resumed count)
             return
-        if (counted := step == self.flops.counted_step) or self.windows.action is not Action.NONE:
+        elapsed = state.last_elapsed if t is None else max(t - state.t_begin - state.aside, 0.0)  # clock.elapsed
+        skip = (counted := step == self.flops.counted_step) or self.windows.action is not Action.NONE
+        self._step_row((step, elapsed, state.samples, state.wait, state.aside - state.ours,  # core/engine/step_log.py
+                        compiled * COMPILED + skip * WINDOW))
+        if skip:
             self.intervals.not_comparable(counted)  # its ops ran through the FLOP counter, or it was profiled
         else:
-            elapsed = state.last_elapsed if t is None else max(t - state.t_begin - state.aside, 0.0)  # clock.elapsed
             if (monitor := self.monitor).data_wait_check.done or not state.loader_timed:  # no data-wait check to feed
                 monitor.stats.update(elapsed, state.wait, state.samples, state.micro, step)  # monitor.measured, inlined
             else:
@@ -275,8 +276,7 @@ class PerfEngine:
         """
         return self.intervals.short_run(self._end_step, self.tool_time)
 
-    def _compiled(self, seconds: float) -> None:
-        """torch.compile compiled for ``seconds`` (the compile watch holds this method weakly, not the engine)."""
+    def _compiled(self, seconds: float) -> None:  # torch.compile compiled (its watch holds this weakly, not the engine)
         self.aside.compiled(seconds)
 
     # ---- end of training ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
+from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.flops.compile_watch import CompileWatch
@@ -52,16 +53,17 @@ class IntervalLog:
         min_interval_s: the least wall time between two logged intervals: in a loop so fast that ``every`` steps
             take less, an interval spans the smallest multiple of ``every`` steps that lasts that long at the last
             interval's pace (as tqdm's ``mininterval``); 0: every ``every`` steps.
+        steps: the run-wide step record, written at each logged interval (None: not kept).
     """
 
     def __init__(self, every: int, state: StepState, monitor: StepMonitor, aside: SetAside,
                  memory: MemorySampler | None, growth: MemoryGrowth | None, mem: MemoryWatch,
                  captures: EngineCaptures, windows: WindowRecorder, outputs: Outputs, warn: WarnFn,
-                 min_interval_s: float = 0.0) -> None:
+                 min_interval_s: float = 0.0, steps: StepLog | None = None) -> None:
         self.every, self.state, self.monitor, self.aside = every, state, monitor, aside
         self.memory, self.growth, self.mem, self.captures = memory, growth, mem, captures
         self.windows, self.outputs, self._warn = windows, outputs, warn
-        self.min_interval_s = min_interval_s
+        self.min_interval_s, self.steps = min_interval_s, steps
         self.due = every  # the step count at which the next interval is logged (a multiple of ``every``)
         self._last: tuple[int, float] | None = None  # the step count and the clock of the last logged interval
         self.held_at = every - 1 if growth is not None else sys.maxsize  # the next step whose start is read
@@ -171,3 +173,5 @@ class IntervalLog:
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
             self.memory = None
             self.outputs.failed("metrics", err)
+        if self.steps is not None:
+            self.steps.due()

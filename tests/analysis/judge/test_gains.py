@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis import analyze, compare, format_diff, format_text, render_html
-from perf_callbacks.analysis.diff.gains import check_one
+from perf_callbacks.analysis.diff.gains import check_one, estimate_lines
 from perf_callbacks.analysis.judge.gains import rank_by_gain, step_gain
 from perf_callbacks.analysis.judge.noise import compare_samples
 from perf_callbacks.analysis.render.console import console_parts
@@ -153,6 +153,17 @@ def test_diff_checks_the_estimate_against_the_delivered_step_time(new: list[floa
     row = check_one(Recommendation("remove .item()", "sync", 14.0, 0.28, "upper bound"), step, None)
     assert row["outcome"] == outcome, row
     assert row["delivered_ms"] == pytest.approx(50.1 - median(new))
+
+
+def test_a_faster_step_whose_own_cause_did_not_move_is_not_rated_against_the_estimate() -> None:
+    """The issue's case: num_workers raised on in-memory data, the data wait did not move, the machine got quieter."""
+    step = compare_samples([50.0, 50.5, 49.8, 50.2, 50.1], [20.0, 20.2, 19.9, 20.1, 20.3])
+    row = check_one(Recommendation("raise num_workers to 4", "input", 8.7, 0.17, "upper bound"), step, -0.4)
+    assert row["outcome"] == "cause did not move" and row["delivered_ms"] == pytest.approx(30.0)
+    row["elsewhere"] = {"cause": "compute", "change_ms": -29.6}
+    [_, line] = estimate_lines([row])
+    assert line.endswith("; input -0.4 ms/step; the time went to compute -29.6 ms/step: cause did not move")
+    assert "of the estimate" not in line
 
 
 def test_diff_of_a_window_with_itself_delivers_nothing(results) -> None:  # type: ignore[no-untyped-def]
