@@ -15,6 +15,7 @@ one warning (:class:`~perf_callbacks.core.files.outputs.Outputs`); training goes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,7 @@ class MetricsRouter:
         now, self.state.global_step = self.state.global_step, step
         try:
             for callback in self.reporters:
-                writer = getattr(callback, "tb_writer", None)
-                if writer is not None:  # TensorBoard: our tags as they are (its on_log would prefix them "train/")
-                    for tag, value in metrics.items():
-                        writer.add_scalar(tag, value, global_step=step)
-                    writer.flush()
-                else:
+                if not _tensorboard_scalars(callback, self.args, metrics, step):
                     callback.on_log(self.args, self.state, self.control, logs=dict(metrics))
         finally:
             self.state.global_step = now
@@ -72,8 +68,10 @@ class MetricsRouter:
         if not self.reporters:
             self.events.text(tag, text, step)
             return
-        writers = [w for w in (getattr(cb, "tb_writer", None) for cb in self.reporters) if w is not None]
-        self.outputs.call("metrics", lambda: [w.add_text(tag, text, global_step=step) for w in writers])
+        def write(writer: Any) -> None:
+            writer.add_text(tag, text, global_step=step)
+
+        self.outputs.call("metrics", lambda: [_tensorboard(cb, self.args, write) for cb in self.reporters])
 
     def close(self) -> None:
         """Close our own event file (nothing is buffered)."""
@@ -86,3 +84,35 @@ def reporting_callbacks(trainer: Any) -> list[Any]:
 
     classes = tuple(INTEGRATION_TO_CALLBACK.values())
     return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, classes)]
+
+
+def _tensorboard_scalars(callback: Any, args: Any, metrics: dict[str, float], step: int) -> bool:
+    """Our tags as they are to TensorBoard's writer (its ``on_log`` prefixes ``train/``); False: not TensorBoard."""
+
+    def write(writer: Any) -> None:
+        for tag, value in metrics.items():
+            writer.add_scalar(tag, value, global_step=step)
+
+    return _tensorboard(callback, args, write)
+
+
+def _tensorboard(callback: Any, args: Any, write: Callable[[Any], None]) -> bool:
+    """``write`` to TensorBoard's writer, then flush; False: ``callback`` is not TensorBoard's (or has no writer).
+
+    The integration closes its writer at ``on_train_end``, before our last interval and summary: a writer is opened
+    again for them (as its ``on_log`` does) and closed after, as the integration left it.
+    """
+    if not hasattr(callback, "tb_writer"):
+        return False
+    reopened = callback.tb_writer is None and hasattr(callback, "_init_summary_writer")
+    if reopened:
+        callback._init_summary_writer(args)
+    writer = callback.tb_writer
+    if writer is None:
+        return False
+    write(writer)
+    writer.flush()
+    if reopened:
+        writer.close()
+        callback.tb_writer = None
+    return True
