@@ -88,18 +88,18 @@ def _in_process(r: RankResult) -> bool:
 def judged_losses(r: RankResult) -> dict[str, float]:
     """``r.losses`` with the input loss replaced by the share its evidence supports, a contention under its bar by 0.
 
-    A contention over its bar leaves no input loss where the training thread loaded its batches itself
-    (``num_workers=0``): the fetches waited for a CPU as the rest did, and no num_workers advice can rest on them.
+    Contention does not erase the other causes: it is the part of each cause's time the thread waited for a CPU. Where
+    the training thread loaded its batches itself (``num_workers=0``), the input loss is the part of its wait it did
+    not spend waiting for a CPU (:func:`input_evidence`); both causes stand side by side, each with its fix, and the
+    verdict names the larger.
 
     The bar is :data:`perf_callbacks.analysis.judge.load.BAR`.
     """
     judged = dict(r.losses)
     if "input" in judged:
-        judged["input"] = input_evidence(r).share
+        judged["input"] = input_evidence(r).share  # in-process: the part of the wait the thread fetched on a CPU
     if CAUSE in judged:
         judged[CAUSE] = judged_contention(judged[CAUSE])
-        if judged[CAUSE] and _in_process(r):  # loading in a thread that waited for a CPU most of the window:
-            judged["input"] = 0.0  # what is left of its wait is as stretched as the rest, no measure of the loader
     return judged
 
 

@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from perf_callbacks.analysis.judge.advice import loader_fix, measured_fix
+from perf_callbacks.analysis.judge.advice import BUSY, loader_fix, measured_fix
 from perf_callbacks.analysis.judge.evidence import input_evidence
 from perf_callbacks.analysis.judge.load import loader_evidence
 from perf_callbacks.analysis.results.result import RankResult
@@ -52,12 +53,21 @@ def _contention_advice(r: RankResult, share: float) -> str:
         workers_ran = load["workers_cpu_ms"] / (load["workers"] * load["wall_ms"])
         ran += f"; its {load['workers']} DataLoader workers ran {workers_ran:.0%} of the time"
     of = f" ({cores} per local rank)" if cores is not None else ""
-    fewer = f"DataLoader workers (num_workers={workers} now) " if workers else "DataLoader workers "
+    fewer = f"DataLoader workers (num_workers={workers} now) " if workers and not _blocked_workers(load) else ""
     return f"the training thread waited for a CPU {_pct(share)} of the window ({load.get('run_queue_ms', 0.0):.0f} " \
            f"of {load.get('wall_ms', 0.0):.0f} ms{ran}): other threads or processes held the CPU cores{of}, and " \
-           "every figure of this window is stretched by it: run fewer threads than cores per rank (fewer " \
-           f"{fewer}or torch threads: torch.set_num_threads, OMP_NUM_THREADS), and look for other processes on " \
+           "every figure of this window is stretched by it: run fewer threads than cores per rank (" \
+           f"{f'fewer {fewer}or torch threads' if fewer else 'fewer torch threads'}: torch.set_num_threads, " \
+           "OMP_NUM_THREADS), and look for other processes on " \
            "the machine"
+
+
+def _blocked_workers(load: dict[str, Any]) -> bool:
+    """Whether the workers were blocked (I/O, sleep) most of their time: fewer of them would only wait longer."""
+    if not load.get("workers") or load.get("workers_cpu_ms") is None:
+        return False
+    busy = (load["workers_cpu_ms"] + (load.get("workers_run_queue_ms") or 0.0)) / (load["workers"] * load["wall_ms"])
+    return bool(busy < BUSY)
 
 
 def _sync_advice(r: RankResult, share: float) -> str:

@@ -82,12 +82,12 @@ def evidence(workers: int, busy: float, cpu: float, blocked: float | None = None
 
 def test_the_advice_follows_what_the_workers_did() -> None:
     waiting = evidence(2, busy=0.05, cpu=0.04)
-    assert loader_kind(waiting) == "io_wait" and workers_to_try(waiting) == 13  # 1.25 x 50 ms / 5 ms
-    assert "raise num_workers to 13" in measured_fix(waiting) and "beyond the 2 CPU cores" in measured_fix(waiting)
+    assert loader_kind(waiting) == "io_wait" and workers_to_try(waiting) == 10  # ceil(50 ms fetch / 5 ms own work)
+    assert "raise num_workers to 10" in measured_fix(waiting) and "beyond the cores" in measured_fix(waiting)
     saturated = evidence(2, busy=0.95, cpu=0.5)
     assert loader_kind(saturated) == "cpu_saturated" and "cannot help" in measured_fix(saturated)
     assert loader_kind(evidence(1, busy=0.95, cpu=0.9)) == "cpu_bound"
-    assert "raise num_workers up to 2" in measured_fix(evidence(1, busy=0.95, cpu=0.9))
+    assert "raise num_workers to 2" in measured_fix(evidence(1, busy=0.95, cpu=0.9))
     handover = evidence(2, busy=0.05, cpu=0.04, blocked=0.1)  # the training thread ran through its wait
     assert loader_kind(handover) == "handover" and "larger batches" in measured_fix(handover)
     assert loader_kind(evidence(0, busy=0.0, cpu=0.0)) == "in_process"
@@ -105,4 +105,5 @@ def test_workers_that_hand_over_in_rounds_are_judged_over_rounds() -> None:
     two = {**MACHINE, "num_workers": 2}
     r = rank(steps, load(run_queue=1.0, ran=20.0, workers=2, workers_cpu=2.0, workers_wait=0.0), two)
     assert r.verdict == "input_bound", r.losses
-    assert r.loader == {"num_workers": 2, "workers_cpu_fraction": 0.01, "fetch_ms_p50": 35.0, "advice_kind": "io_wait"}
+    assert r.loader == {"num_workers": 2, "workers_cpu_fraction": 0.01, "fetch_ms_p50": 35.0, "advice_kind": "io_wait",
+                        "advice_workers": 7, "wait_split": {"on_cpu": 0.01, "blocked": 0.99, "waiting_for_cpu": 0.0}}
