@@ -113,9 +113,7 @@ def wait_split(r: RankResult) -> dict[str, float] | None:
     """The data wait's parts, ``{on_cpu, blocked, waiting_for_cpu}`` (shares summing to 1), from schedstat.
 
     With workers: the share of their time the workers ran on a CPU, were blocked (I/O, a sleep, a queue) and waited
-    for a CPU. In-process (``num_workers=0``): the training thread's own time, its blocked time put down to its fetches
-    first where no device ran (a host loop blocks only in them), in proportion to the window where one did; its wait
-    for a CPU in proportion to its time runnable. None where not measured.
+    for a CPU. In-process (``num_workers=0``): the median step's fetch (:func:`fetch_parts`). None: not measured.
     """
     load = r.load or {}
     workers = r.machine.get("num_workers") if r.machine else None
@@ -124,17 +122,29 @@ def wait_split(r: RankResult) -> dict[str, float] | None:
         if cpu is None or busy is None:
             return None
         return _shares(cpu, 1.0 - busy, busy - cpu)
-    blocked, steps = _blocked(load), [s for s in r.steps if s.time_ms > 0]
-    if blocked is None or not steps or not load.get("wall_ms"):
+    steps = [s for s in r.steps if s.time_ms > 0]
+    if not steps:
         return None
-    wait_ms = sum(s.causes_ms.get("input", 0.0) for s in steps)
-    if wait_ms <= 0:
+    parts = fetch_parts(load, median(s.time_ms for s in steps), median(s.causes_ms.get("input", 0.0) for s in steps),
+                        r.gpu_utilization is not None)
+    return None if parts is None else _shares(*parts)
+
+
+def fetch_parts(load: dict[str, Any], step_ms: float, wait_ms: float, device: bool) -> tuple[float, float, float] | None:
+    """An in-process fetch's ``(on a CPU, blocked, waiting for a CPU)`` ms, from the thread's shares of the window.
+
+    The training thread's blocked share of the window, times the step, is put down to the fetch first where no device
+    ran (a host loop blocks only in its fetches and sleeps), in proportion to the wait where one did (it blocks on the
+    device too); the rest of the wait ran and waited for a CPU in the proportion the thread did. None: not measured.
+    """
+    blocked = _blocked(load)
+    if blocked is None or wait_ms <= 0:
         return None
-    blocked_ms = blocked * load["wall_ms"] * (1.0 if r.gpu_utilization is None else wait_ms / load["wall_ms"])
-    fetch_blocked = min(wait_ms, blocked_ms)
-    runnable = float(load["ran_ms"] + load["run_queue_ms"]) or 1.0
-    rest = wait_ms - fetch_blocked
-    return _shares(rest * load["ran_ms"] / runnable, fetch_blocked, rest * load["run_queue_ms"] / runnable)
+    fetch_blocked = min(wait_ms, blocked * (wait_ms if device else step_ms))
+    runnable, rest = float(load["ran_ms"] + load["run_queue_ms"]), wait_ms - fetch_blocked
+    if runnable <= 0:
+        return 0.0, wait_ms, 0.0
+    return rest * load["ran_ms"] / runnable, fetch_blocked, rest * load["run_queue_ms"] / runnable
 
 
 def _shares(on_cpu: float, blocked: float, waiting: float) -> dict[str, float]:

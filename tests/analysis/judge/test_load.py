@@ -46,8 +46,28 @@ def test_a_fetch_stretched_by_a_wait_for_the_cpu_is_no_slow_loader() -> None:
     assert not any("num_workers" in r and "try" in r for r in contended.recommendations), contended.recommendations
     assert contended.loader is not None and contended.loader["advice_kind"] == "none"
     text = format_text(build_result("w", [contended]))
-    assert "the median step's 2.0 ms wait is 0.6 ms of its own, a busy machine, not a slow loader" in text, text
+    # 70 of 100 ms runnable and not running, 20 blocked: a fetch of 2 ms in a 4 ms step is 0.8 ms blocked, and of the
+    # rest 7/8 (70 of 80 ms runnable) waited for a CPU: 1.05 ms, 0.95 ms of its own, under the 1 ms floor
+    assert "waited for a CPU 52.5% of its fetches: the median step's 2.0 ms wait is 0.9 ms of its own, a busy " \
+           "machine, not a slow loader" in text, text
+    assert "wait on a CPU 8%, blocked 40%, waiting for a CPU 52%" in text, text
     assert "; cpu_contention 70.0% (waiting for a CPU, within the above)" in text, text
+
+
+def test_a_fetch_that_sleeps_on_a_contended_machine_keeps_its_input_advice_beside_the_contention() -> None:
+    """The issue's case: 10 ms sleeps per sample in-process, on a busy machine: 'cpu_contention', and 'advice: none'.
+
+    The thread waited for a CPU 55% of the window, was blocked 40% (its fetches' sleeps): a 40 ms fetch in an 80 ms step
+    slept 32 ms, and 7.3 ms of the rest waited for a CPU. Both causes stand, each with its fix.
+    """
+    r = rank([(80.0, 40.0)] * 6, load(run_queue=55.0, ran=5.0))
+    assert r.verdict == "cpu_contention", r.losses
+    causes = [x.cause for x in r.recommendations]
+    assert causes[:2] == ["cpu_contention", "input"], r.recommendations
+    assert "try num_workers=1" in r.recommendations[1], r.recommendations  # ceil(40 ms fetch / 40 ms own work)
+    assert r.loader is not None and r.loader["advice_kind"] == "in_process" and r.loader["advice_workers"] == 1
+    assert r.loader["wait_split"]["blocked"] == pytest.approx(0.8) and r.loader["wait_split"]["waiting_for_cpu"] > 0.1
+    assert r.recommendations[1].estimated_gain_ms == pytest.approx(40.0)  # 80 ms -> max(40 ms own, 40 ms / 1)
 
 
 def test_contention_under_its_bar_is_shown_but_not_judged() -> None:
