@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 from perf_callbacks.exceptions import DataLoaderWarning
 from tests.integrations.loader_helpers import (
     CpuFetch,
+    Fetching,
     Stepping,
     busy,
     cores,
@@ -35,6 +36,7 @@ from tests.integrations.loader_helpers import (
 )
 
 SPINNERS = 3  # on the training thread's one core: it gets about a quarter of it
+BURN_MS = 1.0  # CPU time a step of the sleeping loader's run spins: about half a second on the busy cores
 
 
 def test_a_busy_core_is_cpu_contention_not_a_slow_loader(tmp_path: Path) -> None:
@@ -99,3 +101,29 @@ def test_a_healthy_noisy_run_hears_no_contention_and_no_loader_advice(tmp_path: 
     # such from 5% (as every loss is), never as a slow loader
     assert result.loader is not None and result.loader["advice_kind"] in ("none", "handover"), result.loader
     assert "cpu_contention" in result.ranks[0].losses  # measured, and under the bar
+
+
+@pytest.mark.slow
+def test_a_loader_sleeping_in_process_on_a_busy_machine_keeps_its_advice_beside_the_contention(tmp_path: Path) -> None:
+    """The issue's case: 10 ms of sleep per sample at ``num_workers=0`` on a busy machine got ``advice: none``.
+
+    Here the test makes the load: its thread (at nice 10) on 2 cores that 3 spinners keep busy, each step spinning
+    ``BURN_MS`` of CPU time (stretched by the busy cores) and fetching 4 samples that sleep 10 ms each. The sleep is the
+    fetch's own (blocked, no CPU wanted): whatever the contention, the input loss and its advice stay, the fetch is
+    shown as blocked or waking up, hardly on a CPU, and the number of workers comes from the fetch and the step's own
+    work.
+    """
+    loader = DataLoader(Fetching(10.0), batch_size=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataLoaderWarning)  # the live check may speak too: the window is judged here
+        result = on_a_busy_core(lambda: plain_loop(tmp_path, loader, burn_ms=BURN_MS, data_wait_steps=8),
+                                spinners=SPINNERS, n=2)
+    rank = result.ranks[0]
+    assert rank.losses["cpu_contention"] >= 0.3, rank.losses  # the planted load is measured
+    causes = [r.cause for r in result.recommendations]
+    assert "input" in causes, (result.verdict, rank.losses, result.recommendations)
+    advice = next(r for r in result.recommendations if r.cause == "input")
+    assert "try num_workers=" in advice and "upper bound" in advice.basis, advice
+    assert result.loader is not None and result.loader["advice_kind"] == "in_process", result.loader
+    split = result.loader["wait_split"]  # 40 ms of sleep in each fetch, next to no CPU: blocked, or its wake-ups waiting
+    assert split["blocked"] > split["on_cpu"] and split["waiting_for_cpu"] > split["on_cpu"], split

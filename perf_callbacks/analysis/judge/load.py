@@ -130,7 +130,8 @@ def wait_split(r: RankResult) -> dict[str, float] | None:
     return None if parts is None else _shares(*parts)
 
 
-def fetch_parts(load: dict[str, Any], step_ms: float, wait_ms: float, device: bool) -> tuple[float, float, float] | None:
+def fetch_parts(load: dict[str, Any], step_ms: float, wait_ms: float,
+                device: bool) -> tuple[float, float, float] | None:
     """An in-process fetch's ``(on a CPU, blocked, waiting for a CPU)`` ms, from the thread's shares of the window.
 
     The training thread's blocked share of the window, times the step, is put down to the fetch first where no device

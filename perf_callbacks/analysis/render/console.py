@@ -46,7 +46,7 @@ _ACTION: dict[Verdict, str] = {
     "copy_bound": "pin host memory and copy with non_blocking=True",
     "communication_bound": "overlap collectives with compute (bucket sizes, no_sync)",
     "unexplained_idle": "look at the idle gaps in the trace",
-    "cpu_contention": "fewer threads and workers than cores per rank",
+    "cpu_contention": "fewer threads than cores per rank, or other processes off the machine",
 }
 
 
