@@ -22,6 +22,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from perf_callbacks.analysis.judge.verdict import THRESHOLD
 from perf_callbacks.exceptions import DataLoaderWarning
 from tests.integrations.loader_helpers import (
     CpuFetch,
@@ -72,12 +73,16 @@ def test_the_reviews_case_a_fast_fetch_stretched_by_a_busy_core_is_no_slow_loade
     finally:
         torch.set_num_threads(threads)
     assert not [str(w.message) for w in seen if issubclass(w.category, DataLoaderWarning)]
-    # what made it input_bound before: a data wait far above the verdict's 10% threshold (about half the window; 46% on
-    # a loaded CI runner, where the rest of the step stretches too)
-    assert result.data_wait_fraction >= 0.3, result.data_wait_fraction
+    # what made it input_bound before: a data wait above the verdict's 10% threshold (about half the window on a quiet
+    # machine; 19-27% under burn.py 4, where the contention stretches the model's step as much as the fetch and the
+    # ratio of their CPU costs is the machine's, not the test's)
+    assert result.data_wait_fraction >= THRESHOLD, result.data_wait_fraction
     assert result.ranks[0].losses["cpu_contention"] >= 0.5, result.ranks[0].losses
     assert result.verdict == "cpu_contention", (result.verdict, result.verdict_note)
-    assert "a busy machine, not a slow loader" in result.verdict_note, result.verdict_note
+    # either reason clears the loader: its own part under 1 ms ("a busy machine"), or, where the core was busy in bursts
+    # that spared the fetch (seen under burn.py 4), a wall wait itself under 1 ms (the loop's own work): the machine's
+    # load picks which, the test asserts what both say
+    assert "not a slow loader" in result.verdict_note, result.verdict_note
     assert not any("num_workers=1" in r for r in result.recommendations), result.recommendations
     assert result.loader is not None and result.loader["advice_kind"] == "none", result.loader
 
