@@ -9,6 +9,7 @@ import pytest
 from perf_callbacks.analysis.judge.advice import LoaderEvidence, loader_kind, measured_fix, workers_to_try
 from perf_callbacks.analysis.judge.load import BAR, contention_loss
 from perf_callbacks.analysis.judge.verdict import judge_rank
+from perf_callbacks.analysis.html.page import COLORS, render_html
 from perf_callbacks.analysis.render.text import format_text
 from perf_callbacks.analysis.results.result import RankResult, StepResult
 from perf_callbacks.analysis.trace.machine import load_of
@@ -68,6 +69,9 @@ def test_a_fetch_that_sleeps_on_a_contended_machine_keeps_its_input_advice_besid
     assert r.loader is not None and r.loader["advice_kind"] == "in_process" and r.loader["advice_workers"] == 1
     assert r.loader["wait_split"]["blocked"] == pytest.approx(0.8) and r.loader["wait_split"]["waiting_for_cpu"] > 0.1
     assert r.recommendations[1].estimated_gain_ms == pytest.approx(40.0)  # 80 ms -> max(40 ms own, 40 ms / 1)
+    page = render_html(build_result("w", [r]))  # the step chart draws the wait for a CPU in its own colour
+    assert f'fill="{COLORS["cpu_contention"]}"' in page and "cpu_contention: " in page
+    assert f'fill="{COLORS["input"]}"' in page  # beside the input, not instead of it
 
 
 def test_contention_under_its_bar_is_shown_but_not_judged() -> None:
