@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from statistics import median
 from typing import Any
 
 from perf_callbacks.analysis.judge.advice import BUSY, loader_fix, measured_fix
@@ -176,12 +177,30 @@ def compute_advice(r: RankResult) -> str:
     if r.gpu_utilization is None:
         see = ", or profile with activities=[CPU, CUDA] to see the device" if r.cuda_on_host else ""
         return f"host compute: no device in the trace, and no removable host-side loss found ({lead}): speed up the " \
-               f"host code{see}"
+               f"host code{see}{_host_compute_hints(r)}"
     if r.device_kind not in (None, "cuda"):
         return f"compute-bound (device busy {_pct(r.gpu_utilization)}; {lead}): speed up the device kernels themselves"
     busy = f"GPU busy {_pct(r.gpu_utilization)}"
     return f"compute-bound ({busy}; {lead}): speed up the math itself: bf16/TF32, torch.compile, fused or flash " \
            "attention kernels"
+
+
+TINY_STEP_MS = 5.0
+"""A host-compute step under this is mostly per-step overhead (Python, the optimizer, dispatch), not the math."""
+
+
+def _host_compute_hints(r: RankResult) -> str:
+    """What host compute can try beyond faster code: bf16 on a CPU that has it, amortising a tiny step's overhead."""
+    hints, times = [], [s.time_ms for s in r.steps if s.time_ms > 0]
+    step = r.step_time_ms or (median(times) if times else None)
+    if step is not None and 0 < step < TINY_STEP_MS:
+        hints.append(f"a step of {step:.1f} ms is mostly per-step overhead (Python, the optimizer, "
+                     "dispatch): a larger batch, or gradient accumulation, spreads it over more samples, and "
+                     "torch.compile cuts it")
+    if (r.machine or {}).get("cpu_bf16") and not r.cuda_on_host:
+        hints.append("this CPU computes in bf16 natively (avx512_bf16/amx_bf16): try torch.autocast('cpu', "
+                     "dtype=torch.bfloat16) around the forward pass and check the loss")
+    return "".join(f"; {h}" for h in hints)
 
 
 def profiler_caveat(r: RankResult) -> str | None:

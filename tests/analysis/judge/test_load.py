@@ -131,3 +131,14 @@ def test_workers_that_hand_over_in_rounds_are_judged_over_rounds() -> None:
     assert r.verdict == "input_bound", r.losses
     assert r.loader == {"num_workers": 2, "workers_cpu_fraction": 0.01, "fetch_ms_p50": 35.0, "advice_kind": "io_wait",
                         "advice_workers": 7, "wait_split": {"on_cpu": 0.01, "blocked": 0.99, "waiting_for_cpu": 0.0}}
+
+
+@pytest.mark.parametrize(("bf16", "step"), [(True, 2.0), (False, 2.0), (True, 40.0)])
+def test_host_compute_is_told_of_bf16_on_a_cpu_that_has_it_and_of_a_tiny_steps_overhead(bf16: bool,
+                                                                                        step: float) -> None:
+    r = rank([(step, 0.0)] * 6, {}, {**MACHINE, "cpu_bf16": bf16})
+    assert r.verdict == "compute_bound" and r.recommendations[0].startswith("host compute"), r.recommendations
+    first = r.recommendations[0]
+    assert ("torch.autocast('cpu', dtype=torch.bfloat16)" in first) is bf16, first
+    assert ("a larger batch, or gradient accumulation" in first) is (step < 5.0), first
+    assert "tensor core" not in first.lower()
