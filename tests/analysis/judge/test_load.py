@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from perf_callbacks.analysis.judge.advice import LoaderEvidence, loader_kind, measured_fix, workers_to_try
+from perf_callbacks.analysis.judge.gains import gain_label
 from perf_callbacks.analysis.judge.load import BAR, contention_loss
 from perf_callbacks.analysis.judge.verdict import judge_rank
 from perf_callbacks.analysis.html.page import COLORS, render_html
@@ -142,3 +143,24 @@ def test_host_compute_is_told_of_bf16_on_a_cpu_that_has_it_and_of_a_tiny_steps_o
     assert ("torch.autocast('cpu', dtype=torch.bfloat16)" in first) is bf16, first
     assert ("a larger batch, or gradient accumulation" in first) is (step < 5.0), first
     assert "tensor core" not in first.lower()
+
+
+def test_the_input_gain_is_what_the_advised_workers_can_deliver_not_the_whole_wait() -> None:
+    """The issue's case: fetch 85 ms against 6 ms of step work, 2 cores: 'try num_workers=2: up to -96%' delivered -50%."""
+    r = rank([(91.0, 85.0)] * 6, load(run_queue=1.0, ran=60.0))
+    (advice,) = [x for x in r.recommendations if x.cause == "input"]
+    assert "try num_workers=2" in advice, advice
+    assert advice.estimated_gain_ms == pytest.approx(91.0 - 85.0 / 2)  # the step falls to max(6, 85 / 2) at best
+    assert gain_label(advice) == "up to -53% step time (-48.5 ms/step)", advice.basis
+
+
+def test_contention_never_tells_blocked_workers_to_be_fewer() -> None:
+    """After 'raise num_workers to 66', the 66 workers that ran 0% of the time were told 'fewer DataLoader workers'."""
+    two = {**MACHINE, "num_workers": 2}
+    blocked = rank([(100.0, 60.0)] * 6, load(run_queue=60.0, ran=5.0, workers=2, workers_cpu=2.0), two)
+    busy = rank([(100.0, 60.0)] * 6, load(run_queue=60.0, ran=5.0, workers=2, workers_cpu=180.0), two)
+    assert blocked.loader is not None and blocked.loader["advice_kind"] == "io_wait", blocked.loader
+    assert busy.loader is not None and busy.loader["advice_kind"] == "cpu_saturated", busy.loader
+    said = [next(x for x in r.recommendations if x.cause == "cpu_contention") for r in (blocked, busy)]
+    assert "fewer DataLoader workers" not in said[0] and "fewer torch threads" in said[0], said
+    assert "fewer DataLoader workers (num_workers=2 now)" in said[1], said
