@@ -62,6 +62,10 @@ def test_removing_a_planted_data_wait_delivers_what_its_recommendation_estimated
     # ms of 205 on a quiet machine, beyond the 8 ms band of two steady runs): a tenth more is allowed, not a doubling
     assert delivered <= ABOVE * estimate + band, row
     assert delivered >= FAR_BELOW * estimate, row  # and not a loose one
-    assert row["outcome"] in ("within the estimate", "beyond the estimate"), (row, diff["step_time_ms"]["noise"])
+    # the followed run's steps come in rounds of its workers (one waits for both, the next finds its batch ready), so
+    # its per-step spread is the rounds' (159 ms seen): diff may call the change within that noise; the bounds above
+    # hold either way
+    assert row["outcome"] in ("within the estimate", "beyond the estimate", "within noise"), (
+        row, diff["step_time_ms"]["noise"])
     # the time came off the cause the recommendation named: the data wait fell, by no more than the upper bound
     assert FAR_BELOW * estimate <= -row["cause_change_ms"] <= ABOVE * estimate + band, row
