@@ -99,7 +99,7 @@ def measured_fix(e: LoaderEvidence) -> str:
     ran = f"its {e.num_workers} workers ran on a CPU {e.workers_cpu or 0.0:.0%} of the time"
     if kind == "handover":
         return f"{ran} and ran or waited for one {e.workers_busy or 0.0:.0%}, so they kept up; the training thread " \
-               f"was off a CPU {e.main_blocked or 0.0:.0%} of the time: the wait is the training process taking each " \
+               f"was blocked {e.main_blocked or 0.0:.0%} of the time: the wait is the training process taking each " \
                f"batch over: {PER_BATCH_FIX}"
     if kind == "io_wait":
         more = f"raise num_workers to {n} {per}: num_workers={n}, prefetch_factor=4 and persistent_workers=True" \

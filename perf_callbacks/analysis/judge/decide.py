@@ -60,9 +60,7 @@ class LoaderEvidence:
         own_ms: the median step's own work: its time less its data wait.
         workers_cpu: the share of their time the workers ran on a CPU (None: not measured).
         workers_busy: the share of their time they ran or waited for a CPU (None: not measured).
-        main_blocked: the share of the time the training thread was off a CPU: blocked (a queue, I/O, a sleep) or
-            runnable waiting for one (None: unknown). A thread that waits for a batch while other processes hold the
-            cores is runnable when the batch comes, not handing it over: only its time on a CPU is the handover's.
+        main_blocked: the share of the time the training thread neither ran nor waited for a CPU (None: unknown).
         share: the data wait's share of step time.
     """
 

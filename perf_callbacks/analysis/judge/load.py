@@ -74,7 +74,7 @@ def loader_evidence(r: RankResult, share: float) -> LoaderEvidence | None:
     times = [sum(s.time_ms for s in g) / len(g) for g in rounds]
     waits = [sum(s.causes_ms.get("input", 0.0) for s in g) / len(g) for g in rounds]
     return LoaderEvidence(workers, cores_per_rank(r.machine), median(times), median_low(waits),
-                          median(t - w for t, w in zip(times, waits, strict=True)), *_workers(load), _off_cpu(load),
+                          median(t - w for t, w in zip(times, waits, strict=True)), *_workers(load), _blocked(load),
                           share)
 
 
@@ -161,13 +161,6 @@ def _workers(load: dict[str, Any]) -> tuple[float | None, float | None]:
     span = load["workers"] * load["wall_ms"]
     ran, waited = load["workers_cpu_ms"], load.get("workers_run_queue_ms") or 0.0
     return min(1.0, ran / span), min(1.0, (ran + waited) / span)
-
-
-def _off_cpu(load: dict[str, Any]) -> float | None:
-    """The share of the window the training thread was not on a CPU (blocked, or waiting for one)."""
-    if not load or load.get("ran_ms") is None:
-        return None
-    return max(0.0, 1.0 - float(load["ran_ms"]) / float(load["wall_ms"]))
 
 
 def _blocked(load: dict[str, Any]) -> float | None:

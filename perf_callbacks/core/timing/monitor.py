@@ -98,7 +98,7 @@ class StepMonitor:
         cores = max(1, available_cpus() // (self.ctx.local_world_size or ranks_on_machine()))
         own = statistics.median(t - w for t, w in zip(check.times, check.waits, strict=True))
         return LoaderEvidence(workers, cores, statistics.median(check.times) * 1e3, wait * 1e3, own * 1e3,
-                              load.workers_cpu_fraction, load.workers_busy, _off_cpu(load), share)
+                              load.workers_cpu_fraction, load.workers_busy, load.blocked, share)
 
     def set_aside(self) -> None:
         """A step left out of every figure (the FLOP-counting step): if it is the first, it is the data-wait warm-up.
@@ -180,11 +180,6 @@ class StepMonitor:
             f"baseline's own spread ({self.degradation.noise:.0%}); intervals with profiling windows, validation or "
             "checkpoints are left out. Look for memory fragmentation (reserved >> allocated), a growing Python-side "
             "cache, other jobs on the machine, or thermal throttling"))
-
-
-def _off_cpu(load: Load) -> float | None:
-    """The share of the time the training thread was not on a CPU (blocked, or waiting for one)."""
-    return None if load.ran_s is None or load.wall_s <= 0 else max(0.0, 1.0 - load.ran_s / load.wall_s)
 
 
 def _own_ms(unit_times: list[float], lasted: float, waited: float | None) -> float | None:
