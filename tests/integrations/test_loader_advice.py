@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -37,14 +38,20 @@ def test_workers_that_wait_get_more_workers_beyond_the_cores_and_following_it_cu
         with pytest.warns(DataLoaderWarning, match="raise num_workers to") as said:
             first = train(tmp_path / "first", Stepping(Fetching(SAMPLE_MS), n, STEP_MS))
         (warned,) = [str(w.message) for w in said if w.category is DataLoaderWarning]
-        assert raised_to(warned) > n and "waited (storage, network, sleep)" in warned, warned
+        assert raised_to(warned) > n and "were blocked (storage, network, sleep)" in warned, warned
         assert first.loader is not None and first.loader["advice_kind"] == "io_wait", first.loader
         assert first.loader["workers_cpu_fraction"] is not None and first.loader["workers_cpu_fraction"] < 0.5
         advice = next(r for r in first.recommendations if "raise num_workers to" in r)
         suggested = raised_to(advice)
         assert suggested > n and "cannot help" not in advice, advice
+        estimate = next(r for r in first.recommendations if r.cause == "input")
+        assert "upper bound" in estimate.basis and estimate.estimated_gain_ms is not None, estimate.to_dict()
         second = train(tmp_path / "second", Stepping(Fetching(SAMPLE_MS), suggested, STEP_MS))
     assert second.step_time_ms is not None and first.step_time_ms is not None
+    # the gain is an upper bound from the measured fetch and step work: following the advice delivers no more than it
+    # (within the steps' own noise), where the old estimate was the whole data wait
+    assert first.step_time_ms - second.step_time_ms <= 1.3 * estimate.estimated_gain_ms, (
+        first.step_time_ms, second.step_time_ms, estimate.to_dict())
     waited = [r.data_wait_fraction * (r.step_time_ms or 0.0) for r in (first, second)]  # ms a step
     # cut to 0-10% on a quiet machine; to 65% of it under burn.py 2 with busy neighbours (load 6-8 on 2 cores), where
     # every wake-up of the workers' sleeps and of the training thread waits for a core
@@ -70,10 +77,38 @@ def test_the_loader_block_is_in_the_sidecar_and_the_report_json(tmp_path: Path,
         train(tmp_path, Stepping(Fetching(SAMPLE_MS), len(pinned), STEP_MS))
     (sidecar,) = (tmp_path / "perf").glob("*/window-*/rank0.summary.json")
     rank = json.loads(sidecar.read_text())["rank"]
-    assert set(rank["loader"]) == {"num_workers", "workers_cpu_fraction", "fetch_ms_p50", "advice_kind"}
+    assert set(rank["loader"]) == {"num_workers", "workers_cpu_fraction", "fetch_ms_p50", "advice_kind",
+                                   "advice_workers", "wait_split"}
+    split = rank["loader"]["wait_split"]  # the workers sleep in every fetch: blocked, not on a CPU
+    assert split["blocked"] > split["on_cpu"] and sum(split.values()) == pytest.approx(1.0, abs=1e-3), split
     assert rank["loader"]["num_workers"] == len(pinned) and rank["loader"]["fetch_ms_p50"] > 0
     assert "cpu_contention" in rank["losses"] and rank["load"]["workers"] == len(pinned)
     capsys.readouterr()
     assert main(["report", str(sidecar.parent), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["loader"] == rank["loader"] and report["ranks"][0]["loader"] == rank["loader"]
+
+
+@pytest.mark.slow
+def test_five_runs_of_one_configuration_give_one_first_advice(tmp_path: Path) -> None:
+    """The issue saw 4 first advices in 4 runs of one configuration: 5 runs of workers that sleep get one kind.
+
+    The plain loop (no Lightning) with 2 workers whose samples sleep 100 ms (400 ms a batch, 200 ms a step) and a 5 ms
+    wait a step: the table's row depends on what the test plants (the workers blocked, the step waiting), not on the
+    noise of the machine. The fetch is long enough that the step's own work, which a loaded machine stretches, stays
+    the shorter: under burn.py 4, at 20 ms a sample the workers kept up in 4 of 10 runs ('handover', 'none'), at 50 ms
+    in 2 of 10.
+    """
+    from torch.utils.data import DataLoader
+
+    from tests.integrations.loader_helpers import plain_loop
+
+    first: list[str] = []
+    for run in range(5):
+        loader = DataLoader(Fetching(100.0), batch_size=4, num_workers=2, persistent_workers=True)
+        with warnings.catch_warnings():  # the live check over steps 1-8 may speak or not: the windows are compared
+            warnings.simplefilter("ignore", DataLoaderWarning)
+            result = plain_loop(tmp_path / str(run), loader, waits_ms=[5.0], data_wait_steps=8)
+        assert result.loader is not None, result
+        first.append(result.loader["advice_kind"])
+    assert set(first) == {"io_wait"}, first

@@ -106,7 +106,7 @@ def test_workers_that_wait_are_told_to_add_workers_beyond_the_cores(tmp_path: Pa
         with pytest.warns(DataLoaderWarning, match=f"raise {name} to") as said:
             result = run(tmp_path / "perf", n)
     (warned,) = [str(w.message) for w in said if w.category is DataLoaderWarning]
-    assert suggested(warned, name) > n and "waited (storage, network, sleep)" in warned, warned
+    assert suggested(warned, name) > n and "were blocked (storage, network, sleep)" in warned, warned
     assert "cannot help" not in warned, warned
     assert result.loader is not None and result.loader["advice_kind"] == "io_wait", result.loader
     assert result.loader["num_workers"] == n and result.loader["workers_cpu_fraction"] < 0.5, result.loader

@@ -31,6 +31,7 @@ COLORS = {
     "host": "#f9a825",
     "other": "#9e9e9e",
     "backlog": "#90a4ae",
+    "cpu_contention": "#d81b60",
 }
 """The colour of each timeline cause, in every chart."""
 

@@ -54,6 +54,32 @@ def drawn_causes(s: StepResult) -> dict[str, float]:
     return {c: within[c] for c in CAUSES if within.get(c, 0.0) > 0}
 
 
+def contended(s: StepResult, load: dict[str, float], fetch_wait: float) -> dict[str, float]:
+    """``drawn_causes(s)`` with the time the training thread waited for a CPU drawn in its own colour.
+
+    ``fetch_wait``: the share of the step's data wait spent waiting for a CPU (the loader block's ``wait_split``);
+    the rest of the thread's wait over the window (its run-queue share of the step) is taken from the other host-side
+    causes in proportion. Without a load, the step as drawn.
+
+    Example:
+        >>> contended(StepResult(1, 10.0, {"compute": 6.0, "input": 4.0}), {"wall_ms": 100.0, "run_queue_ms": 50.0},
+        ...           0.5)
+        {'compute': 3.0, 'input': 2.0, 'cpu_contention': 5.0}
+    """
+    drawn = drawn_causes(s)
+    if not load or not load.get("wall_ms") or load.get("run_queue_ms") is None:
+        return drawn
+    total = min(sum(drawn.values()) * load["run_queue_ms"] / load["wall_ms"], sum(drawn.values()))
+    taken = {"input": drawn.get("input", 0.0) * fetch_wait} if "input" in drawn else {}
+    rest = {c: ms for c, ms in drawn.items() if c != "input" and c in ("compute", "host", "other")}
+    left = max(total - sum(taken.values()), 0.0)
+    for c, ms in rest.items():
+        taken[c] = min(ms, left * ms / sum(rest.values())) if sum(rest.values()) else 0.0
+    out = {c: ms - taken.get(c, 0.0) for c, ms in drawn.items()}
+    out["cpu_contention"] = sum(taken.values())
+    return {c: ms for c, ms in out.items() if ms > 0}
+
+
 def stacked(rows: list[tuple[str, dict[str, float], str, str]], scale: Scale, kind: str, row_h: int = _ROW) -> str:
     """Rows of bars split by cause, ``(label, ms by cause, hover prefix, css of the label)``, on ``scale``."""
     body = [grid(scale, 0, len(rows) * row_h)]
@@ -75,7 +101,10 @@ def stacked(rows: list[tuple[str, dict[str, float], str, str]], scale: Scale, ki
 def step_chart(result: AnalysisResult) -> str:
     """Time by cause of every step, every rank on one scale (the longest step over all ranks sets it)."""
     ranks = _shown_ranks(result)
-    rows = [(f"rank {r.rank} · step {s.step}", drawn_causes(s), f"rank {r.rank} step {s.step} ({s.time_ms:.1f} ms): ",
+    waits = {r.rank: ((r.loader or {}).get("wait_split") or {}).get("waiting_for_cpu", 0.0) for r in ranks}
+    host = {r.rank: r.load if r.gpu_utilization is None else {} for r in ranks}  # on a device its causes are the device's
+    rows = [(f"rank {r.rank} · step {s.step}", contended(s, host[r.rank], waits[r.rank]),
+             f"rank {r.rank} step {s.step} ({s.time_ms:.1f} ms): ",
              "straggler" if r.rank in result.stragglers else "")
             for r in ranks for s in r.steps]
     if not rows:
@@ -169,7 +198,8 @@ def mfu_chart(result: AnalysisResult) -> str:
 
 def legend() -> str:
     """The colour of each cause."""
-    items = "".join(f'<span><i class="sw" style="background:{COLORS[c]}"></i>{c}</span>' for c in CAUSES)
+    items = "".join(f'<span><i class="sw" style="background:{COLORS[c]}"></i>{c}</span>'
+                    for c in (*CAUSES, "cpu_contention"))
     return f'<p class="key">{items}</p>'
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median, median_low
 
-from perf_callbacks.analysis.judge.load import CAUSE, in_rounds, judged_contention, thread_wait
+from perf_callbacks.analysis.judge.load import CAUSE, fetch_parts, in_rounds, judged_contention, thread_wait
 from perf_callbacks.analysis.results.result import RankResult
 
 MIN_WAIT_MS = 1.0
@@ -49,7 +49,9 @@ class InputEvidence:
         window_share: the window's input loss, a sum over its steps.
         median_wait_ms: the input time of the median step (None without steps).
         longest_wait_ms: the input time of the step that waited longest (None without steps).
-        contention: the share of the window the training thread waited for a CPU (0 when not measured).
+        contention: the share of the median fetch the training thread waited for a CPU, in-process (0 when not
+            measured, or with workers): :func:`perf_callbacks.analysis.judge.load.fetch_parts`, else its share of the
+            window.
     """
 
     share: float
@@ -75,6 +77,10 @@ def input_evidence(r: RankResult) -> InputEvidence:
     shares = [sum(s.causes_ms.get("input", 0.0) for s in g) / sum(sum(s.causes_ms.values()) for s in g)
               for g in rounds]
     typical = median_low(waits)
+    parts = fetch_parts(r.load, median(s.time_ms for s in steps), typical, r.gpu_utilization is not None) \
+        if contention and typical > 0 else None
+    if parts is not None:  # the fetch's own wait for a CPU: a fetch that slept waited for none while asleep
+        contention = parts[2] / typical
     share = 0.0 if typical * (1.0 - contention) < MIN_WAIT_MS else min(window, median_low(shares)) * (1 - contention)
     return InputEvidence(share, window, typical, max(s.causes_ms.get("input", 0.0) for s in steps), contention)
 
@@ -88,18 +94,18 @@ def _in_process(r: RankResult) -> bool:
 def judged_losses(r: RankResult) -> dict[str, float]:
     """``r.losses`` with the input loss replaced by the share its evidence supports, a contention under its bar by 0.
 
-    A contention over its bar leaves no input loss where the training thread loaded its batches itself
-    (``num_workers=0``): the fetches waited for a CPU as the rest did, and no num_workers advice can rest on them.
+    Contention does not erase the other causes: it is the part of each cause's time the thread waited for a CPU. Where
+    the training thread loaded its batches itself (``num_workers=0``), the input loss is the part of its wait it did
+    not spend waiting for a CPU (:func:`input_evidence`); both causes stand side by side, each with its fix, and the
+    verdict names the larger.
 
     The bar is :data:`perf_callbacks.analysis.judge.load.BAR`.
     """
     judged = dict(r.losses)
     if "input" in judged:
-        judged["input"] = input_evidence(r).share
+        judged["input"] = input_evidence(r).share  # in-process: the part of the wait the thread fetched on a CPU
     if CAUSE in judged:
         judged[CAUSE] = judged_contention(judged[CAUSE])
-        if judged[CAUSE] and _in_process(r):  # loading in a thread that waited for a CPU most of the window:
-            judged["input"] = 0.0  # what is left of its wait is as stretched as the rest, no measure of the loader
     return judged
 
 
@@ -128,10 +134,10 @@ def evidence_note(ranks: list[RankResult], threshold: float) -> str:
     own = [e.own_wait_ms for e in found if e.own_wait_ms is not None]
     busy = max(e.contention for e in found)
     if median(own) < MIN_WAIT_MS:
-        return f"{lead}the training thread waited for a CPU {busy:.1%} of the window: the median step's " \
+        return f"{lead}the training thread waited for a CPU {busy:.1%} of its fetches: the median step's " \
                f"{median(typical):.1f} ms wait is {median(own):.1f} ms of its own, a busy machine, not a slow loader"
     if busy >= threshold:
-        return f"{lead}the training thread waited for a CPU {busy:.1%} of the window, in its fetches too: it " \
+        return f"{lead}the training thread waited for a CPU {busy:.1%} of its fetches: it " \
                f"fetched on a CPU {judged:.1%} of it, a busy machine, not a slow loader"
     longest = max(e.longest_wait_ms or 0.0 for e in found)
     return f"{lead}{judged:.1%} in the median step: a few slow fetches (the longest {longest:.1f} ms), not a slow " \

@@ -29,6 +29,7 @@ from statistics import median
 from typing import Any
 
 from perf_callbacks.analysis.judge.cluster import lateness_per_step
+from perf_callbacks.analysis.judge.decide import LoaderEvidence, decide
 from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
 
@@ -79,6 +80,23 @@ def loss_recommendation(r: RankResult, cause: str, text: str) -> Recommendation:
     """The recommendation for ``cause``'s loss on ``r`` with its gain."""
     ms, fraction, basis = step_gain(r, cause)
     return Recommendation(text, cause, ms, fraction, basis)
+
+
+def table_gain(rec: Recommendation, e: LoaderEvidence | None) -> Recommendation:
+    """The loader advice with the gain its decision implies (:func:`perf_callbacks.analysis.judge.decide.decide`).
+
+    More workers can bring the step down to its own work, or to a batch's fetch spread over the workers, whichever is
+    longer: the gain is the step less that, an upper bound (the fetches overlap the step perfectly at best). Advice
+    that adds no workers keeps the data wait's own gain.
+    """
+    d = decide(e) if e is not None else None
+    if d is None or d.gain_ms is None or d.gain_fraction is None or e is None:
+        return rec
+    basis = f"from the measured figures: a batch takes {d.fetch_ms or 0.0:.1f} ms to fetch, a step's own work is " \
+            f"{e.own_ms:.1f} ms of a {e.step_ms:.1f} ms step; with num_workers={d.workers} the step takes at least " \
+            f"max(own work, fetch / {d.workers}) = {e.step_ms - d.gain_ms:.1f} ms; upper bound: fetches fully " \
+            "overlapped with the step"
+    return Recommendation(str(rec), rec.cause, d.gain_ms, d.gain_fraction, basis)
 
 
 def without_gain(text: str, cause: str, why: str) -> Recommendation:

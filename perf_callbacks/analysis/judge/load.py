@@ -7,9 +7,9 @@ for a CPU, and how long the DataLoader workers ran and waited. Two things follow
   processes (or too many threads of this one) held the cores; every figure of the window is stretched by it, and a
   fetch that was slow because the process was descheduled is no evidence of a slow loader
   (:mod:`perf_callbacks.analysis.judge.evidence`).
-- the ``loader`` block: ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind}``, and which advice fits
-  (:func:`perf_callbacks.analysis.judge.advice.loader_kind`): more workers for workers that wait, none for workers busy
-  on every core.
+- the ``loader`` block: ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind, advice_workers,
+  wait_split}``, and which advice fits (the decision table, :mod:`perf_callbacks.analysis.judge.decide`): more
+  workers for workers that wait, none for workers busy on every core.
 
 A trace without the metadata (another tool's, or a machine whose kernel does not say) gets neither: the advice is then
 what the trace alone supports.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from statistics import median, median_low
 from typing import Any
 
-from perf_callbacks.analysis.judge.advice import LoaderEvidence, fetch_ms, loader_kind
+from perf_callbacks.analysis.judge.decide import LoaderEvidence, decide, fetch_ms
 from perf_callbacks.analysis.results.result import RankResult, StepResult
 from perf_callbacks.analysis.trace.machine import cores_per_rank
 
@@ -91,17 +91,67 @@ def in_rounds(steps: list[StepResult], workers: int | None) -> list[list[StepRes
 def loader_block(r: RankResult, share: float, material: bool) -> dict[str, Any] | None:
     """The ``loader`` block of ``r``: None for a trace without our machine metadata.
 
-    ``advice_kind`` is ``none`` when the judged data wait (``share``) is not ``material``.
+    ``advice_kind`` is ``none`` when the judged data wait (``share``) is not ``material``; ``advice_workers`` the
+    ``num_workers`` the decision table advises (:mod:`perf_callbacks.analysis.judge.decide`), else None.
+    ``wait_split`` the shares of the data wait measured on a CPU, blocked and waiting for a CPU (:func:`wait_split`).
     """
     if not r.machine:
         return None
     e = loader_evidence(r, share)
     measured = _workers(r.load or {})[0] if r.machine.get("num_workers") else None
-    kind = loader_kind(e) if e is not None and material else "none"
+    d = decide(e) if e is not None and material else None
+    fetch = None if e is None else fetch_ms(e)
     return {"num_workers": r.machine.get("num_workers"),
             "workers_cpu_fraction": None if measured is None else round(measured, 4),
-            "fetch_ms_p50": None if e is None or fetch_ms(e) is None else round(fetch_ms(e) or 0.0, 3),
-            "advice_kind": kind}
+            "fetch_ms_p50": None if fetch is None else round(fetch, 3),
+            "advice_kind": d.kind if d is not None else "none",
+            "advice_workers": d.workers if d is not None else None,
+            "wait_split": wait_split(r)}
+
+
+def wait_split(r: RankResult) -> dict[str, float] | None:
+    """The data wait's parts, ``{on_cpu, blocked, waiting_for_cpu}`` (shares summing to 1), from schedstat.
+
+    With workers: the share of their time the workers ran on a CPU, were blocked (I/O, a sleep, a queue) and waited
+    for a CPU. In-process (``num_workers=0``): the median step's fetch (:func:`fetch_parts`). None: not measured.
+    """
+    load = r.load or {}
+    workers = r.machine.get("num_workers") if r.machine else None
+    if workers:
+        cpu, busy = _workers(load)
+        if cpu is None or busy is None:
+            return None
+        return _shares(cpu, 1.0 - busy, busy - cpu)
+    steps = [s for s in r.steps if s.time_ms > 0]
+    if not steps:
+        return None
+    parts = fetch_parts(load, median(s.time_ms for s in steps), median(s.causes_ms.get("input", 0.0) for s in steps),
+                        r.gpu_utilization is not None)
+    return None if parts is None else _shares(*parts)
+
+
+def fetch_parts(load: dict[str, Any], step_ms: float, wait_ms: float,
+                device: bool) -> tuple[float, float, float] | None:
+    """An in-process fetch's ``(on a CPU, blocked, waiting for a CPU)`` ms, from the thread's shares of the window.
+
+    The training thread's blocked share of the window, times the step, is put down to the fetch first where no device
+    ran (a host loop blocks only in its fetches and sleeps), in proportion to the wait where one did (it blocks on the
+    device too); the rest of the wait ran and waited for a CPU in the proportion the thread did. None: not measured.
+    """
+    blocked = _blocked(load)
+    if blocked is None or wait_ms <= 0:
+        return None
+    fetch_blocked = min(wait_ms, blocked * (wait_ms if device else step_ms))
+    runnable, rest = float(load["ran_ms"] + load["run_queue_ms"]), wait_ms - fetch_blocked
+    if runnable <= 0:
+        return 0.0, wait_ms, 0.0
+    return rest * load["ran_ms"] / runnable, fetch_blocked, rest * load["run_queue_ms"] / runnable
+
+
+def _shares(on_cpu: float, blocked: float, waiting: float) -> dict[str, float]:
+    total = max(on_cpu + blocked + waiting, 1e-9)
+    return {"on_cpu": round(max(on_cpu, 0.0) / total, 4), "blocked": round(max(blocked, 0.0) / total, 4),
+            "waiting_for_cpu": round(max(waiting, 0.0) / total, 4)}
 
 
 def _workers(load: dict[str, Any]) -> tuple[float | None, float | None]:

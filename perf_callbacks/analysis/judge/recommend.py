@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from statistics import median
+from typing import Any
 
-from perf_callbacks.analysis.judge.advice import loader_fix, measured_fix
+from perf_callbacks.analysis.judge.advice import BUSY, loader_fix, measured_fix
 from perf_callbacks.analysis.judge.evidence import input_evidence
 from perf_callbacks.analysis.judge.load import loader_evidence
 from perf_callbacks.analysis.results.result import RankResult
@@ -53,12 +55,21 @@ def _contention_advice(r: RankResult, share: float) -> str:
         workers_ran = load["workers_cpu_ms"] / (load["workers"] * load["wall_ms"])
         ran += f"; its {load['workers']} DataLoader workers ran {workers_ran:.0%} of the time"
     of = f" ({cores} per local rank)" if cores is not None else ""
-    fewer = f"DataLoader workers (num_workers={workers} now) " if workers else "DataLoader workers "
+    fewer = f"DataLoader workers (num_workers={workers} now) " if workers and not _blocked_workers(load) else ""
     return f"the training thread waited for a CPU {_pct(share)} of the window ({load.get('run_queue_ms', 0.0):.0f} " \
            f"of {load.get('wall_ms', 0.0):.0f} ms{ran}): other threads or processes held the CPU cores{of}, and " \
-           "every figure of this window is stretched by it: run fewer threads than cores per rank (fewer " \
-           f"{fewer}or torch threads: torch.set_num_threads, OMP_NUM_THREADS), and look for other processes on " \
+           "every figure of this window is stretched by it: run fewer threads than cores per rank (" \
+           f"{f'fewer {fewer}or torch threads' if fewer else 'fewer torch threads'}: torch.set_num_threads, " \
+           "OMP_NUM_THREADS), and look for other processes on " \
            "the machine"
+
+
+def _blocked_workers(load: dict[str, Any]) -> bool:
+    """Whether the workers were blocked (I/O, sleep) most of their time: fewer of them would only wait longer."""
+    if not load.get("workers") or load.get("workers_cpu_ms") is None:
+        return False
+    busy = (load["workers_cpu_ms"] + (load.get("workers_run_queue_ms") or 0.0)) / (load["workers"] * load["wall_ms"])
+    return bool(busy < BUSY)
 
 
 def _sync_advice(r: RankResult, share: float) -> str:
@@ -168,12 +179,30 @@ def compute_advice(r: RankResult) -> str:
     if r.gpu_utilization is None:
         see = ", or profile with activities=[CPU, CUDA] to see the device" if r.cuda_on_host else ""
         return f"host compute: no device in the trace, and no removable host-side loss found ({lead}): speed up the " \
-               f"host code{see}"
+               f"host code{see}{_host_compute_hints(r)}"
     if r.device_kind not in (None, "cuda"):
         return f"compute-bound (device busy {_pct(r.gpu_utilization)}; {lead}): speed up the device kernels themselves"
     busy = f"GPU busy {_pct(r.gpu_utilization)}"
     return f"compute-bound ({busy}; {lead}): speed up the math itself: bf16/TF32, torch.compile, fused or flash " \
            "attention kernels"
+
+
+TINY_STEP_MS = 5.0
+"""A host-compute step under this is mostly per-step overhead (Python, the optimizer, dispatch), not the math."""
+
+
+def _host_compute_hints(r: RankResult) -> str:
+    """What host compute can try beyond faster code: bf16 on a CPU that has it, amortising a tiny step's overhead."""
+    hints, times = [], [s.time_ms for s in r.steps if s.time_ms > 0]
+    step = r.step_time_ms or (median(times) if times else None)
+    if step is not None and 0 < step < TINY_STEP_MS:
+        hints.append(f"a step of {step:.1f} ms is mostly per-step overhead (Python, the optimizer, "
+                     "dispatch): a larger batch, or gradient accumulation, spreads it over more samples, and "
+                     "torch.compile cuts it")
+    if (r.machine or {}).get("cpu_bf16") and not r.cuda_on_host:
+        hints.append("this CPU computes in bf16 natively (avx512_bf16/amx_bf16): try torch.autocast('cpu', "
+                     "dtype=torch.bfloat16) around the forward pass and check the loss")
+    return "".join(f"; {h}" for h in hints)
 
 
 def profiler_caveat(r: RankResult) -> str | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perf_callbacks.analysis.judge.evidence import evidence_note, judged_losses
-from perf_callbacks.analysis.judge.gains import loss_recommendation, rank_by_gain, without_gain
-from perf_callbacks.analysis.judge.load import loader_block
+from perf_callbacks.analysis.judge.gains import loss_recommendation, rank_by_gain, table_gain, without_gain
+from perf_callbacks.analysis.judge.load import loader_block, loader_evidence
 from perf_callbacks.analysis.judge.recommend import (
     ADVICE,
     HOST_UNTRACED,
@@ -139,6 +139,8 @@ def judge_rank(r: RankResult) -> None:
     ranked = sorted(((judged[c], c, ADVICE[c](r, share)) for c, share in r.losses.items()
                      if judged[c] >= MATERIAL or VERDICT_OF[c] == r.verdict), reverse=True)
     recs = [loss_recommendation(r, c, text) for _, c, text in ranked]
+    e = loader_evidence(r, judged.get("input", 0.0)) if r.load else None  # as the advice's text (recommend.py)
+    recs = [table_gain(x, e) if x.cause == "input" else x for x in recs]
     named = pageable_copies([k for k, _ in r.named_copies()])
     recs = [x.naming(named) if x.cause == "copy" else x for x in recs]
     if r.backlog_fraction >= 0.02:

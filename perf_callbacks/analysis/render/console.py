@@ -19,7 +19,8 @@ Example:
 
 from __future__ import annotations
 
-from perf_callbacks.analysis.judge.advice import loader_kind, suggest_num_workers, workers_to_try
+from perf_callbacks.analysis.judge.advice import suggest_num_workers
+from perf_callbacks.analysis.judge.decide import decide
 from perf_callbacks.analysis.judge.evidence import input_evidence
 from perf_callbacks.analysis.judge.gains import gain_label
 from perf_callbacks.analysis.judge.load import loader_evidence
@@ -45,7 +46,7 @@ _ACTION: dict[Verdict, str] = {
     "copy_bound": "pin host memory and copy with non_blocking=True",
     "communication_bound": "overlap collectives with compute (bucket sizes, no_sync)",
     "unexplained_idle": "look at the idle gaps in the trace",
-    "cpu_contention": "fewer threads and workers than cores per rank",
+    "cpu_contention": "fewer threads than cores per rank, or other processes off the machine",
 }
 
 
@@ -108,16 +109,16 @@ def _input_action(r: RankResult) -> str:
         if workers == 0 or (r.data_loader or "").startswith("enumerate(DataLoader)#_SingleProcess"):
             return f"try num_workers={suggest_num_workers(cores=cores)}"
         return "raise num_workers or prefetch_factor"
-    kind = loader_kind(evidence)
-    if kind == "in_process":
-        return f"try num_workers={suggest_num_workers(cores=cores)}"
-    if kind == "io_wait":
-        return f"raise num_workers to {workers_to_try(evidence)} (the workers wait on I/O)"
-    if kind == "cpu_bound":
-        return f"raise num_workers up to {cores}"
-    if kind == "cpu_saturated":
+    d = decide(evidence)
+    if d.kind in ("in_process", "io_wait", "cpu_bound", "mixed") and d.workers is not None:
+        why = " (the workers wait on I/O)" if d.kind == "io_wait" else ""
+        verb = "try" if d.kind == "in_process" else "raise num_workers to"
+        return f"try num_workers={d.workers}" if verb == "try" else f"{verb} {d.workers}{why}"
+    if d.kind == "one_core":
+        return "a cheaper __getitem__ (one CPU core per rank: a worker would share it)"
+    if d.kind in ("cpu_saturated", "cpu_bound", "mixed"):
         return "a cheaper __getitem__ or larger batches (workers busy on every core)"
-    if kind == "handover":
+    if d.kind == "handover":
         return "larger batches, fewer and larger tensors per batch"
     return "raise num_workers or prefetch_factor"
 

@@ -98,14 +98,27 @@ def _headline(result: AnalysisResult) -> list[str]:
 def loader_line(block: dict[str, Any]) -> str:
     """The loader block: ``loader: num_workers=2, workers on a CPU 3%, a batch 20.0 ms (p50), advice: io_wait``.
 
+    The data wait's measured parts follow where the kernel said (``wait on a CPU 10%, blocked 85%, waiting for a CPU
+    5%``), and the workers the advice names.
+
     Example:
         >>> loader_line({"num_workers": 0, "workers_cpu_fraction": None, "fetch_ms_p50": None, "advice_kind": "none"})
         'loader: num_workers=0, workers on a CPU n/a, a batch n/a (p50), advice: none'
+        >>> loader_line({"num_workers": 0, "workers_cpu_fraction": None, "fetch_ms_p50": 85.0, "advice_kind":
+        ...              "in_process", "advice_workers": 2, "wait_split": {"on_cpu": 0.1, "blocked": 0.8,
+        ...              "waiting_for_cpu": 0.1}})
+        ...              # doctest: +NORMALIZE_WHITESPACE
+        'loader: num_workers=0, workers on a CPU n/a, a batch 85.0 ms (p50), wait on a CPU 10%, blocked 80%,
+        waiting for a CPU 10%, advice: in_process (num_workers=2)'
     """
     workers = "unknown" if block["num_workers"] is None else block["num_workers"]
     cpu = block["workers_cpu_fraction"]
+    split = block.get("wait_split")
+    parts = f", wait on a CPU {split['on_cpu']:.0%}, blocked {split['blocked']:.0%}, waiting for a CPU " \
+            f"{split['waiting_for_cpu']:.0%}" if split else ""
+    n = f" (num_workers={block['advice_workers']})" if block.get("advice_workers") is not None else ""
     return f"loader: num_workers={workers}, workers on a CPU {'n/a' if cpu is None else f'{cpu:.0%}'}, a batch " \
-           f"{_ms(block['fetch_ms_p50'])} (p50), advice: {block['advice_kind']}"
+           f"{_ms(block['fetch_ms_p50'])} (p50){parts}, advice: {block['advice_kind']}{n}"
 
 
 def _utilization(result: AnalysisResult) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from perf_callbacks.analysis.results.headline import headline_scalars
 from perf_callbacks.analysis.results.parts import Measures, MemoryParts, MfuParts
@@ -18,6 +18,8 @@ class RankFigures(Protocol):
     losses: dict[str, float]
     collectives_ms: list[float]
     measures: Measures
+    loader: dict[str, Any] | None
+    data_wait_fraction: float
     run_id: str
 
 
@@ -57,10 +59,23 @@ def window_scalars(result: WindowFigures) -> dict[str, float]:
         shares = [r.losses[cause] for r in result.ranks if cause in r.losses]
         key = {"sync": "host_sync", "host": "launch_overhead", "other": "unexplained_idle"}.get(cause, cause)
         values[f"{key}_fraction"] = sum(shares) / len(shares) if shares else None
+    values.update(_wait_parts(result.ranks))
     values.update(headline_scalars(result.measures.communication, result.measures.copies, result.measures.launch))
     if not _distributed(result.ranks):
         values["communication_fraction"] = values["comm_busbw_gbps"] = None
     return {f"perf/window/{k}": float(v) for k, v in values.items() if v is not None}
+
+
+_PARTS = {"on_cpu": "data_wait_on_cpu_fraction", "blocked": "data_wait_blocked_fraction",
+          "waiting_for_cpu": "data_wait_cpu_wait_fraction"}
+
+
+def _wait_parts(ranks: Sequence[RankFigures]) -> dict[str, float | None]:
+    """The data wait's measured parts as shares of the window (the loader block's ``wait_split``), mean over ranks."""
+    split = [(r.data_wait_fraction, r.loader["wait_split"]) for r in ranks if r.loader and r.loader.get("wait_split")]
+    if not split:
+        return {}
+    return {tag: sum(w * parts[part] for w, parts in split) / len(split) for part, tag in _PARTS.items()}
 
 
 def _distributed(ranks: Sequence[RankFigures]) -> bool:

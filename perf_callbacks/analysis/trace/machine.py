@@ -38,7 +38,8 @@ def machine_of(meta: dict[str, Any]) -> dict[str, Any]:
     if not (_count(cores) and _count(local)) or not (workers is None or _count(workers, 0)):
         return {}
     return {"cpu_cores": cores, "local_world_size": local, "num_workers": workers,
-            "loader": str(raw.get("loader", "")), "cuda": raw.get("cuda") is True}
+            "loader": str(raw.get("loader", "")), "cuda": raw.get("cuda") is True,
+            "cpu_bf16": raw.get("cpu_bf16") is True}
 
 
 def load_of(meta: dict[str, Any]) -> dict[str, Any]:

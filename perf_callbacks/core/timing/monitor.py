@@ -159,6 +159,9 @@ class StepMonitor:
             metrics["train/cpu_wait_fraction"] = load.contention
         if load.workers_cpu_fraction is not None:
             metrics["loader/workers_cpu_fraction"] = load.workers_cpu_fraction
+        if load.workers_busy is not None and load.workers_cpu_fraction is not None:
+            metrics["loader/workers_blocked_fraction"] = 1.0 - load.workers_busy
+            metrics["loader/workers_cpu_wait_fraction"] = max(load.workers_busy - load.workers_cpu_fraction, 0.0)
 
     def _check_slowdown(self, median: float, steps: tuple[int, int], seconds: float, own: float | None) -> None:
         """``steps``: the first and last step measured in the interval; ``own``: its own time per unit (ms)."""

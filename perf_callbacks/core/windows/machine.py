@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from perf_callbacks.analysis.judge.advice import available_cpus, ranks_on_machine
@@ -33,4 +34,21 @@ def machine_meta(ctx: RunContext, cuda: bool) -> dict[str, Any]:
         "loader": name,
         "num_workers": workers if isinstance(workers, int) and not isinstance(workers, bool) else None,
         "cuda": bool(cuda),
+        "cpu_bf16": cpu_bf16(),
     }
+
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""``/proc/cpuinfo`` flags of a CPU that computes in bf16 natively (no tensor cores: vector and matrix units)."""
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has bf16 instructions (``BF16_FLAGS``), so that bf16 autocast on the CPU can pay; False where
+    ``/proc/cpuinfo`` does not say (not Linux)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return any(flag in flags for flag in BF16_FLAGS)

@@ -12,6 +12,7 @@ from perf_callbacks.analysis import analyze
 from perf_callbacks.analysis.judge.advice import available_cpus
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.windows.machine import cpu_bf16
 
 
 def _window(tmp_path: Path, workers: int | None, local: int | None, wait_s: float = 0.0) -> Path:
@@ -34,7 +35,7 @@ def test_the_trace_carries_the_machine(tmp_path: Path) -> None:
     trace = _window(tmp_path, workers=3, local=2)
     meta = json.load(gzip.open(trace))["perf_callbacks_machine"]
     assert meta == {"cpu_cores": available_cpus(), "local_world_size": 2, "loader": "train_dataloader",
-                    "num_workers": 3, "cuda": False}
+                    "num_workers": 3, "cuda": False, "cpu_bf16": cpu_bf16()}
     (rank,) = analyze(trace).ranks
     assert rank.machine == meta and rank.cuda_on_host is False
 

@@ -1,0 +1,82 @@
+"""The loader decision table, row by row: fed evidence in, the advice kind, the workers and the gain out."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from perf_callbacks.analysis.judge.advice import measured_fix
+from perf_callbacks.analysis.judge.decide import BAND, BUSY, MAX_WORKERS, TABLE, LoaderEvidence, decide
+
+
+def ev(workers: int | None, busy: float | None = None, cpu: float | None = None, cores: int | None = 2,
+       step: float = 25.0, wait: float = 20.0, blocked: float | None = None, share: float = 0.8) -> LoaderEvidence:
+    return LoaderEvidence(workers, cores, step_ms=step, wait_ms=wait, own_ms=step - wait, workers_cpu=cpu,
+                          workers_busy=busy, main_blocked=blocked, share=share)
+
+
+# (evidence, kind, workers, gain in ms): gains from max(own work, fetch / workers), the fetch from the fed times
+ROWS = [
+    pytest.param(ev(None, cores=2), "not_measured", 1, None, id="unknown-setting"),
+    pytest.param(ev(2, cores=4), "not_measured", 4, 25.0 - 50.0 / 4, id="not-measured-under-the-cores"),
+    pytest.param(ev(2, cores=2), "not_measured", None, None, id="not-measured-at-the-cores"),
+    pytest.param(ev(0, cores=1, step=91.0, wait=85.0), "one_core", None, None, id="in-process-one-core"),
+    # the issue's case: fetch 85 ms against 6 ms of step work, 2 cores: 2 workers, about -50% (not -96%)
+    pytest.param(ev(0, cores=2, step=91.0, wait=85.0), "in_process", 2, 91.0 - 42.5, id="in-process"),
+    pytest.param(ev(0, cores=8, step=91.0, wait=85.0), "in_process", 8, 91.0 - 85.0 / 8, id="in-process-8-cores"),
+    pytest.param(ev(2, busy=0.05, cpu=0.04, blocked=0.1), "handover", None, None, id="handover-main-on-cpu"),
+    pytest.param(ev(2, busy=0.05, cpu=0.04), "io_wait", 10, 20.0, id="blocked-workers"),  # 50 / 10 = own 5 ms
+    pytest.param(ev(2, busy=0.05, cpu=0.0, step=300.0, wait=299.0), "io_wait", MAX_WORKERS,
+                 300.0 - 600.0 / MAX_WORKERS, id="blocked-capped-at-the-sane-max"),
+    pytest.param(ev(2, busy=0.3, cpu=0.25), "io_wait", 8, 25.0 - 50.0 / 8, id="blocked-capped-by-cpu-share"),
+    pytest.param(ev(2, busy=0.05, cpu=0.04, share=0.05), "handover", None, None, id="idle-workers-small-wait"),
+    pytest.param(ev(1, busy=BUSY, cpu=0.4, cores=4), "mixed", 4, 25.0 - 25.0 / 4, id="mixed-band"),
+    pytest.param(ev(1, busy=0.95, cpu=0.9), "cpu_bound", 2, 25.0 - 12.5, id="cpu-bound"),
+    pytest.param(ev(2, busy=0.95, cpu=0.5), "cpu_saturated", None, None, id="cpu-saturated"),
+]
+
+
+@pytest.mark.parametrize(("e", "kind", "workers", "gain"), ROWS)
+def test_each_row_gives_its_kind_its_workers_and_its_gain(e: LoaderEvidence, kind: str, workers: int | None,
+                                                          gain: float | None) -> None:
+    d = decide(e)
+    assert (d.kind, d.workers) == (kind, workers), d
+    if gain is None:
+        assert d.gain_ms is None, d
+    else:
+        assert d.gain_ms == pytest.approx(gain) and d.gain_fraction == pytest.approx(gain / e.step_ms), d
+        assert str(workers) in measured_fix(e), measured_fix(e)
+
+
+def test_every_row_of_the_table_is_tested() -> None:
+    assert {row.kind for row in TABLE} == {p.values[1] for p in ROWS}
+
+
+def test_blocked_workers_are_never_told_fewer_workers_nor_raised_past_the_cap() -> None:
+    """The issue's flip: after 'raise num_workers to 66', the 66 workers that ran 0% were told 'fewer workers'."""
+    for workers in (2, 8, MAX_WORKERS, 66):
+        e = ev(workers, busy=0.0, cpu=0.0, step=300.0, wait=290.0)
+        d = decide(e)
+        assert d.kind == "io_wait" and (d.workers is None or workers < d.workers <= MAX_WORKERS), (workers, d)
+        assert "fewer" not in measured_fix(e), measured_fix(e)
+
+
+def test_noise_around_the_busy_threshold_does_not_flip_the_advice() -> None:
+    """Workers runnable 45-55% of their time (noise around ``BUSY``) all get one kind and one number."""
+    rng = random.Random(3)
+    decisions = {(decide(ev(1, busy=BUSY + rng.uniform(-BAND, BAND) * 0.9, cpu=0.4, cores=4)).kind,
+                  decide(ev(1, busy=BUSY + rng.uniform(-BAND, BAND) * 0.9, cpu=0.4, cores=4)).workers)
+                 for _ in range(50)}
+    assert decisions == {("mixed", 4)}
+
+
+def test_five_evaluations_of_one_configurations_evidence_give_one_first_advice() -> None:
+    """Five runs of one configuration: step and wait vary by 10%, the workers' load by 5 points; same advice kind."""
+    rng = random.Random(11)
+    kinds = set()
+    for _ in range(5):
+        step = 100.0 * rng.uniform(0.95, 1.05)
+        e = ev(2, busy=0.1 + rng.uniform(-0.05, 0.05), cpu=0.05, cores=2, step=step, wait=step - 6.0)
+        kinds.add((decide(e).kind, decide(e).workers))
+    assert kinds == {("io_wait", MAX_WORKERS)}, kinds
