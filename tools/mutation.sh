@@ -27,7 +27,7 @@ MEASURES=(perf_callbacks/analysis/measures/comms.py perf_callbacks/analysis/resu
           perf_callbacks/analysis/trace/machine.py perf_callbacks/analysis/rank/measures.py
           perf_callbacks/analysis/trace/extra_events.py perf_callbacks/core/flops/step.py perf_callbacks/core/flops/count.py
           perf_callbacks/core/flops/model_facts.py
-          perf_callbacks/core/flops/compile_watch.py perf_callbacks/core/files/remote.py perf_callbacks/remote_read.py
+          perf_callbacks/core/flops/compile_watch.py perf_callbacks/core/files/remote.py perf_callbacks/cli/remote_read.py
           perf_callbacks/core/timing/cpu_wait.py perf_callbacks/core/timing/monitor.py)
 MODULES=(perf_callbacks/core/triggers/schedule.py perf_callbacks/core/files/traces.py perf_callbacks/core/windows/trace_cut.py
          perf_callbacks/core/timing/stats.py perf_callbacks/core/clock.py perf_callbacks/core/engine/engine.py perf_callbacks/core/engine/aside.py
