@@ -96,7 +96,7 @@ class PerfEngine:
         self.phases = PhaseRanges(self.state, self.nvtx, self.mem, self.windows)  # the open phase, its ranges
         # validation, checkpoints, compilation and our own work: left out of step time
         self.aside = SetAside(self.state, self.clock, self.monitor, self.phases, self.compile, self.windows, now)
-        self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn)  # core/capture*.py
+        self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn, self.state)  # core/capture*.py
         self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside,
                                      MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None, growth,
                                      self.mem, self.captures, self.windows, self.outputs, warn, ctx.log_min_interval_s)
