@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from perf_callbacks.core.engine.captures import EngineCaptures
+from perf_callbacks.core.engine.intervals import IntervalLog
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.flops.compile_watch import CompileWatch
@@ -45,6 +46,7 @@ class Closing(Protocol):
     compile: CompileWatch
     nvtx: NvtxRanges
     captures: EngineCaptures
+    intervals: IntervalLog
     end_phase: Callable[[], None]
     _at_exit: Callable[[], None]  # its exit handler, unregistered here
 
@@ -69,7 +71,7 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
                lambda: exit_span(phases.ckpt_span) if phases.ckpt_span is not None else None,
                lambda: windows.finish(exc), windows.nsys.close, engine.nvtx.pop_all,
                lambda: windows.wait(CLOSE_WAIT_S, last_page=exc is None), engine.mem.oom.stop_history,
-               engine.captures.close):
+               engine.captures.close, engine.intervals.close):
         quiet(fn)
     phases.recording = False
     phases.replain()
