@@ -213,7 +213,10 @@ class Agreement:
             at, raises = nxt + margin(self.steps_per_s(), self.poll_s), raises + 1
             log.info("perf-callbacks: capture request %s: this rank is past the agreed step; raised to %d",
                      request_id, at)
+            self.following[request_id] = (at, steps, raises)
+            self.schedule.request("file", request_id, steps, at=at)  # planned first: a folder that fails keeps it
             self.store.replace(request_id, at, self.rank)
+            return
         self.following[request_id] = (at, steps, raises)
         self.schedule.request("file", request_id, steps, at=at)
 
