@@ -22,6 +22,7 @@ from perf_callbacks.exceptions import (
     PerformanceDegradationWarning,
     PerfWarning,
     ShardingWarning,
+    SlowRankWarning,
     TraceSizeWarning,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "PerformanceDegradationWarning",
     "ScheduleConfig",
     "ShardingWarning",
+    "SlowRankWarning",
     "TraceSizeWarning",
     "TransformersPerfCallback",
 ]

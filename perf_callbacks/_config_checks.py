@@ -104,11 +104,16 @@ def check_memory_history(events: int, start: int | None) -> None:
         check_int("memory_history_start", start, minimum=0)
 
 
-def check_capture(max_per_hour: int, poll_s: float, signal_name: str | None) -> None:
-    """``capture_max_per_hour``, ``capture_poll_s`` and ``capture_signal`` (a signal of this platform, or None)."""
+def check_capture(max_per_hour: int, poll_s: float, signal_name: str | None, all_ranks: bool = False) -> None:
+    """The capture options: ``capture_signal`` a signal of this platform or None; ``capture_signal_all_ranks`` both."""
     check_int("capture_max_per_hour", max_per_hour, minimum=0)
     if not math.isfinite(poll_s) or poll_s < 0:
         raise PerfConfigError(f"capture_poll_s must be a finite number >= 0, got {poll_s!r}")
+    if all_ranks and (signal_name is None or poll_s == 0):
+        raise PerfConfigError(
+            f"capture_signal_all_ranks: true needs capture_signal (got {signal_name!r}) and capture_poll_s > 0 (got "
+            f"{poll_s!r}): the signal reaches the other ranks as a request file; set both, or remove it"
+        )
     if signal_name is not None:
         import signal
 
@@ -176,6 +181,7 @@ _SCALAR_TYPES: dict[str, tuple[type, ...]] = {
     "capture_max_per_hour": (int,),
     "capture_signal": (str, type(None)),
     "capture_poll_s": (int, float),
+    "capture_signal_all_ranks": (bool,),
 }
 _SEQUENCE_TYPES: dict[str, type] = {"activities": str, "ranks": int, "nsys_steps": int}
 

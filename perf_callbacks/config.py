@@ -128,7 +128,11 @@ class PerfConfig:
         capture_signal: the signal that opens a window at the next step (``"SIGUSR2"``); null: no handler. The
             handler is installed from the main thread only; the previous handler is still called, and restored.
         capture_poll_s: how often a background thread looks for a ``capture`` request file in ``output_dir`` (and the
-            run's folder), in seconds; 0: never (see ``perf-callbacks capture``).
+            run's folder), in seconds; 0: never (see ``perf-callbacks capture``). In a run of several ranks, every
+            rank opens the request's window at one step they agree on through the run's folder.
+        capture_signal_all_ranks: ``capture_signal`` sent to one rank opens the window on every rank, at one agreed
+            step: the rank writes a request file into the run's folder (needs ``capture_signal`` and
+            ``capture_poll_s`` > 0). Default false: the window opens on the rank that got the signal.
     """
 
     output_dir: str | None = None
@@ -169,6 +173,7 @@ class PerfConfig:
     capture_max_per_hour: int = 4
     capture_signal: str | None = "SIGUSR2"
     capture_poll_s: float = 2.0
+    capture_signal_all_ranks: bool = False
 
     def __post_init__(self) -> None:
         _normalize(self)
@@ -198,7 +203,8 @@ class PerfConfig:
                 raise PerfConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.hang_timeout is not None and not (math.isfinite(self.hang_timeout) and self.hang_timeout >= 0):
             raise PerfConfigError(f"hang_timeout must be a number of seconds >= 0 (0: off), got {self.hang_timeout!r}")
-        check_capture(self.capture_max_per_hour, self.capture_poll_s, self.capture_signal)
+        check_capture(self.capture_max_per_hour, self.capture_poll_s, self.capture_signal,
+                      self.capture_signal_all_ranks)
         if not self.nvtx_domain:
             raise PerfConfigError(f"nvtx_domain must be a non-empty string, got {self.nvtx_domain!r}")
 

@@ -38,5 +38,9 @@ class TraceSizeWarning(PerfWarning, RuntimeWarning):
     """A profiling window produced a trace above ``max_trace_mb``; its export was skipped."""
 
 
+class SlowRankWarning(PerfWarning, RuntimeWarning):
+    """One rank is persistently slower than the others between windows, in one phase; every rank waits for it."""
+
+
 class PerfConfigError(ValueError):
     """Invalid configuration. Raised at construction, never from a training hook."""

@@ -67,7 +67,7 @@ def test_a_live_run_gets_the_request_and_the_message_names_who_reads_it(tmp_path
                                  "from their next step")
         while not s.pending and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert list(s.pending) == [("file", request_id, 3)]
+        assert list(s.pending) == [("file", request_id, 3, None)]
         (tmp_path / RUN).mkdir()
         assert main(["capture", str(tmp_path / RUN)]) == EXIT_OK  # the run's folder in the output_dir
         assert (tmp_path / RUN / REQUEST_FILE).is_file()

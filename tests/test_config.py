@@ -173,7 +173,8 @@ def test_constructors_reject_unknown_keywords_with_the_yaml_message(tmp_path) ->
     assert str(lightning.value).startswith(UNKNOWN)
     assert str(lightning.value).endswith(", top_k, flops, flops_per_step, peak_tflops, peak_tbps, "
                                          "memory_history, memory_history_start, storage_options, hang_timeout, "
-                                         "capture_on_anomaly, capture_max_per_hour, capture_signal, capture_poll_s")
+                                         "capture_on_anomaly, capture_max_per_hour, capture_signal, capture_poll_s, "
+                                         "capture_signal_all_ranks")
     with pytest.raises(PerfConfigError, match=r"unknown key 'schedule.actve' \(did you mean 'schedule.active'\?\)"):
         GPUPerfCallback(schedule={"actve": 2})
 

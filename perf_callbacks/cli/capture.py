@@ -1,8 +1,10 @@
 """``perf-callbacks capture RUN_DIR [--steps N] [--timeout S]``: ask a live run for a window at its next step.
 
 It writes the request file ``RUN_DIR/capture`` (``core/triggers/requests.py``): every rank of the run that watches that
-folder (its ``output_dir``, or the run's folder inside it; a remote ``output_dir`` through fsspec) records the next
-``N`` steps once, within ``capture_poll_s`` seconds (2 s by default) and one step.
+folder (its ``output_dir``, or the run's folder inside it; a remote ``output_dir`` through fsspec) records ``N`` steps
+once: a run of one rank from its next step, within ``capture_poll_s`` seconds (2 s by default) and one step; a run of
+several ranks from one global step they agree on through the run's folder (``core/triggers/agreement.py``), a few
+poll periods ahead, the same on every rank.
 
 It writes only into a live run's folder: one where a rank's live-run marker (``core/triggers/live.py``) is fresh.
 Anywhere else it refuses with one line and exit code 2, as it does when ``RUN_DIR/capture`` exists and is not a
@@ -61,9 +63,10 @@ def run_capture(args: argparse.Namespace) -> int:
         return failure("capture", err, "command")
     runs = sorted({r.run for r in ranks})
     steps = f"{args.steps} steps" if args.steps else "schedule.active steps"
+    start = "from their next step" if len(ranks) == 1 else "from one step they agree on (the same on every rank)"
     print(f"perf-callbacks: capture request {request_id} written to {where}: {len(ranks)} live rank(s) of run "
           f"{', '.join(runs)} look for it every {max(r.poll_s for r in ranks):g} s and record a window of {steps} "
-          f"from their next step")
+          f"{start}")
     return EXIT_OK
 
 

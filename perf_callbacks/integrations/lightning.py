@@ -47,8 +47,7 @@ class GPUPerfCallback(Callback):
 
     Every argument is a :class:`~perf_callbacks.PerfConfig` key (see its docstring); ``schedule`` is a mapping with
     ``wait``, ``warmup``, ``active``, ``repeat`` and ``skip_first``. Bad values raise ``PerfConfigError`` here, at
-    construction. The same keys work from LightningCLI YAML (``trainer.callbacks``) and from
-    :meth:`from_yaml`.
+    construction. The same keys work from LightningCLI YAML (``trainer.callbacks``) and from :meth:`from_yaml`.
 
     Args:
         output_dir: default ``<trainer.log_dir>/perf``, else ``<default_root_dir>/perf``; an fsspec URL
@@ -86,10 +85,10 @@ class GPUPerfCallback(Callback):
         memory_history_start: step at which that recording starts; default the first profiling window.
         storage_options: fsspec options for a remote ``output_dir`` (endpoint, credentials).
         hang_timeout: seconds with no completed step before ``hang-rank{R}/``; default max(300, 20 x median); 0: off.
-        capture_on_anomaly: an extra window after a step that took k times the median, or after the slowdown alarm;
-            at most ``capture_max_per_hour`` such windows per hour on each rank.
+        capture_on_anomaly: a window after a step k times the median, or the slowdown alarm (capture_max_per_hour).
         capture_signal: the signal that opens a window at the next step; null: no handler.
         capture_poll_s: seconds between two looks for a ``capture`` request file in the output folder; 0: never.
+        capture_signal_all_ranks: the signal sent to one rank opens the window on every rank, at one agreed step.
     """
 
     def __init__(
@@ -132,6 +131,7 @@ class GPUPerfCallback(Callback):
         capture_max_per_hour: int = 4,
         capture_signal: str | None = "SIGUSR2",
         capture_poll_s: float = 2.0,
+        capture_signal_all_ranks: bool = False,
         **unknown: Any,
     ) -> None:
         options = {k: v for k, v in locals().items() if k not in ("self", "__class__", "unknown")}

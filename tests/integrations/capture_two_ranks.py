@@ -1,4 +1,7 @@
-"""Two Accelerate processes (gloo, CPU); rank 0 asks for a window with ``perf-callbacks capture`` at step 20.
+"""Two Accelerate processes (gloo, CPU, DDP); rank 0 asks for a window with ``perf-callbacks capture`` at step 10.
+
+Rank 1 is slower per step (a 20 ms sleep; DDP's all-reduce makes rank 0 wait for it), and neither rank holds its step
+for the request: each rank's request thread sees it at its own time, and both open at the step they agree on.
 
 ``python -m tests.integrations.capture_two_ranks OUT``: run by ``test_capture.py``.
 """
@@ -8,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -17,9 +21,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from perf_callbacks import AcceleratePerfHook
 from perf_callbacks.cli import main as cli
-from tests.integrations import capture_helpers as ch
 
 SCHEDULE = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}
+SLOW_S = 0.02  # rank 1's extra time per step: at most 50 steps a second, so the agreed step is within 18 steps
 
 
 def _rank_main(rank: int, out: Path, port: int) -> None:
@@ -34,10 +38,10 @@ def _rank_main(rank: int, out: Path, port: int) -> None:
                               degradation_threshold=1e6, check_dataloaders=False, capture_poll_s=0.05)
     with hook.register(acc):
         for x, y in hook.iter(dl):
-            if hook.optimizer_steps == 20:
-                if rank == 0:
-                    cli(["capture", str(out / "perf"), "--steps", "2"])
-                ch.wait_served(hook.engine)
+            if hook.optimizer_steps == 10 and rank == 0:
+                cli(["capture", str(out / "perf"), "--steps", "2"])
+            if rank == 1:
+                time.sleep(SLOW_S)
             acc.backward(nn.functional.mse_loss(model(x), y))
             opt.step()
             opt.zero_grad()

@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from perf_callbacks.analysis.windows.captured import capture_text
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.timing.stats import Slowdown
+from perf_callbacks.core.triggers.agreement import Ranks
 from perf_callbacks.core.triggers.captures import AnomalyWatch, Capture
 from perf_callbacks.core.triggers.requests import CaptureRequests
 from perf_callbacks.core.triggers.wait import WaitSampler
@@ -36,12 +39,16 @@ class EngineCaptures:
         windows: the recorder, whose schedule plans the windows.
         outputs: the run's writers (the TensorBoard mark goes through ``metrics``).
         warn: the engine's warn-once.
+        state: the engine's step state, whose open step the request thread reads (the ranks agree on a request's
+            step through the run's folder); None: each request opens at the rank's next step.
     """
 
     def __init__(
-        self, config: PerfConfig, ctx: RunContext, windows: WindowRecorder, outputs: Outputs, warn: WarnFn
+        self, config: PerfConfig, ctx: RunContext, windows: WindowRecorder, outputs: Outputs, warn: WarnFn,
+        state: StepState | None = None,
     ) -> None:
         self.ctx, self.outputs, self._warn = ctx, outputs, warn
+        self._step_now = None if state is None else partial(getattr, state, "step")  # read by the request thread
         schedule = windows.schedule
         on = windows.enabled
         self.anomaly = AnomalyWatch(schedule, sampler=WaitSampler()) if on and config.capture_on_anomaly else None
@@ -65,6 +72,8 @@ class EngineCaptures:
             windows.schedule,
             run=windows.layout.run_dir.name,
             rank=self.ctx.rank,
+            ranks=None if self._step_now is None else Ranks(self.ctx.world_size, windows.layout.run_dir,
+                                                            self._step_now, config.capture_signal_all_ranks),
         )
         self._start_sources(config, self.requests)
 

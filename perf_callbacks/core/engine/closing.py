@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from perf_callbacks.core.engine.captures import EngineCaptures
+from perf_callbacks.core.engine.intervals import IntervalLog
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
@@ -47,6 +48,7 @@ class Closing(Protocol):
     nvtx: NvtxRanges
     captures: EngineCaptures
     steps: StepLog
+    intervals: IntervalLog
     end_phase: Callable[[], None]
     _at_exit: Callable[[], None]  # its exit handler, unregistered here
 
@@ -72,7 +74,7 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
                lambda: windows.finish(exc), windows.nsys.close, engine.nvtx.pop_all,
                engine.steps.flush,  # the step record's rows so far (never raises), before a remote upload's last pass
                lambda: windows.wait(CLOSE_WAIT_S, last_page=exc is None), engine.mem.oom.stop_history,
-               engine.captures.close):
+               engine.captures.close, engine.intervals.close):
         quiet(fn)
     phases.recording = False
     phases.replain()

@@ -97,7 +97,7 @@ class PerfEngine:
         self.phases = PhaseRanges(self.state, self.nvtx, self.mem, self.windows)  # the open phase, its ranges
         # validation, checkpoints, compilation and our own work: left out of step time
         self.aside = SetAside(self.state, self.clock, self.monitor, self.phases, self.compile, self.windows, now)
-        self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn)  # core/capture*.py
+        self.captures = EngineCaptures(config, ctx, self.windows, self.outputs, warn, self.state)  # core/capture*.py
         self.steps = steps = StepLog(layout.run_dir, ctx, self.cuda)  # every step's row: the hot path's _step_row
         self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside,
                                      MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None, growth,

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.step_log import StepLog
+from perf_callbacks.core.engine.peers import PeerBoard
 from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.flops.compile_watch import CompileWatch
@@ -26,7 +27,7 @@ from perf_callbacks.core.memory.watch import MemoryWatch
 from perf_callbacks.core.timing.monitor import StepMonitor
 from perf_callbacks.core.warn import WarnFn
 from perf_callbacks.core.windows.recorder import WindowRecorder
-from perf_callbacks.exceptions import InstrumentUnavailableWarning
+from perf_callbacks.exceptions import InstrumentUnavailableWarning, SlowRankWarning
 
 
 def interval_rates(flops: StepFlops, compile: CompileWatch, state: StepState, metrics: dict[str, float]) -> None:
@@ -68,6 +69,9 @@ class IntervalLog:
         self._last: tuple[int, float] | None = None  # the step count and the clock of the last logged interval
         self.held_at = every - 1 if growth is not None else sys.maxsize  # the next step whose start is read
         self.spike_limit = math.inf  # a measured step above it: an anomaly (refreshed at logging steps)
+        ctx = windows.ctx  # several ranks: each publishes its intervals, rank 0 names one that holds the others back
+        shared = ctx.world_size > 1 and ctx.remote is None  # a remote output_dir is staged per rank: off
+        self.peers = PeerBoard(windows.layout.run_dir, ctx.rank, ctx.world_size) if shared else None
 
     def logging_step(self, step: int) -> None:
         """Log the interval that ends at ``step``: ``tool_time("log")`` without a generator outside windows."""
@@ -166,6 +170,8 @@ class IntervalLog:
         try:
             extra = functools.partial(self._memory_metrics, step=step)
             times = self.monitor.stats.step_times  # the interval's, before log_interval starts the next
+            if self.peers is not None:
+                self._peers(step, times, self.monitor.stats.data_wait)
             self.monitor.log_interval(step, self.memory, clean and self.state.clean, self.windows.clock.loader_timed,
                                       extra)
             self.spike_limit = self.captures.interval(step, times, self.monitor.slowdown)
@@ -175,3 +181,18 @@ class IntervalLog:
             self.outputs.failed("metrics", err)
         if self.steps is not None:
             self.steps.due()
+
+    def _peers(self, step: int, times: list[float], data_wait: float) -> None:
+        """The interval's figures to the other ranks (``core/engine/peers.py``); rank 0 warns once of a slow rank."""
+        try:
+            slow = self.peers.interval(step, times, data_wait) if self.peers is not None else None
+        except Exception:  # noqa: BLE001 - instrumentation must never break training: the comparison is off
+            self.peers = None
+            return
+        if slow is not None:
+            self._warn("slow_rank", SlowRankWarning, slow.message())
+
+    def close(self) -> None:
+        """Stop the ranks' comparison thread, if any."""
+        if self.peers is not None:
+            self.peers.close()

@@ -97,7 +97,7 @@ class CaptureSchedule:
     def __init__(self, base: Schedule, max_per_hour: int = 4, clock: Callable[[], float] = time.monotonic) -> None:
         self.base, self.config, self.max_per_hour, self._clock = base, base.config, max_per_hour, clock
         self.plan: Capture | None = None  # the last capture planned (kept after it ends: its export reads it)
-        self.pending: collections.deque[tuple[str, str, int | None]] = collections.deque()  # requests, any thread
+        self.pending: collections.deque[tuple[str, str, int | None, int | None]] = collections.deque()  # any thread
         self.wake: Callable[[], None] = _nothing  # the recorder: look at the next step (set by WindowRecorder)
         self.opened: Callable[[Capture], None] = _nothing  # told of each capture planned (the TensorBoard mark)
         self.spent: collections.deque[float] = collections.deque()  # when each budgeted window was planned
@@ -132,9 +132,13 @@ class CaptureSchedule:
         return plan if plan is not None and plan.first <= step <= plan.last else None
 
     # ---- opening windows -------------------------------------------------------------------------------------------
-    def request(self, reason: str, request: str, steps: int | None = None) -> None:
-        """A window at the next step (``steps`` long, default ``schedule.active``). Any thread, or a signal handler."""
-        self.pending.append((reason, request, steps))
+    def request(self, reason: str, request: str, steps: int | None = None, at: int | None = None) -> None:
+        """A window at the next step, or at the agreed step ``at``, ``steps`` long. Any thread, or a signal handler.
+
+        ``steps`` defaults to ``schedule.active``; a later ``at`` for the same request moves its window while it has
+        not begun (``core/triggers/agreement.py``).
+        """
+        self.pending.append((reason, request, steps, at))
         self.wake()
 
     def open(self, capture: Capture) -> bool:
@@ -171,16 +175,34 @@ class CaptureSchedule:
 
     def _serve(self, step: int) -> None:
         while self.pending:
-            reason, request, steps = self.pending.popleft()
+            reason, request, steps, at = self.pending.popleft()
             n = steps or self.config.active
             if n > MAX_REQUEST_STEPS:
                 log.info("perf-callbacks: %s request %s asks for %d steps: capped at %d (MAX_REQUEST_STEPS)", reason,
                          request, n, MAX_REQUEST_STEPS)
                 n = MAX_REQUEST_STEPS
+            if at is not None:
+                self._serve_at(step, reason, request, at, n)
+                continue
             if self.base.action(step) is not Action.NONE or self.capture_at(step) is not None:
                 log.info("perf-callbacks: %s request at step %d: a window is already recording", reason, step)
                 continue
             self.open(Capture(reason, max(step - 1, 0), step, step + n - 1, request=request))
+
+    def _serve_at(self, step: int, reason: str, request: str, at: int, n: int) -> None:
+        """A window at the agreed step ``at`` (planned now; moved if the request's window has not begun)."""
+        plan = self.plan
+        if plan is not None and plan.request == request:
+            if plan.first <= step:
+                return  # begun (or done): kept, whatever the ranks agree on since
+            self.plan = None
+        if at < step:
+            log.info("perf-callbacks: %s request %s: the ranks agreed on step %d and this rank is at step %d: no "
+                     "window on this rank", reason, request, at, step)
+            return
+        if not self.open(Capture(reason, max(at - 1, 0), at, at + n - 1, request=request)):
+            log.info("perf-callbacks: %s request %s: no window at the agreed step %d on this rank (another window "
+                     "is planned there)", reason, request, at)
 
     def _within_budget(self) -> bool:
         now, spent = self._clock(), self.spent

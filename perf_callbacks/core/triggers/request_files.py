@@ -24,9 +24,12 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
+import uuid
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -34,7 +37,50 @@ MAX_REQUEST_BYTES = 64 * 1024
 """The largest control file read: a request is ~50 bytes of JSON, a marker ~200; a larger file is not ours."""
 REMOTE_CALL_S = 5.0
 """The longest one request to object storage may take from the request thread (a look, the marker)."""
+REQUEST_FILE = "capture"
+"""The request file's name, in a run's ``output_dir`` or its run folder: JSON ``{"id": "...", "steps": N}``."""
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def write_request(
+    run_dir: str | os.PathLike[str], steps: int | None = None, storage_options: dict[str, Any] | None = None,
+    fs: Any = None,
+) -> str:
+    """Write a new request into ``run_dir`` (a folder, an fsspec URL, or a path on ``fs``) atomically; its id."""
+    request_id = uuid.uuid4().hex[:12]
+    body = json.dumps({"id": request_id, "steps": steps}).encode()
+    target = str(run_dir)
+    if fs is None and "://" in target and not target.startswith("file://"):
+        import fsspec
+
+        fs, target = fsspec.core.url_to_fs(target, **(storage_options or {}))
+    if fs is not None:
+        fs.pipe_file(f"{str(target).rstrip('/')}/{REQUEST_FILE}", body)
+        return request_id
+    folder = Path(target.removeprefix("file://"))
+    tmp = folder / f".{REQUEST_FILE}.{request_id}.tmp"
+    tmp.write_bytes(body)
+    os.replace(tmp, folder / REQUEST_FILE)
+    return request_id
+
+
+def read_request(path: Path) -> tuple[str, int | None] | None:
+    """``(id, steps)`` of the request file at ``path``; None when there is none (or it is not one)."""
+    return parse_request(read_small(path))
+
+
+def parse_request(body: bytes | None) -> tuple[str, int | None] | None:
+    """``(id, steps)`` from a request file's bytes; None when they are not a request (or there are none)."""
+    if body is None:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+        return None
+    steps = data.get("steps")
+    return data["id"], steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1 else None
 
 
 def read_small(path: str | os.PathLike[str], cap: int = MAX_REQUEST_BYTES) -> bytes | None:

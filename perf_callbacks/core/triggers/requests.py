@@ -1,7 +1,6 @@
 """A window on request in a live run: a signal (``SIGUSR2``) or a request file ``capture`` in the run's folder.
 
-The signal's handler is installed from the main thread only; it chains to the handler it replaced (a callable one)
-and puts it back when the engine closes, if nothing replaced ours meanwhile. The file is JSON,
+The signal's handler is in ``core/triggers/signals.py``. The file is JSON,
 ``{"id": "...", "steps": N}``, written by ``perf-callbacks capture RUN_DIR`` (:func:`write_request`). A background
 thread per rank reads it every ``capture_poll_s`` seconds (an ``lstat`` of each path; nothing on the training thread,
 not even at start): each rank serves each request id once and leaves the file in place for the other ranks, so every
@@ -9,7 +8,9 @@ rank that sees the folder (a shared file system, or the remote ``output_dir`` th
 once. A request file already there at the thread's first look is an old one: it is not served. Only a regular file
 of at most ``MAX_REQUEST_BYTES`` is read (``core/triggers/request_files.py``), a remote one with each call bounded;
 after its first look the thread keeps the rank's live-run marker (``core/triggers/live.py``), which
-``perf-callbacks capture`` looks for.
+``perf-callbacks capture`` looks for. In a run of more than one rank, a request opens at a step the ranks agree on
+through the run's folder (``core/triggers/agreement.py``), not at each rank's next step; with
+``capture_signal_all_ranks`` the signal on one rank writes such a request (the thread writes it, at its next look).
 
 Example:
     >>> import tempfile
@@ -21,119 +22,29 @@ Example:
 
 from __future__ import annotations
 
-import json
+import collections
 import logging
 import os
-import signal
 import threading
-import uuid
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from perf_callbacks.core.triggers.agreement import Agreement, Ranks
 from perf_callbacks.core.triggers.captures import CaptureSchedule
 from perf_callbacks.core.triggers.live import LiveMarker
-from perf_callbacks.core.triggers.request_files import LazyFs, read_remote_small, read_small
+from perf_callbacks.core.triggers.request_files import REQUEST_FILE as REQUEST_FILE
+from perf_callbacks.core.triggers.request_files import LazyFs, read_remote_small
+from perf_callbacks.core.triggers.request_files import parse_request as parse_request
+from perf_callbacks.core.triggers.request_files import read_request as read_request
+from perf_callbacks.core.triggers.request_files import write_request as write_request
+from perf_callbacks.core.triggers.signals import SignalRequest as SignalRequest
 
 log = logging.getLogger(__name__)
-REQUEST_FILE = "capture"
 CLOSE_WAIT_S = 1.0
 """The longest :meth:`FileRequests.close` waits for the request thread (a daemon: it ends on its own after)."""
 Reader = Callable[[], "tuple[str, int | None] | None"]
-
-
-def write_request(
-    run_dir: str | os.PathLike[str], steps: int | None = None, storage_options: dict[str, Any] | None = None,
-    fs: Any = None,
-) -> str:
-    """Write a new request into ``run_dir`` (a folder, an fsspec URL, or a path on ``fs``) atomically; its id."""
-    request_id = uuid.uuid4().hex[:12]
-    body = json.dumps({"id": request_id, "steps": steps}).encode()
-    target = str(run_dir)
-    if fs is None and "://" in target and not target.startswith("file://"):
-        import fsspec
-
-        fs, target = fsspec.core.url_to_fs(target, **(storage_options or {}))
-    if fs is not None:
-        fs.pipe_file(f"{str(target).rstrip('/')}/{REQUEST_FILE}", body)
-        return request_id
-    folder = Path(target.removeprefix("file://"))
-    tmp = folder / f".{REQUEST_FILE}.{request_id}.tmp"
-    tmp.write_bytes(body)
-    os.replace(tmp, folder / REQUEST_FILE)
-    return request_id
-
-
-def read_request(path: Path) -> tuple[str, int | None] | None:
-    """``(id, steps)`` of the request file at ``path``; None when there is none (or it is not one)."""
-    return parse_request(read_small(path))
-
-
-def parse_request(body: bytes | None) -> tuple[str, int | None] | None:
-    """``(id, steps)`` from a request file's bytes; None when they are not a request (or there are none)."""
-    if body is None:
-        return None
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-        return None
-    steps = data.get("steps")
-    return data["id"], steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 1 else None
-
-
-class SignalRequest:
-    """``signame`` opens a window at the next step; the previous handler is still called, and restored by close.
-
-    Args:
-        signame: e.g. ``"SIGUSR2"``.
-        schedule: where the request goes.
-    """
-
-    def __init__(self, signame: str, schedule: CaptureSchedule) -> None:
-        self.signame, self.schedule = signame, schedule
-        self.signum = signal.Signals[signame]
-        self.previous: Any = None
-        self.installed = False
-        self._handle: Callable[[int, FrameType | None], None] | None = None
-
-    def install(self) -> bool:
-        """Install the handler (the main thread only: elsewhere Python forbids it); True when installed."""
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        self.previous = signal.getsignal(self.signum)
-        self._handle = _handler(weakref.ref(self), self.previous)
-        signal.signal(self.signum, self._handle)
-        self.installed = True
-        return True
-
-    def handle(self) -> None:
-        """The signal came: a window at the next step."""
-        self.schedule.request("signal", self.signame)
-
-    def close(self) -> None:
-        """Put the previous handler back, unless another one replaced ours since (then it stays)."""
-        if not self.installed or threading.current_thread() is not threading.main_thread():
-            return
-        self.installed = False
-        if signal.getsignal(self.signum) == self._handle:
-            signal.signal(self.signum, self.previous if self.previous is not None else signal.SIG_DFL)
-
-
-def _handler(ref: weakref.ReferenceType[SignalRequest], previous: Any) -> Callable[[int, FrameType | None], None]:
-    """The installed handler: it holds the requests weakly (a process-wide handler keeps no engine alive)."""
-
-    def handle(signum: int, frame: FrameType | None) -> None:
-        owner = ref()
-        if owner is not None:
-            owner.handle()
-        if callable(previous):
-            previous(signum, frame)
-
-    return handle
 
 
 class FileRequests:
@@ -144,12 +55,17 @@ class FileRequests:
         schedule: where the request goes.
         every_s: seconds between two looks.
         marker: the rank's live-run marker, kept by the thread (None: none).
+        agreement: the ranks' agreed step for each request (``core/triggers/agreement.py``); None: the next step.
+        send: writes a request file for all ranks and says where (``capture_signal_all_ranks``); None: none.
     """
 
     def __init__(self, readers: list[Reader], schedule: CaptureSchedule, every_s: float,
-                 marker: LiveMarker | None = None) -> None:
+                 marker: LiveMarker | None = None, agreement: Agreement | None = None,
+                 send: Callable[[], str] | None = None) -> None:
         self.readers, self.schedule, self.every_s, self.marker = readers, schedule, every_s, marker
+        self.agreement, self.send = agreement, send
         self.served: set[str] = set()
+        self.outbox: collections.deque[str] = collections.deque()  # signals to send to all ranks (any thread)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -160,6 +76,9 @@ class FileRequests:
         self._thread.start()
 
     def _look(self, serve: bool) -> None:
+        agreement, new = self.agreement, set[str]()
+        if agreement is not None:
+            agreement.note()
         for read in self.readers:
             if self._stop.is_set():
                 return
@@ -171,9 +90,33 @@ class FileRequests:
             if found is None or found[0] in self.served:
                 continue
             self.served.add(found[0])
-            if serve:
+            if serve and agreement is not None:
+                new.add(found[0])
+                self._guard(agreement.serve, found[0], found[1])
+            elif serve:
                 self.schedule.request("file", found[0], found[1])
+        if agreement is not None and agreement.following:
+            self._guard(agreement.recheck, new)
+        self._send()
         self._beat()
+
+    def _send(self) -> None:
+        """Signals for all ranks: one request file each (read back at the next look, by this rank too)."""
+        while self.outbox and self.send is not None:
+            signame = self.outbox.popleft()
+            try:
+                where = self.send()
+            except Exception as err:  # noqa: BLE001 - the storage failed: said once, training goes on
+                log.info("perf-callbacks: %s: the request for all ranks could not be written (%s: %s)", signame,
+                         type(err).__name__, err)
+                continue
+            log.info("perf-callbacks: %s: capture request for all ranks written to %s", signame, where)
+
+    def _guard(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - a storage that fails is asked again next time
+            log.debug("perf-callbacks: the capture agreement could not be read or written", exc_info=True)
 
     def _beat(self) -> None:
         if self.marker is None:
@@ -257,6 +200,8 @@ class CaptureRequests:
         schedule: where the requests go.
         run: the run's name, for the live-run marker in ``output_dir`` (the remote one, if any); None: no marker.
         rank: this rank, for the marker.
+        ranks: the run's ranks, with its folder and the open step: with ``world_size`` > 1 and ``step_now``, a
+            request file opens at a step the ranks agree on (``core/triggers/agreement.py``); None: the next step.
     """
 
     def __init__(
@@ -269,18 +214,24 @@ class CaptureRequests:
         schedule: CaptureSchedule,
         run: str | None = None,
         rank: int = 0,
+        ranks: Ranks | None = None,
     ) -> None:
-        self.signal = SignalRequest(signame, schedule) if signame else None
         readers: list[Reader] = []
         marker: LiveMarker | None = None
+        self.files: FileRequests | None = None
+        far = LazyFs(remote, storage_options) if remote is not None and every_s > 0 else None
         if every_s > 0:
             readers = [local_reader(f / REQUEST_FILE) for f in dict.fromkeys(folders)]
-            far = LazyFs(remote, storage_options) if remote is not None else None
             if far is not None:
                 readers.append(remote_reader(far))
             if run is not None and (far is not None or folders):
                 marker = LiveMarker(run, rank, every_s, folder=None if far else folders[0], remote=far)
-        self.files = FileRequests(readers, schedule, every_s, marker) if readers else None
+        if readers:
+            agreement = ranks.agreement(schedule, every_s, far, rank) if ranks is not None else None
+            send = ranks.sender(far) if ranks is not None and ranks.all_ranks else None
+            self.files = FileRequests(readers, schedule, every_s, marker, agreement, send)
+        outbox = self.files.outbox.append if self.files is not None and self.files.send is not None else None
+        self.signal = SignalRequest(signame, schedule, outbox) if signame else None
 
     def start(self) -> None:
         """Install the handler and start the thread."""

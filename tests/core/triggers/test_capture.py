@@ -210,7 +210,7 @@ def test_each_request_id_is_served_once_and_an_old_one_never(tmp_path: Path) -> 
         deadline = time.monotonic() + 5
         while not s.pending and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert list(s.pending) == [("file", new, 2)]
+        assert list(s.pending) == [("file", new, 2, None)]
         (tmp_path / REQUEST_FILE).write_text((tmp_path / REQUEST_FILE).read_text() + " ")  # touched, same id
         time.sleep(0.1)
         assert len(s.pending) == 1

@@ -37,7 +37,7 @@ def test_a_request_in_a_remote_output_dir_is_served_once(s3: S3Server, monkeypat
         while not s.pending and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.2)  # read again several times since: still one
-        assert list(s.pending) == [("file", request_id, 3)]
+        assert list(s.pending) == [("file", request_id, 3, None)]
     finally:
         files.close()
     assert not s3.fs().glob("perf-capture/perf/.perf-callbacks-live-*")  # removed as the thread ended
