@@ -19,8 +19,9 @@ def test_one_trace_per_rank_per_window(tmp_path: Path) -> None:
     results = run_ddp(tmp_path)
     runs = list((tmp_path / "perf").iterdir())
     assert len(runs) == 1, "both ranks must agree on the run folder"
-    windows = sorted(p.name for p in runs[0].iterdir() if p.name != "report.html")
+    windows = sorted(p.name for p in runs[0].iterdir() if p.name != "report.html" and not p.name.startswith("steps-"))
     assert windows == ["window-000003-000004", "window-000006-000007"]
+    assert {p.name for p in runs[0].glob("steps-rank*.f32")} == {"steps-rank0.f32", "steps-rank1.f32"}  # per rank
     assert (runs[0] / "report.html").is_file()  # the run's page, next to its windows
     for w in windows:
         files = sorted(p.name for p in (runs[0] / w).glob("*.pt.trace.json*"))

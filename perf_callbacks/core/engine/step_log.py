@@ -26,8 +26,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import statistics
 import sys
 import time
@@ -90,7 +92,18 @@ class StepLog:
             self._write()
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training
             self.off = True
+            self._discard()
             log.warning("perf-callbacks: the step record %s is off: %r; diff compares windows", self.path, err)
+
+    def _discard(self) -> None:
+        """After a failed write: no file of a record that never held a row, and no run folder left empty by it."""
+        with contextlib.suppress(OSError):
+            self.meta_path.with_name(self.meta_path.name + ".tmp").unlink(missing_ok=True)
+            if not self.written:
+                self.path.unlink(missing_ok=True)
+                self.meta_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.path.parent.rmdir()  # only when empty
 
     def _write(self) -> None:
         if rows := self.rows:
@@ -99,7 +112,13 @@ class StepLog:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 try:
                     with self.path.open("ab") as f:
-                        out.tofile(f)
+                        end = f.tell()
+                        try:
+                            out.tofile(f)
+                            f.flush()
+                        except OSError:  # a full disk: the file keeps whole rows only
+                            f.truncate(end)
+                            raise
                     break
                 except FileNotFoundError:
                     if attempt:
@@ -108,7 +127,9 @@ class StepLog:
             del rows[:]
             if self.written >= 2 * self.keep:
                 self._fold()
-        self.meta_path.write_text(json.dumps(self.describe(), indent=1), encoding="utf-8")
+        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
+        tmp.write_text(json.dumps(self.describe(), indent=1), encoding="utf-8")
+        os.replace(tmp, self.meta_path)  # all or nothing
 
     def describe(self) -> dict[str, Any]:
         """The JSON description: columns, flags, steps written, the machine and the CPU contention so far."""
