@@ -20,7 +20,7 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig, check_ranks
-from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext, now
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.files.remote import resolve_output
 from perf_callbacks.core.files.traces import new_run_name
@@ -137,7 +137,7 @@ class GPUPerfCallback(Callback):
         self.config = config_or_exit({**options, **unknown}, type(self).__name__)
         self.engine: PerfEngine | None = None
         self._phases: PhaseRanges | None = None  # the engine's phases: the phase hooks write them without a call
-        self._stepped = False
+        self._stepped, self._created = False, now()  # _created: the ledger's start-up before and after us
         self._steps: int | None = None  # training steps that stepped an optimizer, the schedule's clock
         self._restored: int | None = None  # the count read from a checkpoint being resumed
         self._batch_size: int | None = None  # of the epoch's first batch
@@ -174,7 +174,7 @@ class GPUPerfCallback(Callback):
             log_metrics=metrics_sink(trainer) if trainer.is_global_zero else None,
             log_text=text_sink(trainer) if trainer.is_global_zero else None,
             distributed_initialized=distributed_initialized(),
-            compute_dtype=mixed_precision_dtype(getattr(trainer, "precision", None)),
+            compute_dtype=mixed_precision_dtype(getattr(trainer, "precision", None)), created_at=self._created,
         )
         self.engine = PerfEngine(self.config, ctx)
         self._phases = self.engine.phases

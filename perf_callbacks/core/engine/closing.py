@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import atexit
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from perf_callbacks.core.engine.captures import EngineCaptures
+from perf_callbacks.core.engine.ledger_stamps import close_stamps
+from perf_callbacks.core.engine.ledger_line import console_line
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
@@ -59,6 +62,7 @@ class Closing(Protocol):
 
 def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None:
     """Stop every part of ``engine`` and flush (see ``PerfEngine.close``)."""
+    t_close = time.perf_counter()  # the ledger's start of close (core/engine/ledger_stamps.py)
     if engine.hang is not None:  # first: our own close (the window's export and analysis) is no hang
         quiet(engine.hang.stop)
     state, phases, windows = engine.state, engine.phases, engine.windows
@@ -77,7 +81,10 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
     phases.replain()
     if exc is None:  # after the window's export: our logging is no span in its trace
         quiet(engine.log_short_run)
+    quiet(lambda: engine.steps.stamps.update(close_stamps(engine, t_close, engine.steps.t0)))
     engine.steps.flush()  # the run-wide step record's last rows (never raises)
     if exc is None and engine.is_main and state.steps_run and windows.nothing_recorded():
         print(windows.nothing_recorded_line(state.steps_run), file=sys.stderr, flush=True)
+    if engine.is_main and state.steps_run:  # the ledger's line: the wall time, goodput and what took it
+        quiet(lambda: console_line(engine.steps))
     engine.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler

@@ -38,6 +38,7 @@ from typing import Any
 
 from perf_callbacks.analysis.diff.steps import COLUMNS, COMPILED, WINDOW
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.engine.ledger_stamps import start_stamps
 from perf_callbacks.core.timing.cpu_wait import ThreadWait
 from perf_callbacks.core.windows.machine import machine_meta
 
@@ -70,6 +71,8 @@ class StepLog:
         self.every_s, self._flushed = FLUSH_S, time.perf_counter()
         self._sched = ThreadWait()
         self._start = (time.perf_counter(), self._sched.sched())
+        self.t0 = self._start[0]
+        self.stamps: dict[str, Any] = start_stamps()  # the ledger's clock readings (core/engine/ledger_stamps.py)
 
     def due(self) -> None:
         """At a logging step: :meth:`flush` once ``FLUSH_ROWS`` steps wait or ``FLUSH_S`` seconds passed (else nothing:
@@ -119,7 +122,8 @@ class StepLog:
         return {"columns": list(COLUMNS), "flags": {"window": WINDOW, "compiled": COMPILED},
                 "steps": self.written, "keep": self.keep, "summary_steps": SUMMARY_STEPS,
                 "machine": {**self.machine, **versions()},
-                "cpu_contention": contention, "wall_s": wall}
+                "cpu_contention": contention, "wall_s": wall,
+                "ledger": {**self.stamps, **({"close_s": wall} if "close_begin_s" in self.stamps else {})}}
 
     def _fold(self) -> None:
         """Keep the last ``keep`` steps in the file; the older ones become one summary row per ``SUMMARY_STEPS``."""

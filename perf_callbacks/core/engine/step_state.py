@@ -35,6 +35,7 @@ class StepState(StepClock):
         last_elapsed: the last completed step's time up to its optimizer step (for a run with no step after it).
         clean: no window, validation, checkpoint or compilation in this logging interval: its times compare.
         logged: some logging interval was logged.
+        t_first: when the first step began (the ledger's end of start-up; None before it).
     """
 
     step: int | None = None
@@ -48,6 +49,7 @@ class StepState(StepClock):
     last_elapsed: float = 0.0
     clean: bool = True
     logged: bool = False
+    t_first: float | None = None
 
     def mark_unclean(self) -> None:
         """Something not comparable happened in this logging interval: its slowdown check is skipped."""
