@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perf_callbacks.cli.common import (
     EXIT_FAILED,
@@ -113,8 +114,24 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
         Path(args.html).write_text(shown(render_html(result)), encoding="utf-8")
         print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)
     text = format_text(result, top_k=args.top, sort=args.sort)
-    print(shown(json.dumps(result.to_dict(), indent=2) if args.json else text), end="\n" if args.json else "")
+    ledgers, out = _ledgers(args.path), result.to_dict()
+    if ledgers:  # every second of the run by part, per rank (analysis/ledger/)
+        from perf_callbacks.analysis.ledger.text import ledger_json, ledger_lines
+
+        out["ledger"] = ledger_json(ledgers)
+        text += "".join(f"{line}\n" for line in ledger_lines(ledgers))
+    print(shown(json.dumps(out, indent=2) if args.json else text), end="\n" if args.json else "")
     return EXIT_PARTIAL if result.errors else EXIT_OK
+
+
+def _ledgers(path: str) -> list[Any]:
+    """The ledgers of the run under ``path`` (none where its step record is missing, unreadable or did not close)."""
+    from perf_callbacks.analysis.ledger.text import run_ledgers
+
+    try:
+        return run_ledgers(path)
+    except (KeyError, TypeError, ValueError, OSError):  # a damaged description: the report goes on without it
+        return []
 
 
 def _html_problem(target: str) -> str | None:

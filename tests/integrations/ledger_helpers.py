@@ -65,11 +65,11 @@ class SlowSave(Callback):
 
 def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, ckpt_s: float = 0.0,
                 val_every: int | None = None, val_sleep: float = 0.0, stall_at: int | None = None,
-                stall_s: float = 0.0) -> Planted:
-    """Fit the tiny model for ``steps`` steps with what is planted; no profiler window (its export is ours)."""
+                stall_s: float = 0.0, window: bool = False) -> Planted:
+    """Fit the tiny model for ``steps`` steps with what is planted; a profiler window at steps 2-3 if ``window``."""
     planted = Planted(before_fit_s=before_fit_s)
     planted.t_callback = time.perf_counter()
-    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 10_000}, summary=False,
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 0 if window else 10_000, "active": 2}, summary=False,
                          check_dataloaders=False)
     callbacks: list[Callback] = [cb]
     if ckpt_s:

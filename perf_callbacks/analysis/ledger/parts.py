@@ -9,8 +9,9 @@ close, the set-aside seconds by kind and the close. The parts (``PARTS``), in se
   gives none); ``startup``: from there to the first step's start.
 - ``productive``: step time less data wait, less the parts below that steps hold.
 - ``warmup``: the first step's compute time above the median; ``compile``: compiling steps' compute time above the
-  median and torch.compile's compilation (set aside); profiled steps' above the median is ``own``; ``anomalous``: time above the median on steps over
-  ``K_MIN`` x the median (and ``MIN_EXCESS_S`` above it); ``stalls``: the same on steps over the hang limit.
+  median and torch.compile's compilation (set aside); a profiled step's above the median is ``own``;
+  ``anomalous``: time above the median on steps over ``K_MIN`` x the median (and ``MIN_EXCESS_S`` above it);
+  ``stalls``: the same on steps over the hang limit.
 - ``data_wait``; ``worker_startup``: the excess over the median wait of fetches over ``K_MIN`` x it (the first
   fetch of each epoch with non-persistent workers), with a loader that has workers.
 - ``evaluation``, ``checkpoint``: the set-aside time by kind; ``set_aside``: the rest of it (all of it for a record

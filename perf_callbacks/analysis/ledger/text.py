@@ -25,7 +25,8 @@ __all__ = ["LABELS", "ledger_json", "ledger_lines", "run_ledgers", "summary_line
 LABELS = {"startup_before": "start-up before the callback", "startup": "start-up", "productive": "productive",
           "warmup": "first step", "compile": "compile", "anomalous": "slow steps", "stalls": "stalls",
           "data_wait": "data", "worker_startup": "worker start-up", "evaluation": "evaluation",
-          "checkpoint": "checkpoints", "set_aside": "set-aside", "own": "perf-callbacks", "after": "after the last step",
+          "checkpoint": "checkpoints", "set_aside": "set-aside", "own": "perf-callbacks",
+          "after": "after the last step",
           "unaccounted": "unaccounted"}
 SHOWN = 0.01  # a part under 1% of the wall time is left out of the line
 
@@ -91,4 +92,5 @@ def _difference(led: Ledger, slowest: Ledger) -> str:
         return " (slowest)"
     gap = slowest.wall_s - led.wall_s
     part = max(slowest.parts, key=lambda k: slowest.parts[k] - led.parts[k] if k != "unaccounted" else float("-inf"))
-    return f" ({gap:.2f} s shorter; the slowest rank's {LABELS[part]} is {slowest.parts[part] - led.parts[part]:+.2f} s)"
+    more = slowest.parts[part] - led.parts[part]
+    return f" ({gap:.2f} s shorter; the slowest rank's {LABELS[part]} is {more:+.2f} s)"

@@ -1,0 +1,30 @@
+"""``perf-callbacks report`` shows the ledger of a real Lightning run: a ``ledger`` object in ``--json`` and a line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perf_callbacks.analysis.ledger.parts import PARTS
+from perf_callbacks.cli import EXIT_OK, main
+from tests.integrations.ledger_helpers import planted_fit
+
+
+def test_report_shows_the_ledger_in_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    planted = planted_fit(tmp_path, steps=8, ckpt_s=0.1, window=True)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "perf"), "--json"]) == EXIT_OK
+    ledger = json.loads(capsys.readouterr().out)["ledger"]
+    assert set(ledger["parts"]) == set(PARTS) and ledger["rank"] == 0 and ledger["steps"] == 8
+    assert abs(sum(ledger["parts"].values()) - ledger["wall_s"]) < 1e-3
+    assert ledger["goodput"] == pytest.approx(ledger["parts"]["productive"] / ledger["wall_s"], abs=1e-3)
+    assert planted.checkpoint_s <= ledger["parts"]["checkpoint"] <= planted.checkpoint_s * 1.05 + 0.05
+    assert ledger["parts"]["own"] > 0  # the window's export and the close are ours
+    assert [r["rank"] for r in ledger["ranks"]] == [0]
+    [advice] = [a for a in ledger["advice"] if a["part"] == "checkpoint"]
+    assert advice["every"] > 1 and advice["saving_s"] > 0
+    assert main(["report", str(tmp_path / "perf")]) == EXIT_OK
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ledger: ")]
+    assert f"goodput {ledger['goodput']:.0%}" in line and "checkpoints " in line
