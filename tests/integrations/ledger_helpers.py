@@ -4,6 +4,7 @@ one stalled step; the test's own clock readings of each (what the ledger must fi
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from torch.utils.data import DataLoader
 
 from perf_callbacks import GPUPerfCallback
 from tests.integrations.lit_helpers import TinyModel, loader
@@ -87,3 +89,40 @@ def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, c
     trainer.fit(model, data, val_dataloaders=loader(n=8) if val_every else None)
     planted.t_end = time.perf_counter()
     return planted
+
+
+def slow_start(worker_id: int) -> None:
+    """A DataLoader worker that takes ``WORKER_START_S`` to start (as one that opens files or a dataset would)."""
+    time.sleep(WORKER_START_S)
+
+
+WORKER_START_S = 0.5
+
+
+class TimedLoader(DataLoader):  # type: ignore[type-arg]
+    """A DataLoader that times, on the test's clock, each epoch's ``iter()`` to its first batch (its workers' start)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.starts: list[float] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        t0, batches = time.perf_counter(), super().__iter__()
+        first = next(batches)
+        self.starts.append(time.perf_counter() - t0)
+        yield first
+        yield from batches
+
+
+def epochs_fit(tmp_path: Path, *, persistent: bool, epochs: int = 4, steps_per_epoch: int = 4) -> list[float]:
+    """Fit ``epochs`` epochs of ``steps_per_epoch`` steps with one DataLoader worker that takes ``WORKER_START_S`` to
+    start; returns each epoch's time from ``iter()`` to its first batch, on the test's clock."""
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 10_000}, summary=False,
+                         check_dataloaders=False)
+    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, callbacks=[cb], limit_val_batches=0,
+                        default_root_dir=tmp_path)
+    data = TimedLoader(loader(n=8 * steps_per_epoch).dataset, batch_size=8, num_workers=1,
+                       persistent_workers=persistent, worker_init_fn=slow_start)
+    trainer.fit(TinyModel(), data)
+    return data.starts

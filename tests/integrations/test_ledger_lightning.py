@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from perf_callbacks.analysis.ledger.advice import ledger_advice
 from perf_callbacks.analysis.ledger.parts import Ledger
 from perf_callbacks.analysis.ledger.text import run_ledgers
-from tests.integrations.ledger_helpers import Planted, planted_fit
+from tests.integrations.ledger_helpers import WORKER_START_S, Planted, epochs_fit, planted_fit
 
 
 def close_to(found: float, planted: float) -> bool:
@@ -49,8 +50,6 @@ def test_a_checkpoint_every_step_is_the_checkpoint_part_and_the_advice_names_an_
     assert led.counts["checkpoint"] == 10
     assert led.parts["set_aside"] < 0.05 and led.parts["anomalous"] < 0.05
     adds_up(led, planted)
-    from perf_callbacks.analysis.ledger.advice import ledger_advice
-
     [advice] = [a for a in ledger_advice(led) if a.part == "checkpoint"]
     assert advice.every is not None and advice.every > 1
     assert f"every_n_train_steps={advice.every}" in advice.text
@@ -66,3 +65,18 @@ def test_evaluation_every_few_steps_and_a_stalled_step_are_their_parts(tmp_path:
     assert close_to(led.parts["anomalous"], planted.stall_s), led.parts
     assert led.parts["checkpoint"] == 0 and led.parts["stalls"] == 0
     adds_up(led, planted)
+
+
+def test_workers_started_at_each_epoch_are_worker_start_up_and_the_advice_names_persistent_workers(
+        tmp_path: Path) -> None:
+    starts = epochs_fit(tmp_path / "a", persistent=False)  # each epoch's iter() to its first batch, on our clock
+    [led] = run_ledgers(tmp_path / "a" / "perf")
+    assert len(starts) == 4 and min(starts) >= WORKER_START_S
+    assert close_to(led.parts["worker_startup"], sum(starts)), (led.parts, starts)
+    assert led.steps == 16 and len(led.spikes) == 4
+    [advice] = [a for a in ledger_advice(led) if a.part == "worker_startup"]
+    assert "persistent_workers=True" in advice.text
+    assert advice.saving_s == pytest.approx(led.parts["worker_startup"] * 3 / 4)
+    epochs_fit(tmp_path / "b", persistent=True)
+    [once] = run_ledgers(tmp_path / "b" / "perf")
+    assert once.parts["worker_startup"] == 0 and not [a for a in ledger_advice(once) if a.part == "worker_startup"]

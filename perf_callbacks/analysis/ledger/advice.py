@@ -41,9 +41,9 @@ class LedgerAdvice:
 def ledger_advice(led: Ledger, target: float = TARGET_SHARE) -> list[LedgerAdvice]:
     """What ``led`` suggests, largest saving first."""
     out = [a for kind in ("checkpoint", "evaluation") if (a := _interval(led, kind, target)) is not None]
-    if len(led.spikes) > 1 and led.parts["worker_startup"] > 0:
+    if len(led.spikes) > 1 and led.parts["worker_startup"] > 0:  # persistent workers start once
         saving = led.parts["worker_startup"] * (len(led.spikes) - 1) / len(led.spikes)
-        out.append(LedgerAdvice("worker_startup", f"DataLoader workers started {len(led.spikes)} times "
+        out.append(LedgerAdvice("worker_startup", f"DataLoader workers started at {len(led.spikes)} epochs "
                                 f"({led.parts['worker_startup']:.1f} s): persistent_workers=True would save "
                                 f"{saving:.1f} s over this run", saving))
     startup = led.parts["startup_before"] + led.parts["startup"]

@@ -12,8 +12,9 @@ close, the set-aside seconds by kind and the close. The parts (``PARTS``), in se
   median and torch.compile's compilation (set aside); a profiled step's above the median is ``own``;
   ``anomalous``: time above the median on steps over ``K_MIN`` x the median (and ``MIN_EXCESS_S`` above it);
   ``stalls``: the same on steps over the hang limit.
-- ``data_wait``; ``worker_startup``: the excess over the median wait of fetches over ``K_MIN`` x it (the first
-  fetch of each epoch with non-persistent workers), with a loader that has workers.
+- ``data_wait``; ``worker_startup``: with a loader whose workers are not persistent, the time above the median of
+  the step in which the next epoch's iterator started them and of the first fetch after it (without epoch
+  boundaries in the record: fetches over ``K_MIN`` x the median wait).
 - ``evaluation``, ``checkpoint``: the set-aside time by kind; ``set_aside``: the rest of it (all of it for a record
   that does not split it).
 - ``own``: perf-callbacks' own work (export, logging, close); ``after``: from the last step's optimizer step to close.
@@ -121,19 +122,26 @@ def _origin(st: dict[str, Any]) -> tuple[str, float]:
 
 
 def _workers(meta: dict[str, Any]) -> bool:
+    """The loader starts workers at each epoch: it has workers that are not persistent (unknown: maybe)."""
+    loader = meta.get("ledger", {}).get("loader")
+    if isinstance(loader, dict):
+        return bool(loader.get("num_workers")) and not loader.get("persistent_workers")
     workers = (meta.get("machine") or {}).get("num_workers")
-    return not isinstance(workers, int) or workers > 0  # unknown: the spikes may be worker start-up
+    return not isinstance(workers, int) or workers > 0
 
 
 def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[str, float],
            workers: bool) -> tuple[float, list[int]]:
-    """The steps' compute time (productive, warm-up, compile, anomalous, stalls) and data wait; the median step."""
+    """The steps' compute time (productive, warm-up, compile, anomalous, stalls, worker start-up) and data wait;
+    returns the median step and the steps whose epoch started workers."""
     if not keep:
         return 0.0, []
     compute = {i: max(record.time_s[i] - record.wait_s[i], 0.0) for i in keep}
     plain = [compute[i] for i in keep[1:] if not record.flags[i]] or list(compute.values())
     med = statistics.median(plain)
     limit = st.get("hang_limit_s")
+    epochs = st.get("epoch_starts")
+    bounds = {d for d in epochs if d is not None} if isinstance(epochs, list) and workers else set()
     for n, i in enumerate(keep):
         c, excess = compute[i], max(compute[i] - med, 0.0)
         if int(record.flags[i]) & COMPILED:
@@ -142,6 +150,8 @@ def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[
             part = "own"
         elif n == 0:
             part = "warmup"
+        elif record.step[i] in bounds:  # the next epoch's iterator started its workers in this step's time
+            part = "worker_startup"
         elif limit is not None and c > float(limit):
             part = "stalls"
         elif c > K_MIN * med and excess > MIN_EXCESS_S:
@@ -150,16 +160,29 @@ def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[
             part, excess = "productive", 0.0
         parts[part] += excess
         parts["productive"] += c - excess
+    spikes = _waits(record, keep, bounds, epochs, workers, parts)
+    return statistics.median([record.time_s[i] for i in keep]), spikes
+
+
+def _waits(record: StepRecord, keep: list[int], bounds: set[int], epochs: Any, workers: bool,
+           parts: dict[str, float]) -> list[int]:
+    """Data wait; the first fetch of each epoch that started workers above the median wait is worker start-up (without
+    epoch boundaries in the record: fetches over ``K_MIN`` x the median wait). Returns the steps counted so."""
     waits = [record.wait_s[i] for i in keep]
     med_wait, spikes = statistics.median(waits), []
+    first = {n for n in range(1, len(keep)) if record.step[keep[n - 1]] in bounds}
+    if isinstance(epochs, list) and None in epochs:  # the first epoch's fetch waits for its workers too
+        first.add(0)
     for n, w in enumerate(waits):
-        if workers and w > K_MIN * med_wait and w - med_wait > MIN_EXCESS_S:
+        spike = n in first if isinstance(epochs, list) else w > K_MIN * med_wait and w - med_wait > MIN_EXCESS_S
+        if workers and spike and w > med_wait:
             parts["worker_startup"] += w - med_wait
             parts["data_wait"] += med_wait
-            spikes.append(n)
         else:
             parts["data_wait"] += w
-    return statistics.median([record.time_s[i] for i in keep]), spikes
+        if workers and spike:
+            spikes.append(n)
+    return spikes
 
 
 def _early(record: StepRecord, parts: dict[str, float]) -> None:

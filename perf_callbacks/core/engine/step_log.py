@@ -48,6 +48,7 @@ FLUSH_ROWS, FLUSH_S = 4096, 30.0
 """A logging step writes the rows once this many wait or this many seconds passed since the last write."""
 log = logging.getLogger(__name__)
 SUMMARY_STEPS = 100
+MAX_EPOCHS = 10_000  # epoch boundaries kept for the ledger
 FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "transformers")
 
 
@@ -73,6 +74,18 @@ class StepLog:
         self._start = (time.perf_counter(), self._sched.sched())
         self.t0 = self._start[0]
         self.stamps: dict[str, Any] = start_stamps()  # the ledger's clock readings (core/engine/ledger_stamps.py)
+
+    def epoch_start(self, done: int | None, loader: Any = None) -> None:
+        """An epoch of ``loader`` starts after step ``done`` (None: before the first step). The ledger's DataLoader
+        worker start-up is the boundary step's time above the median (the new iterator starts its workers) and the
+        next fetch's wait above the median, for a loader with workers that are not persistent."""
+        epochs = self.stamps.setdefault("epoch_starts", [])
+        if len(epochs) < MAX_EPOCHS:
+            epochs.append(done)
+        loader = next(iter(getattr(loader, "flattened", None) or [loader]))  # Lightning's CombinedLoader: the first
+        workers, persistent = getattr(loader, "num_workers", None), getattr(loader, "persistent_workers", None)
+        if isinstance(workers, int):
+            self.stamps["loader"] = {"num_workers": workers, "persistent_workers": bool(persistent)}
 
     def due(self) -> None:
         """At a logging step: :meth:`flush` once ``FLUSH_ROWS`` steps wait or ``FLUSH_S`` seconds passed (else nothing:
