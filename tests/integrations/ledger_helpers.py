@@ -71,8 +71,8 @@ def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, c
     """Fit the tiny model for ``steps`` steps with what is planted; a profiler window at steps 2-3 if ``window``."""
     planted = Planted(before_fit_s=before_fit_s)
     planted.t_callback = time.perf_counter()
-    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 0 if window else 10_000, "active": 2},
-                         summary=False, check_dataloaders=False)
+    schedule = {"skip_first": 0 if window else 10_000, "active": 2}
+    cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule=schedule, summary=False, check_dataloaders=False)
     callbacks: list[Callback] = [cb]
     if ckpt_s:
         callbacks += [SlowSave(planted, ckpt_s),
