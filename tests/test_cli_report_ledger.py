@@ -28,3 +28,9 @@ def test_report_shows_the_ledger_in_json_and_text(tmp_path: Path, capsys: pytest
     assert main(["report", str(tmp_path / "perf")]) == EXIT_OK
     [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("ledger: ")]
     assert f"goodput {ledger['goodput']:.0%}" in line and "checkpoints " in line
+    page = tmp_path / "page.html"
+    assert main(["report", str(tmp_path / "perf"), "--html", str(page)]) == EXIT_OK
+    html = page.read_text()
+    assert html.count('<section class="ledger"') == 1 and html.index('class="ledger"') < html.index("</body>")
+    share = ledger["parts"]["checkpoint"] / ledger["wall_s"]
+    assert f'title="checkpoints {ledger["parts"]["checkpoint"]:.2f} s ({share:.0%})"' in html

@@ -110,11 +110,14 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
         from perf_callbacks.analysis.compute.modules import set_depth
 
         set_depth(result, args.modules)
+    ledgers, out = _ledgers(args.path), result.to_dict()
     if args.html:
-        Path(args.html).write_text(shown(render_html(result)), encoding="utf-8")
+        from perf_callbacks.analysis.ledger.bars import ledger_section
+
+        page = render_html(result).replace("</body>", ledger_section(ledgers) + "</body>", 1)  # a bar per rank
+        Path(args.html).write_text(shown(page), encoding="utf-8")
         print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)
     text = format_text(result, top_k=args.top, sort=args.sort)
-    ledgers, out = _ledgers(args.path), result.to_dict()
     if ledgers:  # every second of the run by part, per rank (analysis/ledger/)
         from perf_callbacks.analysis.ledger.text import ledger_json, ledger_lines
 
