@@ -34,3 +34,30 @@ def test_report_shows_the_ledger_in_json_and_text(tmp_path: Path, capsys: pytest
     assert html.count('<section class="ledger"') == 1 and html.index('class="ledger"') < html.index("</body>")
     share = ledger["parts"]["checkpoint"] / ledger["wall_s"]
     assert f'title="checkpoints {ledger["parts"]["checkpoint"]:.2f} s ({share:.0%})"' in html
+
+
+def test_diff_after_the_advice_shows_the_checkpoint_part_shrinking_by_its_saving(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint every step, then every N steps as the advice says: the checkpoint part falls by the saving."""
+    from perf_callbacks.analysis.ledger.advice import ledger_advice
+    from perf_callbacks.analysis.ledger.text import run_ledgers
+
+    planted_fit(tmp_path / "a", steps=30, ckpt_s=0.05)
+    [before] = run_ledgers(tmp_path / "a" / "perf")
+    [advice] = [a for a in ledger_advice(before) if a.part == "checkpoint"]
+    assert advice.every is not None
+    every = min(advice.every, 10)  # a short run: at most every 10 steps (3 saves), the saving as the advice reckons
+    planted_fit(tmp_path / "b", steps=30, ckpt_s=0.05, ckpt_every=every)
+    capsys.readouterr()
+    main(["diff", str(tmp_path / "a" / "perf"), str(tmp_path / "b" / "perf"), "--json"])
+    ledger = json.loads(capsys.readouterr().out)["ledger"]
+    saving = before.parts["checkpoint"] * (1 - 1 / every)
+    assert ledger["base"]["parts"]["checkpoint"] == pytest.approx(before.parts["checkpoint"], abs=1e-3)
+    assert close_to(-ledger["change"]["checkpoint"], saving), (ledger["change"], saving)
+    main(["diff", str(tmp_path / "a" / "perf"), str(tmp_path / "b" / "perf")])
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  checkpoints ")]
+    assert line.endswith(f"{ledger['change']['checkpoint']:+.2f} s")
+
+
+def close_to(found: float, planted: float) -> bool:
+    return abs(found - planted) <= max(0.05 * planted, 0.05)

@@ -67,7 +67,7 @@ class SlowSave(Callback):
 
 def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, ckpt_s: float = 0.0,
                 val_every: int | None = None, val_sleep: float = 0.0, stall_at: int | None = None,
-                stall_s: float = 0.0, window: bool = False) -> Planted:
+                stall_s: float = 0.0, window: bool = False, ckpt_every: int = 1) -> Planted:
     """Fit the tiny model for ``steps`` steps with what is planted; a profiler window at steps 2-3 if ``window``."""
     planted = Planted(before_fit_s=before_fit_s)
     planted.t_callback = time.perf_counter()
@@ -76,7 +76,7 @@ def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, c
     callbacks: list[Callback] = [cb]
     if ckpt_s:
         callbacks += [SlowSave(planted, ckpt_s),
-                      ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)]
+                      ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=ckpt_every, save_top_k=-1)]
     trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, enable_checkpointing=bool(ckpt_s), callbacks=callbacks,
                         num_sanity_val_steps=0, limit_val_batches=1 if val_every else 0,
