@@ -79,13 +79,16 @@ class StepLog:
         """An epoch of ``loader`` starts after step ``done`` (None: before the first step). The ledger's DataLoader
         worker start-up is the boundary step's time above the median (the new iterator starts its workers) and the
         next fetch's wait above the median, for a loader with workers that are not persistent."""
-        epochs = self.stamps.setdefault("epoch_starts", [])
-        if len(epochs) < MAX_EPOCHS:
-            epochs.append(done)
-        loader = next(iter(getattr(loader, "flattened", None) or [loader]))  # Lightning's CombinedLoader: the first
-        workers, persistent = getattr(loader, "num_workers", None), getattr(loader, "persistent_workers", None)
-        if isinstance(workers, int):
-            self.stamps["loader"] = {"num_workers": workers, "persistent_workers": bool(persistent)}
+        try:
+            epochs = self.stamps.setdefault("epoch_starts", [])
+            if len(epochs) < MAX_EPOCHS:
+                epochs.append(done)
+            loader = next(iter(getattr(loader, "flattened", None) or [loader]))  # a CombinedLoader: the first
+            workers, persistent = getattr(loader, "num_workers", None), getattr(loader, "persistent_workers", None)
+            if isinstance(workers, int):
+                self.stamps["loader"] = {"num_workers": workers, "persistent_workers": bool(persistent)}
+        except Exception:  # noqa: BLE001 - instrumentation must never break training
+            log.debug("perf-callbacks: the ledger's epoch boundary was not noted", exc_info=True)
 
     def due(self) -> None:
         """At a logging step: :meth:`flush` once ``FLUSH_ROWS`` steps wait or ``FLUSH_S`` seconds passed (else nothing:
