@@ -29,6 +29,7 @@ class Planted:
     t_callback: float = 0.0  # right before the callback's construction
     t_first_batch: float | None = None  # the first training batch's start
     t_end: float = 0.0  # fit returned
+    saves_s: float = 0.0  # ModelCheckpoint's saves, whole (the engine's checkpoint range lies inside each)
     stall_steps: list[int] = field(default_factory=list)
 
 
@@ -54,6 +55,19 @@ class PlantedModel(TinyModel):
         super().validation_step(batch, batch_idx)
 
 
+class TimedCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint whose saves the test times on its own clock (``trainer.save_checkpoint`` runs inside each)."""
+
+    def __init__(self, planted: Planted, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.planted = planted
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        t0 = time.perf_counter()
+        super()._save_checkpoint(trainer, filepath)
+        self.planted.saves_s += time.perf_counter() - t0
+
+
 class SlowSave(Callback):
     """A checkpoint that takes ``seconds`` more to save (as a large model's would)."""
 
@@ -75,8 +89,8 @@ def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, c
     cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule=schedule, summary=False, check_dataloaders=False)
     callbacks: list[Callback] = [cb]
     if ckpt_s:
-        callbacks += [SlowSave(planted, ckpt_s),
-                      ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=ckpt_every, save_top_k=-1)]
+        callbacks += [SlowSave(planted, ckpt_s), TimedCheckpoint(planted, dirpath=tmp_path / "ckpt",
+                                                                 every_n_train_steps=ckpt_every, save_top_k=-1)]
     trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, enable_checkpointing=bool(ckpt_s), callbacks=callbacks,
                         num_sanity_val_steps=0, limit_val_batches=1 if val_every else 0,

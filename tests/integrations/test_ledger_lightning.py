@@ -46,7 +46,8 @@ def test_a_checkpoint_every_step_is_the_checkpoint_part_and_the_advice_names_an_
     planted = planted_fit(tmp_path, steps=10, ckpt_s=0.1)
     led = the_ledger(tmp_path)
     assert planted.checkpoint_s == pytest.approx(1.0)
-    assert planted.checkpoint_s <= led.parts["checkpoint"] and close_to(led.parts["checkpoint"], planted.checkpoint_s)
+    assert planted.checkpoint_s <= led.parts["checkpoint"] <= planted.saves_s + 1e-3  # the saves on the test's clock
+    assert close_to(led.parts["checkpoint"], planted.saves_s)
     assert led.counts["checkpoint"] == 10
     assert led.parts["set_aside"] < 0.05 and led.parts["anomalous"] < 0.05
     adds_up(led, planted)
