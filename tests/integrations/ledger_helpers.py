@@ -28,7 +28,7 @@ class Planted:
     stall_s: float = 0.0
     t_callback: float = 0.0  # right before the callback's construction
     t_first_batch: float | None = None  # the first training batch's start
-    t_end: float = 0.0  # fit returned
+    t_end: float = 0.0  # the fit's teardown reached the callback after ours (ours closed)
     saves_s: float = 0.0  # ModelCheckpoint's saves, whole (the engine's checkpoint range lies inside each)
     stall_steps: list[int] = field(default_factory=list)
 
@@ -68,6 +68,16 @@ class TimedCheckpoint(ModelCheckpoint):
         self.planted.saves_s += time.perf_counter() - t0
 
 
+class EndClock(Callback):
+    """Reads the test's clock at the fit's teardown, after the callbacks before it (ours closed there)."""
+
+    def __init__(self, planted: Planted) -> None:
+        self.planted = planted
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.planted.t_end = time.perf_counter()
+
+
 class SlowSave(Callback):
     """A checkpoint that takes ``seconds`` more to save (as a large model's would)."""
 
@@ -87,7 +97,7 @@ def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, c
     planted.t_callback = time.perf_counter()
     schedule = {"skip_first": 0 if window else 10_000, "active": 2}
     cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule=schedule, summary=False, check_dataloaders=False)
-    callbacks: list[Callback] = [cb]
+    callbacks: list[Callback] = [cb, EndClock(planted)]  # its teardown runs after ours
     if ckpt_s:
         callbacks += [SlowSave(planted, ckpt_s), TimedCheckpoint(planted, dirpath=tmp_path / "ckpt",
                                                                  every_n_train_steps=ckpt_every, save_top_k=-1)]
@@ -101,7 +111,6 @@ def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, c
     if before_fit_s:
         time.sleep(before_fit_s)
     trainer.fit(model, data, val_dataloaders=loader(n=8) if val_every else None)
-    planted.t_end = time.perf_counter()
     return planted
 
 
