@@ -85,6 +85,6 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
     engine.steps.flush()  # the run-wide step record's last rows (never raises)
     if exc is None and engine.is_main and state.steps_run and windows.nothing_recorded():
         print(windows.nothing_recorded_line(state.steps_run), file=sys.stderr, flush=True)
-    if engine.is_main and state.steps_run:  # the ledger's line: the wall time, goodput and what took it
+    if exc is None and engine.is_main and state.steps_run:  # the ledger line (a failed run: report shows it)
         quiet(lambda: console_line(engine.steps))
     engine.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
