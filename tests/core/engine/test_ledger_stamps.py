@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from perf_callbacks.analysis.diff.steps import read_run
 from perf_callbacks.analysis.ledger.parts import rank_ledger
+from perf_callbacks.analysis.ledger.text import summary_line
 from perf_callbacks.core.context import RunContext
 from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.process_start import process_age_s
@@ -76,3 +77,19 @@ def test_the_process_age_is_read_and_counts_back_from_now() -> None:
     age = process_age_s()
     assert age is not None and age > 0  # pytest has run for a while
     assert "process_start_s" in StepLog(Path("x"), RunContext(Path("x"), "run")).stamps
+
+
+def test_the_console_line_comes_at_a_clean_end_only_and_a_failed_run_keeps_its_ledger(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock):
+        ok = make_engine(tmp_path / "ok", schedule={"skip_first": 1000})
+        fake_steps(ok, clock, 3, wait=0.0, work=1.0)
+        ok.close()
+        failed = make_engine(tmp_path / "failed", schedule={"skip_first": 1000})
+        fake_steps(failed, clock, 3, wait=0.0, work=1.0)
+        failed.close(ValueError("user error"))
+    lines = [x for x in capsys.readouterr().err.splitlines() if "goodput" in x]
+    assert lines == [f"perf-callbacks: {summary_line(rank_ledger(read_run(ok.run_dir)[0]))} -> {ok.run_dir}"]
+    led = rank_ledger(read_run(failed.run_dir)[0])
+    assert led is not None and led.steps == 3 and led.parts["productive"] == pytest.approx(3.0)
