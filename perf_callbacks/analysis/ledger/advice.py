@@ -1,10 +1,11 @@
 """Advice from a rank's ledger (``parts.py``), each with the seconds it would have saved over the run.
 
-- Evaluation or checkpoints that take more than ``TARGET_SHARE`` of the wall time: every N steps instead, N the
-  least interval at which one occurrence (its mean seconds) costs ``TARGET_SHARE`` of N median steps; the saving is
-  the part's time less what N steps apart would have cost.
+- Evaluation or checkpoints whose occurrence (its mean seconds) costs more than ``TARGET_SHARE`` of the median steps
+  between two: every N steps instead, N the least interval at which it costs ``TARGET_SHARE`` of N median steps; the
+  saving is the part's time less what N steps apart would have cost.
 - DataLoader workers started at more than one epoch: ``persistent_workers=True`` saves each start after the first.
-- Start-up or compilation over ``TARGET_SHARE``: their seconds, at most what moving or caching them saves.
+- Start-up over ``TARGET_SHARE`` of the wall time, compilation over it of the time after start-up: their seconds, at
+  most what moving or caching them saves.
 
 Example:
     >>> from perf_callbacks.analysis.ledger.parts import PARTS, Ledger
@@ -51,7 +52,7 @@ def ledger_advice(led: Ledger, target: float = TARGET_SHARE) -> list[LedgerAdvic
         out.append(LedgerAdvice("startup", f"start-up took {startup:.1f} s ({startup / led.wall_s:.0%}) before the "
                                 f"first step: work done before training (data preparation, downloads, model "
                                 f"construction) done once and cached would save up to {startup:.1f} s", startup))
-    if led.parts["compile"] > target * led.wall_s:
+    if led.parts["compile"] > target * (led.wall_s - startup):  # of the training's time
         c = led.parts["compile"]
         out.append(LedgerAdvice("compile", f"compilation took {c:.1f} s ({c / led.wall_s:.0%}): a compile cache "
                                 f"(TORCHINDUCTOR_FX_GRAPH_CACHE=1, torch.compiler mega-cache) would save up to "
@@ -60,17 +61,19 @@ def ledger_advice(led: Ledger, target: float = TARGET_SHARE) -> list[LedgerAdvic
 
 
 def _interval(led: Ledger, kind: str, target: float) -> LedgerAdvice | None:
-    """Every N steps for a set-aside ``kind`` that takes more than ``target`` of the wall time."""
+    """Every N steps for a set-aside ``kind`` whose occurrence costs more than ``target`` of the steps between two."""
     count, seconds = led.counts.get(kind, 0), led.parts[kind]
-    if not count or led.wall_s <= 0 or seconds <= target * led.wall_s or led.median_s <= 0 or led.steps < 2:
+    if not count or led.median_s <= 0 or led.steps < 2:
         return None
     every = max(1, round(led.steps / count))
     per = seconds / count
+    if per <= target * every * led.median_s:  # already under the target share of the steps it follows
+        return None
     n = max(every + 1, math.ceil(per / (target * led.median_s)))
     saving = seconds * (1 - every / n)
     label = "checkpoints" if kind == "checkpoint" else "evaluation"
     return LedgerAdvice(kind, f"{label} took {seconds:.1f} s ({seconds / led.wall_s:.0%} of the wall time; "
-                        f"{count} times, {per * 1000:.0f} ms each, {_every(every)}): "
+                        f"{count} times, {per * 1000:.0f} ms each, {_every(every)} of {led.median_s * 1000:.0f} ms): "
                         f"{FIX[kind].format(n=n)} would save {saving:.1f} s over this run", saving, n)
 
 
