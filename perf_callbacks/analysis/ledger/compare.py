@@ -43,8 +43,8 @@ def compare_ledgers(base: list[Ledger], new: list[Ledger]) -> dict[str, Any] | N
     return {"base": a.to_dict(), "new": b.to_dict(), "change": change}
 
 
-def format_ledger_diff(d: dict[str, Any]) -> str:
-    """A table: the wall time, goodput and each part over ``SHOWN`` of either wall, base / new / change."""
+def format_ledger_diff(d: dict[str, Any], shown: float = SHOWN) -> str:
+    """A table: the wall time, goodput and each part over ``shown`` of either wall, base / new / change."""
     a, b = d["base"], d["new"]
     lines = [f"ledger (the slowest rank: base rank {a['rank']}, new rank {b['rank']}):",
              f"  {'':<22}{'base':>9}  {'new':>9}  {'change':>10}",
@@ -52,6 +52,6 @@ def format_ledger_diff(d: dict[str, Any]) -> str:
              f"  {'goodput':<22}{a['goodput']:>10.0%}{b['goodput']:>11.0%}{d['change']['goodput'] * 100:>+11.0f} pt"]
     for k in PARTS:
         va, vb = a["parts"][k], b["parts"][k]
-        if abs(va) >= SHOWN * a["wall_s"] or abs(vb) >= SHOWN * b["wall_s"]:
+        if abs(va) >= shown * a["wall_s"] or abs(vb) >= shown * b["wall_s"]:
             lines.append(f"  {LABELS[k]:<22}{va:>9.2f} s{vb:>9.2f} s{d['change'][k]:>+10.2f} s")
     return "\n".join(lines) + "\n"
