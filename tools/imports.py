@@ -6,7 +6,7 @@ a cycle that only type checkers see is still two modules that cannot be read apa
     cli (its subcommands and remote reads), integrations
     core: engine -> hang -> windows -> triggers -> timing -> memory -> ranges -> flops -> files -> core's base
     config
-    analysis: the package and its sidecar entry point -> html -> render -> windows -> diff -> rank -> compute
+    analysis: the package and its sidecar entry point -> html -> render -> windows -> diff, ledger -> rank -> compute
               -> measures -> memory -> judge -> results -> trace
     exceptions and the private helpers
 
@@ -45,7 +45,7 @@ LAYERS = (
     ("perf_callbacks.analysis.html",),
     ("perf_callbacks.analysis.render",),
     ("perf_callbacks.analysis.windows",),
-    ("perf_callbacks.analysis.diff",),
+    ("perf_callbacks.analysis.diff", "perf_callbacks.analysis.ledger"),
     ("perf_callbacks.analysis.rank",),
     ("perf_callbacks.analysis.compute",),
     ("perf_callbacks.analysis.measures",),

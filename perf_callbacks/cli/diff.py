@@ -110,8 +110,14 @@ def _run_wide(args: argparse.Namespace, base: list[Any], new: list[Any]) -> int:
     if args.html:
         Path(args.html).write_text(render_run_diff_html(result), encoding="utf-8")
         print(f"perf-callbacks diff: wrote {Path(args.html).resolve()}", file=sys.stderr)
-    print(json.dumps(_finite(result), indent=2) if args.json else format_run_diff(result),
-          end="\n" if args.json else "")
+    finite = _finite(result)  # JSON
+    ledgers = _ledgers(base, new)  # every second of both runs, part by part (analysis/ledger/compare.py)
+    if ledgers is not None:
+        from perf_callbacks.analysis.ledger.compare import format_ledger_diff
+
+        finite["ledger"] = _finite(ledgers)
+    text = format_run_diff(result) + (format_ledger_diff(ledgers) if ledgers is not None else "")
+    print(json.dumps(finite, indent=2) if args.json else text, end="\n" if args.json else "")
     pct = result["effect"] * 100
     if args.fail_on_regression is not None and result["call"] == "regression" and pct > args.fail_on_regression:
         print(f"perf-callbacks diff: {result['unit']} regressed by {pct:.1f}%, more than --fail-on-regression "
@@ -127,6 +133,16 @@ def _finite(x: Any) -> Any:
     if isinstance(x, list):
         return [_finite(v) for v in x]
     return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _ledgers(base: list[Any], new: list[Any]) -> dict[str, Any] | None:
+    """Both runs' ledgers compared (None when a side did not close, or its description is damaged)."""
+    from perf_callbacks.analysis.ledger.compare import compare_ledgers, record_ledgers
+
+    try:
+        return compare_ledgers(record_ledgers(base), record_ledgers(new))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _windows(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perf_callbacks.cli.common import (
     EXIT_FAILED,
@@ -136,12 +137,31 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
         merged = merge_ranks(result, args.ranks, Path(args.merge_ranks) if args.merge_ranks else None)
         result.merged_trace = str(merged.resolve())
         print(shown(f"perf-callbacks report: wrote {result.merged_trace}"), file=sys.stderr)
+    ledgers, out = _ledgers(args.path), result.to_dict()
     if args.html:
-        Path(args.html).write_text(shown(render_html(result)), encoding="utf-8")
+        from perf_callbacks.analysis.ledger.bars import ledger_section
+
+        page = render_html(result).replace("</body>", ledger_section(ledgers) + "</body>", 1)  # a bar per rank
+        Path(args.html).write_text(shown(page), encoding="utf-8")
         print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)
     text = format_text(result, top_k=args.top, sort=args.sort)
-    print(shown(json.dumps(result.to_dict(), indent=2) if args.json else text), end="\n" if args.json else "")
+    if ledgers:  # every second of the run by part, per rank (analysis/ledger/)
+        from perf_callbacks.analysis.ledger.text import ledger_json, ledger_lines
+
+        out["ledger"] = ledger_json(ledgers)
+        text += "".join(f"{line}\n" for line in ledger_lines(ledgers))
+    print(shown(json.dumps(out, indent=2) if args.json else text), end="\n" if args.json else "")
     return EXIT_PARTIAL if result.errors else EXIT_OK
+
+
+def _ledgers(path: str) -> list[Any]:
+    """The ledgers of the run under ``path`` (none where its step record is missing, unreadable or did not close)."""
+    from perf_callbacks.analysis.ledger.text import run_ledgers
+
+    try:
+        return run_ledgers(path)
+    except (KeyError, TypeError, ValueError, OSError):  # a damaged description: the report goes on without it
+        return []
 
 
 def _html_problem(target: str) -> str | None:

@@ -40,6 +40,8 @@ class RunContext:
             FLOP/s is looked up for it unless a counted step shows the dtype itself.
         remote: the URL of a remote ``output_dir`` whose files are staged in ``output_dir`` and uploaded
             (see ``core/files/remote.py``); None when ``output_dir`` is local.
+        created_at: ``time.perf_counter()`` when the adapter (the user's callback or hook) was made: the ledger shows
+            the start-up before and after it apart; None: the engine's construction stands for it.
     """
 
     output_dir: Path
@@ -58,6 +60,7 @@ class RunContext:
     advice: Callable[[str], str] | None = None
     compute_dtype: torch.dtype | None = None
     remote: str | None = None
+    created_at: float | None = None
 
     def rephrase(self, message: str) -> str:
         """``message`` in the framework's own terms (see ``advice``)."""

@@ -28,7 +28,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from perf_callbacks.config import PerfConfig, check_ranks
-from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext, now
 from perf_callbacks.core.exit import catch_sigterm, release_sigterm
 from perf_callbacks.core.files.remote import before_shutdown, resolve_output
 from perf_callbacks.core.files.traces import new_run_name
@@ -88,6 +88,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
         self._restore: list[Any] = []
         self._loop: Any = None  # the generator returned by iter(): its frame holds the current batch
         self._cancel_exit: Callable[[], None] = lambda: None  # the close at interpreter exit, once registered
+        self._created = now()  # the ledger's start-up before and after the hook
 
     # ---- setup and teardown --------------------------------------------------------------------------------------
     def register(self, accelerator: Accelerator) -> AcceleratePerfHook:
@@ -117,6 +118,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
             log_metrics=None,  # set below, once the run folder is known
             distributed_initialized=distributed_initialized(),
             compute_dtype=mixed_precision_dtype(getattr(acc, "mixed_precision", None)),
+            created_at=self._created,
         )
         self.engine = PerfEngine(self.config, ctx)
         self.engine.mark_compiled(any(is_compiled(m) for m in acc._models))  # never counted: see core/flops/step.py

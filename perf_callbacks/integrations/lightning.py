@@ -20,7 +20,7 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig, check_ranks
-from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext, now
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.files.remote import resolve_output
 from perf_callbacks.core.files.traces import new_run_name
@@ -138,7 +138,7 @@ class GPUPerfCallback(Callback):
         self.config = config_or_exit({**options, **unknown}, type(self).__name__)
         self.engine: PerfEngine | None = None
         self._phases: PhaseRanges | None = None  # the engine's phases: the phase hooks write them without a call
-        self._stepped = False
+        self._stepped, self._created = False, now()  # _created: the ledger's start-up before and after us
         self._steps: int | None = None  # training steps that stepped an optimizer, the schedule's clock
         self._restored: int | None = None  # the count read from a checkpoint being resumed
         self._batch_size: int | None = None  # of the epoch's first batch
@@ -175,7 +175,7 @@ class GPUPerfCallback(Callback):
             log_metrics=metrics_sink(trainer) if trainer.is_global_zero else None,
             log_text=text_sink(trainer) if trainer.is_global_zero else None,
             distributed_initialized=distributed_initialized(),
-            compute_dtype=mixed_precision_dtype(getattr(trainer, "precision", None)),
+            compute_dtype=mixed_precision_dtype(getattr(trainer, "precision", None)), created_at=self._created,
         )
         self.engine = PerfEngine(self.config, ctx)
         self._phases = self.engine.phases
@@ -208,8 +208,7 @@ class GPUPerfCallback(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.engine is None:
             return
-        # a step is one training step that stepped at least one optimizer: global_step with automatic optimization,
-        # but manual optimization with two optimizers moves global_step by two
+        # a step: a training step that stepped an optimizer (manual optimization of two moves global_step by 2)
         self._steps, self._restored = (self._restored if self._restored is not None else trainer.global_step), None
         wrap_fetch(trainer, self.engine)
         check_train_loaders(trainer, self.engine, self.config.check_dataloaders)
@@ -232,6 +231,8 @@ class GPUPerfCallback(Callback):
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._batch_size = None  # read from each epoch's first batch: a new fit or reloaded loaders may change it
+        if self.engine is not None:  # the ledger's epoch boundaries (DataLoader worker start-up)
+            self.engine.steps.epoch_start(self.engine.state.done, trainer.train_dataloader)
 
     @override
     def on_train_batch_start(
@@ -272,8 +273,7 @@ class GPUPerfCallback(Callback):
     ) -> None:
         if (engine := self.engine) is None:
             return
-        # on_before_optimizer_step ran: this micro-batch completed an optimizer step; with automatic optimization,
-        # also when an overridden optimizer_step skipped optimizer.step() (Lightning still counts it in global_step)
+        # stepped: on_before_optimizer_step ran, or (automatic optimization) global_step moved: a skipped step()
         if not (stepped := self._stepped) and pl_module.automatic_optimization:
             stepped = self._stepped = trainer.global_step > (self._steps or 0)
         engine.batch_end(stepped, self._batch_size)  # the engine adds up the step's micro-batches

@@ -31,7 +31,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from typing_extensions import override
 
 from perf_callbacks.config import PerfConfig, check_ranks
-from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+from perf_callbacks.core.engine.engine import PerfEngine, RunContext, now
 from perf_callbacks.core.exit import catch_sigterm, release_sigterm
 from perf_callbacks.core.files.remote import before_shutdown, join_output, resolve_output
 from perf_callbacks.core.files.traces import new_run_name
@@ -70,6 +70,7 @@ class TransformersPerfCallback(TrainerCallback, FromConfig):
         self._live = self._sigterm = False
         self._samples = 0
         self._cancel_exit: Callable[[], None] = lambda: None
+        self._created = now()  # the ledger's start-up before and after the hook
 
     # ---- run lifecycle ---------------------------------------------------------------------------------------
     @override
@@ -98,6 +99,7 @@ class TransformersPerfCallback(TrainerCallback, FromConfig):
             distributed_initialized=distributed_initialized(),
             advice=_in_training_args_words,
             compute_dtype=mixed_precision_dtype("bf16" if args.bf16 else "fp16" if args.fp16 else None),
+            created_at=self._created,
         )
         self.engine = PerfEngine(self.config, ctx)
         if state.is_world_process_zero:

@@ -40,6 +40,9 @@ class SetAside:
         self.phases, self.compile, self.windows = phases, compile, windows
         self.in_checkpoint = False  # a checkpoint save is open (read by the hang watchdog, core/hang/watchdog.py)
         self._t_validation = self._t_ckpt = 0.0
+        # the ledger's set-aside seconds and counts inside steps (core/engine/ledger_stamps.py); none before the first
+        self.totals = {"validation": 0.0, "checkpoint": 0.0, "compile": 0.0, "own": 0.0}
+        self.counts = {"validation": 0, "checkpoint": 0, "compile": 0}
 
     def validation_start(self) -> None:
         """Validation inside training: its own range, and its time is left out of step time and data wait."""
@@ -49,7 +52,8 @@ class SetAside:
 
     def validation_end(self) -> None:
         """Validation finished."""
-        self.clock.set_aside(self.now() - self._t_validation)
+        self.clock.set_aside(seconds := self.now() - self._t_validation)
+        self._count("validation", seconds)
         if self.compile.dirty:  # it compiled (e.g. for eval mode): never a recompile storm
             self.compile.poll(None)
         self.phases.enter("framework")
@@ -66,13 +70,15 @@ class SetAside:
         self.in_checkpoint = False
         self.phases.checkpoint_end()
         if self.phases.name != "validation":  # else already left out as validation time
-            self.clock.set_aside(self.now() - self._t_ckpt)
+            self.clock.set_aside(seconds := self.now() - self._t_ckpt)
+            self._count("checkpoint", seconds)
 
     def compiled(self, seconds: float) -> None:
         """torch.compile compiled for ``seconds`` (core/flops/compile_watch.py): set aside like validation."""
         self.state.mark_unclean()
         if self.phases.name != "validation":  # else already left out as validation time
             self.clock.set_aside(seconds)
+            self._count("compile", seconds)
         if self.phases.recording:  # the window's summary says so
             self.windows.compile_s += seconds
 
@@ -91,4 +97,12 @@ class SetAside:
         """``seconds`` of our own ``kind`` of work: set aside from the open step, added to the overhead."""
         self.clock.set_aside(seconds)
         self.clock.ours += seconds
+        if self.state.step is not None:  # inside steps: the ledger's own work (before the first, start-up)
+            self.totals["own"] += seconds
         self.monitor.overhead[kind] = self.monitor.overhead.get(kind, 0.0) + seconds
+
+    def _count(self, kind: str, seconds: float) -> None:
+        """The ledger's ``kind`` of set-aside time, inside steps only (before the first step it is start-up)."""
+        if self.state.step is not None:
+            self.totals[kind] += seconds
+            self.counts[kind] += 1

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import atexit
 import sys
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.intervals import IntervalLog
+from perf_callbacks.core.engine.ledger_line import console_line
+from perf_callbacks.core.engine.ledger_stamps import close_stamps
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
@@ -61,6 +64,7 @@ class Closing(Protocol):
 
 def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None:
     """Stop every part of ``engine`` and flush (see ``PerfEngine.close``)."""
+    t_close = time.perf_counter()  # the ledger's start of close (core/engine/ledger_stamps.py)
     state, phases, windows = engine.state, engine.phases, engine.windows
     if (hang := engine.hang) is not None:  # first: our own close (the window's export and analysis) is no hang, and
         quiet(lambda: hang.close(state.steps_run, clean=exc is None))  # a stall that ended is marked resumed
@@ -72,7 +76,8 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
     for fn in (engine.flops.close, engine.compile.close, engine.end_phase,
                lambda: exit_span(phases.ckpt_span) if phases.ckpt_span is not None else None,
                lambda: windows.finish(exc), windows.nsys.close, engine.nvtx.pop_all,
-               engine.steps.flush,  # the step record's rows so far (never raises), before a remote upload's last pass
+               lambda: _stamped_flush(engine, t_close) if windows.uploads is not None else None,  # before the
+               # remote upload's last pass: the step record and the ledger's stamps (close's end: the upload's start)
                lambda: windows.wait(CLOSE_WAIT_S, last_page=exc is None), engine.mem.oom.stop_history,
                engine.captures.close, engine.intervals.close):
         quiet(fn)
@@ -80,8 +85,16 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
     phases.replain()
     if exc is None:  # after the window's export: our logging is no span in its trace
         quiet(engine.log_short_run)
-    if windows.uploads is None:  # a short run's last row (a remote output_dir's files are uploaded by now)
-        engine.steps.flush()
+    if windows.uploads is None:  # the step record's last rows and the ledger's stamps (a remote one is uploaded)
+        _stamped_flush(engine, t_close)
     if exc is None and engine.is_main and state.steps_run and windows.nothing_recorded():
         print(windows.nothing_recorded_line(state.steps_run), file=sys.stderr, flush=True)
+    if exc is None and engine.is_main and state.steps_run:  # the ledger line (a failed run: report shows it)
+        quiet(lambda: console_line(engine.steps))
     engine.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
+
+
+def _stamped_flush(engine: Closing, t_close: float) -> None:
+    """The ledger's close stamps into the step record's description, then its last rows (never raises)."""
+    quiet(lambda: engine.steps.stamps.update(close_stamps(engine, t_close, engine.steps.t0)))
+    engine.steps.flush()

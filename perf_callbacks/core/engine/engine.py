@@ -8,11 +8,10 @@ An adapter maps its framework's hooks onto::
     batch_end(stepped, n)      # stepped: this micro-batch completed an optimizer step; n: its samples, if known
     close(exc)                 # end of training, or an exception (then the partial trace is flushed)
 
-A step begins at its first activity (its first fetch, or the batch) and lasts until the next begins: its NVTX range
-and ``ProfilerStep#N`` span hold its data wait, its work and the framework's after it (``framework``). Validation,
-checkpoints and our own work are set aside (``core/engine/aside.py``); the other parts are in ``core/engine/``.
-Outside windows a micro-batch costs a few ``perf_counter`` reads, compares and a row of the step record
-(``core/engine/step_log.py``), with no call into a part in the usual case; memory is read at logging steps only.
+A step begins at its first activity (its first fetch or batch) and lasts until the next begins: its NVTX range and
+``ProfilerStep#N`` span hold its data wait, its work and the framework's after it. Validation, checkpoints and our own
+work are set aside (``aside.py``). Outside windows a micro-batch costs a few ``perf_counter`` reads, compares and a row
+of the step record (``step_log``), no call into a part in the usual case; memory: at logging steps.
 """
 
 from __future__ import annotations
@@ -123,7 +122,6 @@ class PerfEngine:
     exported: Derived[list[Any]] = Derived(lambda e: e.files.exported, "Trace files written so far (RunFiles).")
     exported_urls: Derived[list[str]] = Derived(lambda e: e.files.exported_urls, "Where each of ``exported`` goes.")
     layout: Derived[TraceLayout] = Derived(lambda e: e.files.layout, "Where this run's windows go.")
-
     run_dir: Derived[Path] = Derived(lambda e: e.windows.layout.run_dir, "The run's folder (local; see locate).")
 
     def attach_model(self, model: torch.nn.Module) -> None:
@@ -223,6 +221,8 @@ class PerfEngine:
             phases.leave()
         if state.step is not None:
             self._end_step(state.pending_t if state.pending_t is not None else t)
+        else:  # the first step: the ledger's end of start-up (core/engine/ledger_stamps.py)
+            state.t_first = t if state.pending_t is None else state.pending_t
         if (pending := state.pending_t) is not None:
             t, state.pending_t = pending, None
         state.step, state.ended, state.expected, state.micro, state.samples, state.own = step, False, step, 0, 0, None

@@ -40,6 +40,7 @@ from typing import Any
 
 from perf_callbacks.analysis.diff.steps import COLUMNS, COMPILED, WINDOW
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.engine.ledger_stamps import start_stamps
 from perf_callbacks.core.timing.cpu_wait import ThreadWait
 from perf_callbacks.core.windows.machine import machine_meta
 
@@ -49,6 +50,7 @@ FLUSH_ROWS, FLUSH_S = 4096, 30.0
 """A logging step writes the rows once this many wait or this many seconds passed since the last write."""
 log = logging.getLogger(__name__)
 SUMMARY_STEPS = 100
+MAX_EPOCHS = 10_000  # epoch boundaries kept for the ledger
 FRAMEWORKS = ("lightning", "pytorch_lightning", "accelerate", "transformers")
 
 
@@ -67,11 +69,28 @@ class StepLog:
         self.meta_path = run_dir / f"steps-rank{ctx.rank}.json"
         self.early_path = run_dir / f"steps-rank{ctx.rank}-early.f32"
         self.rows: list[tuple[float, ...]] = []  # not yet written: the engine appends, flush() empties it in place
-        self.keep, self.written, self.off = keep, 0, False
+        self.keep, self.written, self.off, self.described = keep, 0, False, False
         self.machine = {**machine_meta(ctx, cuda), "world_size": ctx.world_size, "gpu": _gpu(ctx, cuda)}
         self.every_s, self._flushed = FLUSH_S, time.perf_counter()
         self._sched = ThreadWait()
         self._start = (time.perf_counter(), self._sched.sched())
+        self.t0 = self._start[0]
+        self.stamps: dict[str, Any] = start_stamps()  # the ledger's clock readings (core/engine/ledger_stamps.py)
+
+    def epoch_start(self, done: int | None, loader: Any = None) -> None:
+        """An epoch of ``loader`` starts after step ``done`` (None: before the first step). The ledger's DataLoader
+        worker start-up is the boundary step's time above the median (the new iterator starts its workers) and the
+        next fetch's wait above the median, for a loader with workers that are not persistent."""
+        try:
+            epochs = self.stamps.setdefault("epoch_starts", [])
+            if len(epochs) < MAX_EPOCHS:
+                epochs.append(done)
+            loader = next(iter(getattr(loader, "flattened", None) or [loader]))  # a CombinedLoader: the first
+            workers, persistent = getattr(loader, "num_workers", None), getattr(loader, "persistent_workers", None)
+            if isinstance(workers, int):
+                self.stamps["loader"] = {"num_workers": workers, "persistent_workers": bool(persistent)}
+        except Exception:  # noqa: BLE001 - instrumentation must never break training
+            log.debug("perf-callbacks: the ledger's epoch boundary was not noted", exc_info=True)
 
     def due(self) -> None:
         """At a logging step: :meth:`flush` once ``FLUSH_ROWS`` steps wait or ``FLUSH_S`` seconds passed (else nothing:
@@ -96,12 +115,12 @@ class StepLog:
             log.warning("perf-callbacks: the step record %s is off: %r; diff compares windows", self.path, err)
 
     def _discard(self) -> None:
-        """After a failed write: no file of a record that never held a row, and no run folder left empty by it."""
+        """After a failed write: no file of a record never described, and no run folder left empty by it."""
         with contextlib.suppress(OSError):
             self.meta_path.with_name(self.meta_path.name + ".tmp").unlink(missing_ok=True)
-            if not self.written:
+            if not self.described:  # rows without a description are no record
                 self.path.unlink(missing_ok=True)
-                self.meta_path.unlink(missing_ok=True)
+                self.early_path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.path.parent.rmdir()  # only when empty
 
@@ -130,6 +149,7 @@ class StepLog:
         tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
         tmp.write_text(json.dumps(self.describe(), indent=1), encoding="utf-8")
         os.replace(tmp, self.meta_path)  # all or nothing
+        self.described = True
 
     def describe(self) -> dict[str, Any]:
         """The JSON description: columns, flags, steps written, the machine and the CPU contention so far."""
@@ -140,7 +160,8 @@ class StepLog:
         return {"columns": list(COLUMNS), "flags": {"window": WINDOW, "compiled": COMPILED},
                 "steps": self.written, "keep": self.keep, "summary_steps": SUMMARY_STEPS,
                 "machine": {**self.machine, **versions()},
-                "cpu_contention": contention, "wall_s": wall}
+                "cpu_contention": contention, "wall_s": wall,
+                "ledger": {**self.stamps, **({"close_s": wall} if "close_begin_s" in self.stamps else {})}}
 
     def _fold(self) -> None:
         """Keep the last ``keep`` steps in the file; the older ones become one summary row per ``SUMMARY_STEPS``."""

@@ -39,6 +39,7 @@ class StepState(StepClock):
         own: the loop's own code may be running, as the adapter saw it (read by the hang watchdog): ``AFTER_STEP``
             from the open step's optimizer step until the next step opens, ``MAYBE`` where the adapter cannot tell
             it from the step's forward (the watchdog then reads the training thread's stack); None: the step's work.
+        t_first: when the first step began (the ledger's end of start-up; None before it).
     """
 
     step: int | None = None
@@ -53,6 +54,7 @@ class StepState(StepClock):
     clean: bool = True
     logged: bool = False
     own: str | None = None
+    t_first: float | None = None
 
     def own_code(self, certain: bool = True) -> None:
         """The loop's own code may run from here (read by the hang watchdog; the engine clears it when a step opens).

@@ -153,7 +153,7 @@ def test_a_profiler_export_that_fills_the_disk_names_enospc_and_leaves_nothing(s
             engine.batch_end(stepped=True, samples=8)
         engine.close()
     assert len(seen) == 1 and engine.steps_run == 10
-    assert list(small_fs.iterdir()) == [], "no .tmp, no .partial, no raw file, no empty folder"
+    assert list(small_fs.rglob("*")) == [], "no .tmp, no .partial, no raw file, no empty folder"
 
 
 def test_compress_trace_writes_through_a_hidden_partial_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,96 @@
+"""The ledger as the report shows it: one line per rank, the slowest rank's difference, advice, and JSON.
+
+``run_ledgers(path)`` reads every rank's step record under ``path`` (``analysis/diff/steps.py``) and returns the
+ledgers of the ranks whose run closed; :func:`summary_line` is the one line (``41 min, goodput 72%: checkpoints 14%,
+evaluation 8%, data 4%``) that the console prints at the end of training and the report opens with.
+
+Example:
+    >>> from perf_callbacks.analysis.ledger.parts import PARTS, Ledger
+    >>> parts = dict.fromkeys(PARTS, 0.0) | {"productive": 72.0, "checkpoint": 14.0, "data_wait": 4.0,
+    ...                                      "evaluation": 8.0, "unaccounted": 2.0}
+    >>> summary_line(Ledger(0, 100.0, parts, "process", 10, 1.0))
+    '100 s, goodput 72%: checkpoints 14%, evaluation 8%, data 4%, unaccounted 2%'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perf_callbacks.analysis.diff.steps import read_run
+from perf_callbacks.analysis.ledger.advice import ledger_advice
+from perf_callbacks.analysis.ledger.parts import Ledger, rank_ledger
+
+__all__ = ["LABELS", "ledger_json", "ledger_lines", "run_ledgers", "summary_line"]
+LABELS = {"startup_before": "start-up before the callback", "startup": "start-up", "productive": "productive",
+          "warmup": "first step", "compile": "compile", "anomalous": "slow steps", "stalls": "stalls",
+          "data_wait": "data", "worker_startup": "worker start-up", "evaluation": "evaluation",
+          "checkpoint": "checkpoints", "set_aside": "set-aside", "own": "perf-callbacks",
+          "after": "after the last step",
+          "unaccounted": "unaccounted"}
+SHOWN = 0.01  # a part under 1% of the wall time is left out of the line
+
+
+def run_ledgers(path: str | Path) -> list[Ledger]:
+    """The ledgers of the ranks under ``path`` (a run folder, a window folder in it, or an output dir) that closed."""
+    root = Path(path)
+    for where in (root, root.parent, root.parent.parent):
+        try:
+            records = read_run(where)
+        except (OSError, ValueError):
+            return []
+        if records:
+            return [led for r in records if (led := rank_ledger(r)) is not None]
+    return []
+
+
+def summary_line(led: Ledger) -> str:
+    """``41 min, goodput 72%: checkpoints 14%, evaluation 8%, data 4%``: the parts over 1% of the wall time."""
+    rest = sorted(((v, k) for k, v in led.parts.items() if k != "productive" and abs(v) >= SHOWN * led.wall_s),
+                  reverse=True)
+    shares = ", ".join(f"{LABELS[k]} {v / led.wall_s:.0%}" for v, k in rest)
+    return f"{duration(led.wall_s)}, goodput {led.goodput:.0%}" + (f": {shares}" if shares else "")
+
+
+def ledger_lines(ledgers: list[Ledger]) -> list[str]:
+    """The report's lines: the slowest rank's ledger, each rank's over a multi-rank run, and the advice."""
+    if not ledgers:
+        return []
+    slowest = max(ledgers, key=lambda led: led.wall_s)
+    lines = [f"ledger: {summary_line(slowest)}" + (f" (rank {slowest.rank}, the slowest)" if len(ledgers) > 1 else "")]
+    if len(ledgers) > 1:
+        for led in ledgers:
+            lines.append(f"  rank {led.rank}: {summary_line(led)}{_difference(led, slowest)}")
+    lines += [f"  advice: {a.text}" for a in ledger_advice(slowest)]
+    if slowest.origin != "process":
+        lines.append(f"  (the process' start was not readable: the ledger starts at the {slowest.origin}'s "
+                     "construction)")
+    return lines
+
+
+def ledger_json(ledgers: list[Ledger]) -> dict[str, Any] | None:
+    """The report's ``ledger`` object: the slowest rank's (``wall_s``, ``goodput``, ``parts``, ``advice``) and
+    ``ranks``, each rank's; None without a ledger."""
+    if not ledgers:
+        return None
+    slowest = max(ledgers, key=lambda led: led.wall_s)
+    advice = [{"part": a.part, "text": a.text, "saving_s": round(a.saving_s, 3), "every": a.every}
+              for a in ledger_advice(slowest)]
+    return {**slowest.to_dict(), "advice": advice, "ranks": [led.to_dict() for led in ledgers]}
+
+
+def duration(seconds: float) -> str:
+    """``12.3 s``, ``41 min`` or ``2.1 h``."""
+    if seconds < 120:
+        return f"{seconds:.3g} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _difference(led: Ledger, slowest: Ledger) -> str:
+    """How much shorter than the slowest rank ``led`` was, and in which part most."""
+    if led is slowest:
+        return " (slowest)"
+    gap = slowest.wall_s - led.wall_s
+    part = max(slowest.parts, key=lambda k: slowest.parts[k] - led.parts[k] if k != "unaccounted" else float("-inf"))
+    more = slowest.parts[part] - led.parts[part]
+    return f" ({gap:.2f} s shorter; the slowest rank's {LABELS[part]} is {more:+.2f} s)"

@@ -1,0 +1,47 @@
+"""The ledger's clock readings, written into the step record's description at close (``steps-rank{R}.json``).
+
+The step record (``core/engine/step_log.py``) holds every completed step's time, data wait and the user's set-aside
+time; the ledger (``analysis/ledger/``) adds up the run's wall time from it and from these readings, each in seconds
+from the engine's construction: the process' start (``core/process_start.py``), the callback's construction, the
+first step's start, the open step at close (its time to its optimizer step, its wait and set-aside time: the record
+has no row for it yet) and the start of close; the set-aside seconds by kind inside steps (``SetAside.totals``) and
+the hang watchdog's limit. The description's ``close_s`` is the end of close (its last write). Off the hot path:
+read once, at close.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perf_callbacks.core.process_start import process_age_s
+
+__all__ = ["close_stamps", "start_stamps"]
+
+
+def start_stamps() -> dict[str, Any]:
+    """The readings known at the engine's construction: the process' start (absent where it cannot be read)."""
+    age = process_age_s()
+    return {"engine_s": 0.0} if age is None else {"engine_s": 0.0, "process_start_s": -age}
+
+
+def close_stamps(engine: Any, t_close: float, t0: float) -> dict[str, Any]:
+    """The readings of ``engine`` (a ``PerfEngine``) as its close starts at ``t_close``, in seconds from ``t0``."""
+    state, aside, hang = engine.state, engine.aside, engine.hang
+    out: dict[str, Any] = {"close_begin_s": t_close - t0, "set_aside": dict(aside.totals),
+                           "set_aside_count": dict(aside.counts), "hang_limit_s": _limit(hang)}
+    if (created := engine.ctx.created_at) is not None:
+        out["callback_s"] = created - t0
+    if state.t_first is not None:
+        out["first_step_s"] = state.t_first - t0
+    if state.step is not None:
+        out["open_step"] = {"step": state.step, "ended": state.ended, "begin_s": state.t_begin - t0,
+                            "elapsed_s": state.last_elapsed, "wait_s": state.wait, "aside_s": state.aside,
+                            "own_s": state.ours}
+    return out
+
+
+def _limit(hang: Any) -> float | None:
+    try:
+        return float(hang.limit) if hang is not None else None
+    except Exception:  # noqa: BLE001 - a limit is not worth a failure
+        return None
