@@ -56,12 +56,13 @@ class Ledger:
         rank: the rank.
         wall_s: from the origin (``origin``) to the end of close.
         parts: seconds by ``PARTS`` name.
-        origin: ``process`` (its start), ``callback`` (its construction: the process' start was not readable) or
-            ``engine``.
+        origin: ``process`` (its start), ``callback`` (its construction: the process' start was not readable, or an
+            interactive session, whose time before the run is the person's) or ``engine``.
         steps: completed steps.
         median_s: the median step time (data wait included).
         counts: set-aside occurrences by kind (``evaluation``, ``checkpoint``).
         spikes: the steps (by index) whose fetch was counted as worker start-up.
+        interactive: the run was in an interactive session (a notebook's kernel, ``python -i``).
     """
 
     rank: int
@@ -72,6 +73,7 @@ class Ledger:
     median_s: float
     counts: dict[str, int] = field(default_factory=dict)
     spikes: list[int] = field(default_factory=list)
+    interactive: bool = False
 
     @property
     def goodput(self) -> float:
@@ -110,7 +112,7 @@ def rank_ledger(record: StepRecord) -> Ledger | None:
     steps = len(keep) + (1 if opened is not None and opened["ended"] else 0)
     return Ledger(record.rank, wall, parts, origin_name, steps, median,
                   {"evaluation": int(counts.get("validation", 0)), "checkpoint": int(counts.get("checkpoint", 0))},
-                  spikes)
+                  spikes, bool(st.get("interactive")))
 
 
 def _origin(st: dict[str, Any]) -> tuple[str, float]:

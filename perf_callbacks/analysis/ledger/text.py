@@ -63,8 +63,8 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
             lines.append(f"  rank {led.rank}: {summary_line(led)}{_difference(led, slowest)}")
     lines += [f"  advice: {a.text}" for a in ledger_advice(slowest)]
     if slowest.origin != "process":
-        lines.append(f"  (the process' start was not readable: the ledger starts at the {slowest.origin}'s "
-                     "construction)")
+        why = "an interactive session" if slowest.interactive else "the process' start was not readable"
+        lines.append(f"  ({why}: the ledger starts at the {slowest.origin}'s construction)")
     return lines
 
 

@@ -11,17 +11,29 @@ read once, at close.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from perf_callbacks.core.process_start import process_age_s
 
-__all__ = ["close_stamps", "start_stamps"]
+__all__ = ["close_stamps", "interactive", "start_stamps"]
 
 
 def start_stamps() -> dict[str, Any]:
-    """The readings known at the engine's construction: the process' start (absent where it cannot be read)."""
+    """The readings known at the engine's construction: the process' start (absent where it cannot be read).
+
+    In an interactive session (a notebook's kernel, ``python -i``) the time since the process started is the
+    person's, not the run's: the ledger then starts at the callback's construction (``interactive``).
+    """
+    if interactive():
+        return {"engine_s": 0.0, "interactive": True}
     age = process_age_s()
     return {"engine_s": 0.0} if age is None else {"engine_s": 0.0, "process_start_s": -age}
+
+
+def interactive() -> bool:
+    """A notebook's kernel or an interactive interpreter runs this process."""
+    return "ipykernel" in sys.modules or hasattr(sys, "ps1") or bool(sys.flags.interactive)
 
 
 def close_stamps(engine: Any, t_close: float, t0: float) -> dict[str, Any]:

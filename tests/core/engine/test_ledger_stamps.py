@@ -93,3 +93,14 @@ def test_the_console_line_comes_at_a_clean_end_only_and_a_failed_run_keeps_its_l
     assert lines == [f"perf-callbacks: {summary_line(rank_ledger(read_run(ok.run_dir)[0]))} -> {ok.run_dir}"]
     led = rank_ledger(read_run(failed.run_dir)[0])
     assert led is not None and led.steps == 3 and led.parts["productive"] == pytest.approx(3.0)
+
+
+def test_an_interactive_session_starts_the_ledger_at_the_callback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook's kernel lived long before the run: its time is the person's, so the ledger leaves it out."""
+    import sys
+
+    from perf_callbacks.core.engine.ledger_stamps import start_stamps
+
+    assert "process_start_s" in start_stamps()  # pytest: a script
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    assert start_stamps() == {"engine_s": 0.0, "interactive": True}
