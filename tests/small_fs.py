@@ -17,16 +17,15 @@ from pathlib import Path
 import pytest
 
 SIZE = "64k"
+ROOMY = "8m"
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs at ``tmp_path / "small"``."""
+def _mounted(tmp_path: Path, size: str) -> Iterator[Path]:
     mount = tmp_path / "small"
     mount.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("mounting a 64 KiB tmpfs needs root (CI runs as root)")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mount)], capture_output=True,
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
@@ -34,6 +33,21 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs at ``tmp_path / "small"``."""
+    yield from _mounted(tmp_path, SIZE)
+
+
+@pytest.fixture
+def roomy_fs(tmp_path: Path) -> Iterator[Path]:
+    """An 8 MiB tmpfs at ``tmp_path / "small"``: room for what a test writes before it ``fill``s the rest.
+
+    (A hang dump's stacks.txt holds every thread of the test process: in a long pytest session it outgrows 64 KiB.)
+    """
+    yield from _mounted(tmp_path, ROOMY)
 
 
 def fill(folder: Path, name: str = "filler") -> Path:

@@ -47,7 +47,8 @@ def test_a_window_summary_under_a_transformers_tqdm_bar_starts_its_own_lines(tmp
     assert proc.returncode == 0, proc.stdout[-3000:]
     text = proc.stdout
     ours = [line for line in text.split("\n") if "perf-callbacks" in line]
-    assert len(ours) == 1 and "perf-callbacks: steps 3-4 " in ours[0], text[-3000:]  # one window, one line
+    assert len(ours) == 2, text[-3000:]  # one window, one line; the ledger's line at the end
+    assert "perf-callbacks: steps 3-4 " in ours[0] and "goodput" in ours[1], ours
     assert "12/12" in text[text.index("perf-callbacks: steps 3-4 "):]  # the bar went on after the summary
     shown = [line.split("\r")[-1] for line in ours]
     assert all(line.startswith("perf-callbacks") for line in shown), [s for s in shown if not s.startswith("perf")]

@@ -1,7 +1,7 @@
 """The ledger's console line at the end of training, on the reporting rank (``analysis/ledger/``).
 
 ``perf-callbacks: 41 min, goodput 72%: checkpoints 14%, data 4% -> <run>``: read back from the step record just
-written at close (a few megabytes at most), on stderr, never raising into training (close calls it under ``quiet``).
+written at close (a few megabytes at most), on stderr (on a line of its own, a tqdm bar redrawn below), never raising into training (close calls it under ``quiet``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from perf_callbacks.analysis.diff.steps import read_record
 from perf_callbacks.analysis.ledger.parts import rank_ledger
 from perf_callbacks.analysis.ledger.text import summary_line
 from perf_callbacks.core.engine.step_log import StepLog
+from perf_callbacks.core.windows.summary import say
 
 __all__ = ["console_line"]
 
@@ -24,5 +25,5 @@ def console_line(steps: StepLog) -> str | None:
     if led is None:
         return None
     line = f"perf-callbacks: {summary_line(led)} -> {steps.path.parent}"
-    print(line, file=sys.stderr, flush=True)
+    say(line, file=sys.stderr)  # under a progress bar still on screen (transformers closes its bar after us)
     return line

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from perf_callbacks.analysis.windows.captured import capture_text
 from perf_callbacks.core.context import RunContext
@@ -85,20 +85,20 @@ def console_text(text: str) -> str:
                      for line in text.rstrip("\n").splitlines())
 
 
-def say(text: str) -> None:
-    """Print ``text`` (prefixed) on stdout, never on the line of a progress bar.
+def say(text: str, file: TextIO | None = None) -> None:
+    """Print ``text`` (prefixed) on ``file`` (stdout by default), never on the line of a progress bar.
 
     Lightning's and transformers' bars are tqdm bars: while one is on screen tqdm clears it, we print, and tqdm redraws
     it below (``tqdm.write``), as Lightning's own ``ProgressBar.print`` does. tqdm is used only when already imported.
     """
-    text, printed = console_text(text), False
+    text, printed, file = console_text(text), False, file or sys.stdout
     tqdm_std = sys.modules.get("tqdm.std")
     if tqdm_std is not None and getattr(tqdm_std.tqdm, "_instances", None):
         try:
-            with tqdm_std.tqdm.external_write_mode(file=sys.stdout):
-                print(text, file=sys.stdout, flush=True)
+            with tqdm_std.tqdm.external_write_mode(file=file):
+                print(text, file=file, flush=True)
                 printed = True
         except Exception:  # a bar that cannot be cleared or redrawn never stops the summary
             pass
     if not printed:
-        print(text, file=sys.stdout, flush=True)
+        print(text, file=file, flush=True)

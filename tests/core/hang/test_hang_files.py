@@ -12,7 +12,7 @@ import pytest
 
 from perf_callbacks.core.hang.watchdog import HangWatch
 from tests.core.hang.test_hang import Fed
-from tests.small_fs import fill, small_fs  # noqa: F401 - the fixture
+from tests.small_fs import fill, roomy_fs, small_fs  # noqa: F401 - the fixtures
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -39,16 +39,16 @@ def test_a_full_disk_leaves_no_partial_file_and_the_line_claims_nothing_unwritte
 
 
 def test_a_full_disk_after_the_dump_leaves_the_resumed_mark_whole_or_as_it_was(
-    small_fs: Path,  # noqa: F811
+    roomy_fs: Path,  # noqa: F811
 ) -> None:
-    run = small_fs / "run"
+    run = roomy_fs / "run"
     watch = HangWatch(Fed(), run, rank=0, timeout=1.0)
     fed = watch.probe
     watch.check(0.0)
     folder = watch.check(2.0)
     assert folder is not None and (folder / "hang.json").exists()
     before = (folder / "hang.json").read_text()
-    fill(small_fs)
+    fill(roomy_fs)
     fed.step()  # type: ignore[attr-defined]
     watch.check(3.0)  # steps resumed: hang.json gets `resumed`, which the full disk refuses
     assert (folder / "hang.json").read_text() == before
