@@ -49,7 +49,7 @@ def _reaches(path: str, root: Path, seen: frozenset[str]) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _imports(path: str) -> tuple[str, ...]:
     """Every module name imported anywhere in the file (functions included), with ``from X import Y`` as X.Y too."""
     names: list[str] = []

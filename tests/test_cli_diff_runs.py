@@ -9,8 +9,8 @@ the cores), the call is withheld, as it should be: the tests accept that, and on
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import lightning as L

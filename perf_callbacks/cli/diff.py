@@ -84,7 +84,8 @@ def run_diff(args: argparse.Namespace) -> int:
 
 def _run_records(args: argparse.Namespace) -> tuple[list[Any], list[Any]] | None:
     """Both sides' step records, or None when a side has none: then windows are compared (with a note when only one
-    side has a record; runs made before step records, and URLs, have none)."""
+    side has a record; runs made before step records, and URLs, have none).
+    """
     from perf_callbacks.analysis.diff.steps import read_run
 
     sides = [[] if remote(path) else read_run(local(path)) for path in (args.base, args.new)]
@@ -102,9 +103,9 @@ def _run_wide(args: argparse.Namespace, base: list[Any], new: list[Any]) -> int:
     import json
     from pathlib import Path
 
+    from perf_callbacks.analysis.diff.run_html import render_run_diff_html
     from perf_callbacks.analysis.diff.run_text import format_run_diff
     from perf_callbacks.analysis.diff.run_wide import compare_runs
-    from perf_callbacks.analysis.diff.run_html import render_run_diff_html
 
     result = compare_runs(base, new, args.threshold / 100)
     if args.html:

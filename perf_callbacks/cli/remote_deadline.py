@@ -152,7 +152,8 @@ class Bounded:
 
 def _progress(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], tuple[int, int]]:
     """How far a call has come: for a download (``get_file``), the bytes its callback was told of and the size of
-    its local file so far (a callback is added to ``kwargs`` when none is given); for any other call, nothing."""
+    its local file so far (a callback is added to ``kwargs`` when none is given); for any other call, nothing.
+    """
     if name != "get_file" or len(args) < 2:
         return lambda: (0, 0)
     from fsspec.callbacks import Callback

@@ -79,7 +79,8 @@ def compare_runs(base: list[StepRecord], new: list[StepRecord], threshold: float
 
 def _effect(a: dict[str, list[float]], b: dict[str, list[float]], unit: str, threshold: float) -> Effect:
     """The effect in ``unit``; on the wall clock, blocks of at least two set-aside steps' spacing (their mean then
-    holds such steps in their share, not one block in two or none)."""
+    holds such steps in their share, not one block in two or none).
+    """
     if not unit.startswith("wall"):
         return estimate(_costs(a, unit), _costs(b, unit), threshold)
     spacing = max(len(s["aside"]) / max(1, sum(x > 0 for x in s["aside"])) for s in (a, b))

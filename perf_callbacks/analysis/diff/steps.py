@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 COLUMNS = ("step", "time_s", "samples", "wait_s", "aside_s", "flags")
 """The record's row: one per completed optimizer step. ``time_s`` is the step's time (set-aside time left out);
 ``samples`` 0 is unknown; ``aside_s`` is the time set aside in it (validation, checkpoints, compilation: the user's;

@@ -34,7 +34,8 @@ def record_ledgers(records: list[StepRecord]) -> list[Ledger]:
 
 def compare_ledgers(base: list[Ledger], new: list[Ledger]) -> dict[str, Any] | None:
     """``{"base": {...}, "new": {...}, "change": {part: new - base, "wall_s": ..., "goodput": ...}}`` of the slowest
-    rank of each side; None when a side has no ledger."""
+    rank of each side; None when a side has no ledger.
+    """
     if not base or not new:
         return None
     a, b = (max(side, key=lambda led: led.wall_s) for side in (base, new))

@@ -135,7 +135,8 @@ def _workers(meta: dict[str, Any]) -> bool:
 def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[str, float],
            workers: bool) -> tuple[float, list[int]]:
     """The steps' compute time (productive, warm-up, compile, anomalous, stalls, worker start-up) and data wait;
-    returns the median step and the steps whose epoch started workers."""
+    returns the median step and the steps whose epoch started workers.
+    """
     if not keep:
         return 0.0, []
     compute = {i: max(record.time_s[i] - record.wait_s[i], 0.0) for i in keep}
@@ -169,7 +170,8 @@ def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[
 def _waits(record: StepRecord, keep: list[int], bounds: set[int], epochs: Any, workers: bool,
            parts: dict[str, float]) -> list[int]:
     """Data wait; the first fetch of each epoch that started workers above the median wait is worker start-up (without
-    epoch boundaries in the record: fetches over ``K_MIN`` x the median wait). Returns the steps counted so."""
+    epoch boundaries in the record: fetches over ``K_MIN`` x the median wait). Returns the steps counted so.
+    """
     waits = [record.wait_s[i] for i in keep]
     med_wait, spikes = statistics.median(waits), []
     first = {n for n in range(1, len(keep)) if record.step[keep[n - 1]] in bounds}

@@ -70,7 +70,8 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
 
 def ledger_json(ledgers: list[Ledger]) -> dict[str, Any] | None:
     """The report's ``ledger`` object: the slowest rank's (``wall_s``, ``goodput``, ``parts``, ``advice``) and
-    ``ranks``, each rank's; None without a ledger."""
+    ``ranks``, each rank's; None without a ledger.
+    """
     if not ledgers:
         return None
     slowest = max(ledgers, key=lambda led: led.wall_s)

@@ -15,8 +15,8 @@ from contextlib import AbstractContextManager
 
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
-from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.peers import PeerBoard
+from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.flops.compile_watch import CompileWatch

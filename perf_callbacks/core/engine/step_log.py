@@ -80,7 +80,8 @@ class StepLog:
     def epoch_start(self, done: int | None, loader: Any = None) -> None:
         """An epoch of ``loader`` starts after step ``done`` (None: before the first step). The ledger's DataLoader
         worker start-up is the boundary step's time above the median (the new iterator starts its workers) and the
-        next fetch's wait above the median, for a loader with workers that are not persistent."""
+        next fetch's wait above the median, for a loader with workers that are not persistent.
+        """
         try:
             epochs = self.stamps.setdefault("epoch_starts", [])
             if len(epochs) < MAX_EPOCHS:
@@ -94,7 +95,8 @@ class StepLog:
 
     def due(self) -> None:
         """At a logging step: :meth:`flush` once ``FLUSH_ROWS`` steps wait or ``FLUSH_S`` seconds passed (else nothing:
-        a logging step of a fast loop stays cheap)."""
+        a logging step of a fast loop stays cheap).
+        """
         if len(self.rows) >= FLUSH_ROWS or time.perf_counter() - self._flushed >= self.every_s:
             self.flush()
 
@@ -189,7 +191,7 @@ class StepLog:
 
 
 def versions() -> dict[str, str]:
-    """torch's version and those of the training frameworks loaded in this process."""
+    """Torch's version and those of the training frameworks loaded in this process."""
     import torch
 
     out = {"torch": str(torch.__version__)}

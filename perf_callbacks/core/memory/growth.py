@@ -208,7 +208,8 @@ class MemoryGrowth:
 
 def _confirm_steps(g: Growth, least: int) -> int:
     """How long a growth seen must go on before it is told: as long again as it took to see it, ``least`` steps at
-    least, but no more than a quarter of the steps left before the memory is full at its rate."""
+    least, but no more than a quarter of the steps left before the memory is full at its rate.
+    """
     wait = max(g.until_step - g.since_step, least)
     return wait if g.steps_to_full is None else min(wait, g.steps_to_full // 4)
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from perf_callbacks.analysis.judge.arrival import ALPHA, binomial_tail, culprit, offsets_us, matched
+from perf_callbacks.analysis.judge.arrival import ALPHA, binomial_tail, culprit, matched, offsets_us
 from perf_callbacks.analysis.results.result import RankResult
 from tests.analysis.synthetic_results import rank
 

@@ -4,11 +4,10 @@ phase are named with the recurrence, and healthy windows name none. 2 and 4 proc
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
 
 import pytest
-
-from html import escape
 
 from perf_callbacks.analysis import analyze, format_text, render_html
 from tests.analysis.gloo_culprit_traces import ACTIVE, PHASES, SLEEP_S, SLOW_RANK, write_traces

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from perf_callbacks.analysis.html.page import COLORS, render_html
 from perf_callbacks.analysis.judge.advice import LoaderEvidence, loader_kind, measured_fix, workers_to_try
 from perf_callbacks.analysis.judge.gains import gain_label
 from perf_callbacks.analysis.judge.load import BAR, contention_loss
 from perf_callbacks.analysis.judge.verdict import judge_rank
-from perf_callbacks.analysis.html.page import COLORS, render_html
 from perf_callbacks.analysis.render.text import format_text
 from perf_callbacks.analysis.results.result import RankResult, StepResult
 from perf_callbacks.analysis.trace.machine import load_of

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
