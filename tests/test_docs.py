@@ -22,7 +22,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 
 
@@ -130,8 +130,9 @@ def test_every_page_linked_from_the_readme_exists_and_every_page_is_in_the_nav()
     for link in links:
         assert (ROOT / link).is_file(), link
     nav = (ROOT / "mkdocs.yml").read_text()
-    for page in DOCS.glob("*.md"):
-        assert f": {page.name}\n" in nav, page.name
+    for page in DOCS.rglob("*.md"):
+        name = page.relative_to(DOCS).as_posix()
+        assert f": {name}\n" in nav, name
 
 
 ACCELERATE_PRELUDE = """

@@ -116,7 +116,7 @@ def run_in_child(out: Path) -> dict[str, Any]:
     which is what the warning measures, then grows faster than the kept tensors. A fixed threshold makes the RSS
     follow the tensors, so the test can hold the rate to them. It also keeps the detached run's RSS flat: under the
     default, the 4-byte losses it keeps pin the heap around each step's freed blocks and the RSS grows by about
-    1.8 MB a step (a real growth, which the warning names on CPU; see docs/reading-the-output.md).
+    1.8 MB a step (a real growth, which the warning names on CPU; see docs/reference/memory-growth.md).
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore", "MALLOC_MMAP_THRESHOLD_": "131072"}
     proc = subprocess.run([sys.executable, "-m", "tests.integrations.growth_helpers", str(out)], cwd=ROOT, env=env,

@@ -1,4 +1,4 @@
-"""The TensorBoard tags a real short CPU run writes, in each adapter: the documented contract (docs/reading-the-output.md).
+"""The TensorBoard tags a real short CPU run writes, in each adapter: the documented contract (docs/reference/tensorboard-tags.md).
 
 Interval figures are ``perf/train/...``, ``perf/memory/...`` and ``perf/overhead/...`` at logging steps; the figures of
 a profiling window are ``perf/window/...`` at the step after it; a single process logs no communication figure; a run

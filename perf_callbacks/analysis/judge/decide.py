@@ -1,7 +1,7 @@
 """The loader advice as one decision table: measured evidence in, one kind of advice, a number and its gain out.
 
 Every loader advice the report and the live warning give comes from :data:`TABLE` (written down in
-``docs/reading-the-output.md#the-loader-decision-table``): the first row whose condition holds decides. Its inputs are
+``docs/reference/loader.md``): the first row whose condition holds decides. Its inputs are
 measured: the setting (``num_workers``, the cores per rank), the median step and its data wait, and the share of their
 time the workers ran on a CPU, waited for one (runnable) or were blocked (I/O, a sleep, a queue), from schedstat.
 
@@ -105,7 +105,7 @@ TABLE: tuple[Row, ...] = (
     Row("cpu_saturated", f"workers runnable over {BUSY + BAND:.0%}, as many workers as cores or more",
         "cheaper __getitem__, larger batches, fewer torch threads, work moved to the device", "none"),
 )
-"""The loader decision table, first matching row first (``docs/reading-the-output.md``)."""
+"""The loader decision table, first matching row first (``docs/reference/loader.md``)."""
 KINDS = ("none", *dict.fromkeys(row.kind for row in TABLE))
 
 

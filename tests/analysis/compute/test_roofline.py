@@ -116,10 +116,10 @@ def test_the_report_shows_the_table_under_top(tmp_path: Path) -> None:
 
 
 def test_the_documented_example_is_what_report_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    """reading-the-output.md's roofline table and precision hint, re-run: each line, word for word."""
+    """docs/reference/roofline.md's roofline table and precision hint, re-run: each line, word for word."""
     from perf_callbacks.cli import main
 
-    page = (Path(__file__).parents[3] / "docs" / "reading-the-output.md").read_text()
+    page = (Path(__file__).parents[3] / "docs" / "reference" / "roofline.md").read_text()
     sample = page.split("```\nprecision: fp32")[1].split("```")[0]
     assert main(["report", str(fixture_trace("sync_bound")), "--no-sidecars", "--top", "3"]) == 0
     printed = capsys.readouterr().out.splitlines()
