@@ -20,6 +20,7 @@ from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.sidecar import write_sidecar
 from tests.analysis.conftest import DEVICE_CATS, fixture_trace, load_doc, save_doc
 from tests.analysis.rank_traces import write_ranks
+from tests.analysis.synthetic_results import rank as synthetic_rank
 
 NAMES = ("compute_bound", "input_bound", "launch_bound_tiny_kernels", "sync_bound")
 IDLE = ("input", "sync", "host", "other")
@@ -140,6 +141,15 @@ def test_a_straggler_gains_its_lateness_and_the_collectives_only_what_is_left(tm
     exposed = median(s.causes_ms["communication"] for s in result.ranks[0].steps)  # rank 0 waits in its collectives
     assert exposed > 19.0 and comm.estimated_gain_ms == pytest.approx(exposed - late.estimated_gain_ms, abs=1e-6)
     assert "less the straggler's lateness" in comm.basis
+
+
+def test_the_cpu_contention_gain_is_its_share_of_the_window_times_the_median_step() -> None:
+    """The run-queue wait is not in the steps' causes: its gain is the window's share times the median step time."""
+    r = synthetic_rank(0, [40.0, 50.0, 70.0])
+    r.losses["cpu_contention"] = 0.3
+    ms, fraction, basis = step_gain(r, "cpu_contention")
+    assert ms == pytest.approx(15.0) and fraction == pytest.approx(0.3), basis
+    assert "its share of the window times the median step time" in basis
 
 
 @pytest.mark.parametrize(("new", "outcome"), [
