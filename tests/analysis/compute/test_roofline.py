@@ -237,3 +237,21 @@ def test_fp32_calls_whose_kernels_use_tf32_are_held_to_the_tf32_peak() -> None:
     assert tf32["bound_share"] == pytest.approx(100.0 / 494.7)
     plain = finish({**row, "kernels": [{"name": "ampere_sgemm_128x64_tn"}]}, peaks)
     assert plain["peak_dtype"] == "fp32" and plain["peak_tflops"] == 67.0
+
+
+def test_two_ranks_sum_their_calls_flops_and_bytes(tmp_path: Path, results: dict) -> None:
+    """sync_bound as rank 0 and rank 1: every group of the window has twice one rank's calls, FLOPs and bytes."""
+    folder = tmp_path / "window-000001-000005"
+    folder.mkdir()
+    for rank in (0, 1):
+        (folder / f"rank{rank}.pt.trace.json.gz").write_bytes(fixture_trace("sync_bound").read_bytes())
+    two = analyze(folder, top_k=1000, sidecars=False)
+    assert len(two.ranks) == 2
+    one = {(r["op"], r["shapes"], r["dtype"]): r for r in results["sync_bound"].measures.roofline}
+    rows = {(r["op"], r["shapes"], r["dtype"]): r for r in two.measures.roofline}
+    assert set(rows) == set(one)
+    for key, r in rows.items():
+        assert r["count"] == 2 * one[key]["count"], key
+        assert r["flops"] == (None if one[key]["flops"] is None else 2 * one[key]["flops"]), key
+        assert r["bytes"] == (None if one[key]["bytes"] is None else 2 * one[key]["bytes"]), key
+    assert any(r["bytes"] for r in rows.values())
