@@ -154,6 +154,8 @@ def test_the_cpu_contention_gain_is_its_share_of_the_window_times_the_median_ste
 
 @pytest.mark.parametrize(("new", "outcome"), [
     ([36.0, 36.2, 35.9, 36.1, 36.3], "within the estimate"),
+    ([35.5, 35.7, 35.4, 35.6, 35.8], "within the estimate"),  # 14.5 ms: above 14, inside the noise band (1.1 ms)
+    ([34.8, 35.0, 34.7, 34.9, 35.1], "beyond the estimate"),  # 15.2 ms: above 14 + 1.1
     ([26.0, 26.2, 25.9, 26.1, 26.3], "beyond the estimate"),
     ([50.3, 49.9, 50.0, 50.4, 50.1], "within noise"),
     ([60.0, 60.2, 59.9, 60.1, 60.3], "slower"),
