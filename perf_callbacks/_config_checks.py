@@ -12,9 +12,12 @@ import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perf_callbacks.exceptions import PerfConfigError
+
+if TYPE_CHECKING:
+    import signal
 
 ACTIVITIES = ("cpu", "cuda")
 
@@ -127,7 +130,7 @@ def check_capture(max_per_hour: int, poll_s: float, signal_name: str | None, all
             )
 
 
-def _catchable() -> set[int]:
+def _catchable() -> set[signal.Signals]:
     """The signals a Python handler can be installed for: all valid ones but SIGKILL and SIGSTOP."""
     import signal
 

@@ -75,8 +75,8 @@ def test_batch_1_to_64_is_an_improvement_per_sample(tmp_path: Path, capsys: pyte
     assert d["unit"] == "time per sample" and d["ci_high"] < -d["threshold"] and d["effect"] < -0.5, d
     assert d["call"] == "improvement" or _contention_moved(d), d
     assert d["machine_differs"] and any(x["what"] == "batch" and x["new"] == 64 for x in d["machine"])
-    assert {k for k in ("unit", "effect", "ci_low", "ci_high", "threshold", "call", "steps_to_decide",
-                        "machine_differs")} <= set(d)
+    assert {"unit", "effect", "ci_low", "ci_high", "threshold", "call", "steps_to_decide",
+            "machine_differs"} <= set(d)
     assert main(["diff", str(base), str(new)]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[3].startswith("the runs differ besides the change: ")

@@ -34,8 +34,8 @@ def add_diff(sub: argparse._SubParsersAction[Parser]) -> None:
         "steps-rank*.f32), in the unit that matters, with a 95%% interval and a call against --threshold; "
         "--windows (or --window, or a side without a step record) compares the latest complete windows instead. "
         "Exit codes: 0 done; 1 a regression larger than PCT with --fail-on-regression; 2 bad input (a missing, "
-        "unreadable or corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); 70 internal error; "
-        "130 interrupted (Ctrl-C).",
+        "unreadable or corrupt path); 3 a URL could not be read (timeout, unreachable, credentials); "
+        "70 internal error; 130 interrupted (Ctrl-C).",
     )
     p.add_argument("base", help="before the change: a trace, a window folder, a run folder or an output_dir")
     p.add_argument("new", help="after the change: the same kinds of path")
@@ -83,8 +83,10 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def _run_records(args: argparse.Namespace) -> tuple[list[Any], list[Any]] | None:
-    """Both sides' step records, or None when a side has none: then windows are compared (with a note when only one
-    side has a record; runs made before step records, and URLs, have none).
+    """Both sides' step records, or None when a side has none.
+
+    Then windows are compared (with a note when only one side has a record; runs made before step records, and
+    URLs, have none).
     """
     from perf_callbacks.analysis.diff.steps import read_run
 

@@ -5,8 +5,9 @@ The reading of a URL by ``perf-callbacks report`` and ``diff`` (``cli/remote_rea
 read timeout times every retry (minutes). :class:`Bounded` wraps the URL's file system so that each call gets the time
 left, past which :class:`RemoteTimeout` says so. Within that bound, a request that makes no progress for
 :data:`NO_PROGRESS_S` (no answer, or a download whose file stops growing) ends at once with :class:`RemoteStalled`: an
-endpoint that accepts connections and never sends a byte costs 30 s, not the whole bound. An unreachable endpoint or missing or refused credentials become one
-:class:`RemoteError` that names the URL and the cause, and a missing object stays a ``FileNotFoundError``.
+endpoint that accepts connections and never sends a byte costs 30 s, not the whole bound. An unreachable endpoint or
+missing or refused credentials become one :class:`RemoteError` that names the URL and the cause, and a missing object
+stays a ``FileNotFoundError``.
 """
 
 from __future__ import annotations
@@ -151,8 +152,10 @@ class Bounded:
 
 
 def _progress(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], tuple[int, int]]:
-    """How far a call has come: for a download (``get_file``), the bytes its callback was told of and the size of
-    its local file so far (a callback is added to ``kwargs`` when none is given); for any other call, nothing.
+    """How far a call has come.
+
+    For a download (``get_file``), the bytes its callback was told of and the size of its local file so far (a
+    callback is added to ``kwargs`` when none is given); for any other call, nothing.
     """
     if name != "get_file" or len(args) < 2:
         return lambda: (0, 0)

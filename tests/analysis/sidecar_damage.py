@@ -35,6 +35,7 @@ DAMAGE: dict[str, Callable[[dict[str, Any], dict[str, Any]], object]] = {  # on 
     "nan_utilization": lambda rank, meta: rank.update(gpu_utilization=float("nan")),
     "negative_data_wait": lambda rank, meta: rank.update(data_wait_fraction=-0.5),
     "utilization_above_1": lambda rank, meta: rank.update(gpu_utilization=7.0),
+    "loss_above_1": lambda rank, meta: rank.update(losses={**rank["losses"], "sync": 1.5}),
     "negative_step_times": lambda rank, meta: _scale_steps(rank, -1.0),
     "infinite_step_times": lambda rank, meta: _scale_steps(rank, float("inf")),
     "another_window": lambda rank, meta: meta.update(window=[1, 3]),

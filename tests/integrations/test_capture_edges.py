@@ -7,6 +7,8 @@ of ``fit()``, and the longest step. Steps sleep ``STEP_S``: the step time is the
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
 import os
@@ -84,10 +86,8 @@ def test_a_fifo_named_capture_never_delays_step_0(tmp_path: Path) -> None:
     def unblock() -> None:  # after 5 s, a writer: a reader stuck on the FIFO (the old one) gets its end, late
         if stop.wait(5.0):
             return
-        try:
+        with contextlib.suppress(OSError):  # nobody reads it: as it should be
             os.close(os.open(out / "capture", os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass  # nobody reads it: as it should be
 
     threading.Thread(target=unblock, daemon=True).start()
     try:
@@ -120,7 +120,7 @@ def test_a_huge_steps_request_costs_a_step_what_a_short_one_does(tmp_path: Path,
     with caplog.at_level(logging.INFO, logger="perf_callbacks.core.triggers.captures"):
         _, _, cb = timed_fit(tmp_path, 26, clock, output_dir=str(out), capture_poll_s=0.05,
                              schedule={"skip_first": 3, "wait": 0, "warmup": 1, "active": 2, "repeat": 1})
-    took = [b - a for a, b in zip(clock.starts, clock.starts[1:])]  # took[k]: step k, from its start to the next's
+    took = [b - a for a, b in itertools.pairwise(clock.starts)]  # took[k]: step k, from its start to the next's
     short, long = max(took[10:13]), max(took[20:25])
     assert long < 2 * short, (took[10:13], took[20:25])
     assert f"perf-callbacks: file request huge asks for {10**12} steps: capped at {MAX_REQUEST_STEPS} " \

@@ -198,8 +198,9 @@ def _has_out(name: str, dims: list[Any], types: list[Any]) -> bool:
 
 
 def _promoted(types: list[str]) -> int:
-    """Bytes per element of torch's promoted dtype over tensors with dimensions: floating over integral, the wider
-    of two, bf16 with fp16 fp32.
+    """Bytes per element of torch's promoted dtype over tensors with dimensions.
+
+    Floating over integral, the wider of two, bf16 with fp16 fp32.
 
     Example:
         >>> _promoted(["c10::BFloat16", "float"]), _promoted(["c10::Half", "c10::BFloat16"]), _promoted(["bool", "int"])

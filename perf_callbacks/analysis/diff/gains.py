@@ -13,8 +13,8 @@ For each of the base's first ``TOP`` recommendations with an estimated gain
 - ``beyond the estimate``: faster by more than the estimate and the noise band: more than this recommendation's cause
   went (several changes at once, or other work), or the estimate was no bound;
 - ``cause did not move``: the step time moved beyond the noise, but the recommendation's own cause fell by less than
-  ``CAUSE_MOVED`` of the estimate (where its change is known): it was not this advice delivering: no share of the estimate is
-  given, and ``elsewhere`` names the cause that moved most instead (where the time went).
+  ``CAUSE_MOVED`` of the estimate (where its change is known): it was not this advice delivering: no share of the
+  estimate is given, and ``elsewhere`` names the cause that moved most instead (where the time went).
 
 ``cause_change_ms`` is the change of the recommendation's own cause in ms per step (``diff``'s time by cause), where
 the cause is one of the timeline's: it says whether the delivered time came off that cause.

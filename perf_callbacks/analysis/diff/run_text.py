@@ -61,8 +61,8 @@ def _figures(d: dict[str, Any]) -> str:
     which = "mean" if d["unit"].startswith("wall") else "median"
     out = f"  {which} {_ms(a, which)} -> {_ms(b, which)} {unit}"
     if d["unit"].startswith("wall"):
-        out += f"; time set aside (checkpoints, validation, compilation) {a['aside_share']:.0%} -> {b['aside_share']:.0%}" \
-               " of the wall time"
+        out += (f"; time set aside (checkpoints, validation, compilation) {a['aside_share']:.0%} -> "
+                f"{b['aside_share']:.0%} of the wall time")
     return out
 
 

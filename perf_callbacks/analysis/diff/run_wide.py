@@ -44,8 +44,10 @@ class TooFewSteps(ValueError):
 
 
 def compare_runs(base: list[StepRecord], new: list[StepRecord], threshold: float = THRESHOLD) -> dict[str, Any]:
-    """The run-wide comparison: the ``diff --json`` object (``unit``, ``effect``, ``ci_low``, ``ci_high``,
-    ``threshold``, ``call``, ``steps_to_decide``, ``machine_differs``, then the figures behind them).
+    """The run-wide comparison: the ``diff --json`` object.
+
+    Its keys: ``unit``, ``effect``, ``ci_low``, ``ci_high``, ``threshold``, ``call``, ``steps_to_decide``,
+    ``machine_differs``, then the figures behind them.
 
     Raises:
         TooFewSteps: when a side has fewer than ``MIN_COMPARED`` steps to compare.
@@ -78,8 +80,10 @@ def compare_runs(base: list[StepRecord], new: list[StepRecord], threshold: float
 
 
 def _effect(a: dict[str, list[float]], b: dict[str, list[float]], unit: str, threshold: float) -> Effect:
-    """The effect in ``unit``; on the wall clock, blocks of at least two set-aside steps' spacing (their mean then
-    holds such steps in their share, not one block in two or none).
+    """The effect in ``unit``.
+
+    On the wall clock, blocks of at least two set-aside steps' spacing (their mean then holds such steps in their
+    share, not one block in two or none).
     """
     if not unit.startswith("wall"):
         return estimate(_costs(a, unit), _costs(b, unit), threshold)

@@ -102,7 +102,8 @@ def step_chart(result: AnalysisResult) -> str:
     """Time by cause of every step, every rank on one scale (the longest step over all ranks sets it)."""
     ranks = _shown_ranks(result)
     waits = {r.rank: ((r.loader or {}).get("wait_split") or {}).get("waiting_for_cpu", 0.0) for r in ranks}
-    host = {r.rank: r.load if r.gpu_utilization is None else {} for r in ranks}  # on a device its causes are the device's
+    # on a device its causes are the device's
+    host = {r.rank: r.load if r.gpu_utilization is None else {} for r in ranks}
     rows = [(f"rank {r.rank} · step {s.step}", contended(s, host[r.rank], waits[r.rank]),
              f"rank {r.rank} step {s.step} ({s.time_ms:.1f} ms): ",
              "straggler" if r.rank in result.stragglers else "")

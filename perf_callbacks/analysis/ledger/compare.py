@@ -33,8 +33,9 @@ def record_ledgers(records: list[StepRecord]) -> list[Ledger]:
 
 
 def compare_ledgers(base: list[Ledger], new: list[Ledger]) -> dict[str, Any] | None:
-    """``{"base": {...}, "new": {...}, "change": {part: new - base, "wall_s": ..., "goodput": ...}}`` of the slowest
-    rank of each side; None when a side has no ledger.
+    """The slowest rank's ledger of each side and their change; None when a side has no ledger.
+
+    ``{"base": {...}, "new": {...}, "change": {part: new - base, "wall_s": ..., "goodput": ...}}``.
     """
     if not base or not new:
         return None

@@ -134,8 +134,10 @@ def _workers(meta: dict[str, Any]) -> bool:
 
 def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[str, float],
            workers: bool) -> tuple[float, list[int]]:
-    """The steps' compute time (productive, warm-up, compile, anomalous, stalls, worker start-up) and data wait;
-    returns the median step and the steps whose epoch started workers.
+    """The steps' compute time and data wait.
+
+    Compute time is split into productive, warm-up, compile, anomalous, stalls and worker start-up. Returns the
+    median step and the steps whose epoch started workers.
     """
     if not keep:
         return 0.0, []
@@ -169,8 +171,10 @@ def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[
 
 def _waits(record: StepRecord, keep: list[int], bounds: set[int], epochs: Any, workers: bool,
            parts: dict[str, float]) -> list[int]:
-    """Data wait; the first fetch of each epoch that started workers above the median wait is worker start-up (without
-    epoch boundaries in the record: fetches over ``K_MIN`` x the median wait). Returns the steps counted so.
+    """Data wait, less worker start-up.
+
+    The first fetch of each epoch that started workers above the median wait is worker start-up (without epoch
+    boundaries in the record: fetches over ``K_MIN`` x the median wait). Returns the steps counted so.
     """
     waits = [record.wait_s[i] for i in keep]
     med_wait, spikes = statistics.median(waits), []

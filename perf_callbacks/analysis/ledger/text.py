@@ -69,8 +69,9 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
 
 
 def ledger_json(ledgers: list[Ledger]) -> dict[str, Any] | None:
-    """The report's ``ledger`` object: the slowest rank's (``wall_s``, ``goodput``, ``parts``, ``advice``) and
-    ``ranks``, each rank's; None without a ledger.
+    """The report's ``ledger`` object; None without a ledger.
+
+    The slowest rank's ``wall_s``, ``goodput``, ``parts``, ``advice``, and ``ranks``, each rank's.
     """
     if not ledgers:
         return None

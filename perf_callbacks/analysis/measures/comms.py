@@ -214,8 +214,9 @@ def _annotated_call(k: Nccl, span: HostComm, group: str | None, n: int | None) -
 
 
 def _gathered(trace: RankTrace, k: Nccl, call: Call) -> Call:
-    """An annotated AllGather sized by the ``c10d::_allgather_base_`` op that holds its launch: that op's output
-    tensor is the size, output / input the group size; ``call`` unchanged without such an op.
+    """An annotated AllGather sized by the ``c10d::_allgather_base_`` op that holds its launch.
+
+    That op's output tensor is the size, output / input the group size; ``call`` unchanged without such an op.
     """
     corr = k[NCCL_CORRELATION]
     launched = trace.launches.get(corr) if isinstance(corr, int) else None
@@ -231,8 +232,10 @@ def _gathered(trace: RankTrace, k: Nccl, call: Call) -> Call:
 
 
 def _before(trace: RankTrace, k: Nccl, lo: float, first: float | None) -> bool:
-    """Whether ``k`` was launched before the window: its launch call is before ``lo``, or, not in the trace, ``k``
-    started before the trace's ``first`` launch call (a kernel runs after its launch).
+    """Whether ``k`` was launched before the window.
+
+    Its launch call is before ``lo``, or, not in the trace, ``k`` started before the trace's ``first`` launch call
+    (a kernel runs after its launch).
     """
     launched = trace.launches.get(k[NCCL_CORRELATION])
     return launched[0] < lo if launched is not None else first is not None and k[0] < first

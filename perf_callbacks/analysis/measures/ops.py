@@ -119,8 +119,9 @@ def _enclosing(trace: RankTrace, tid: Any, t: float, threads: Threads) -> str | 
 
 
 def _cpu_self_times(trace: RankTrace) -> tuple[dict[str, float], dict[str, int]]:
-    """Self time of each cpu_op: its duration minus that of its direct children on the same thread (kernel replays
-    left out of both).
+    """Self time of each cpu_op.
+
+    Its duration minus that of its direct children on the same thread (kernel replays left out of both).
     """
     times: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)

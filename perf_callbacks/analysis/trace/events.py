@@ -62,8 +62,8 @@ class RankTrace:
     launches: dict[int, tuple[float, int]] = field(default_factory=dict)
     syncs: list[tuple[float, float, str]] = field(default_factory=list)
     cpu_ops: list[tuple[float, float, Any, str]] = field(default_factory=list)
-    ext_names: dict[int, str] = field(default_factory=dict)
-    ext_spans: dict[int, tuple[float, float, Any]] = field(default_factory=dict)
+    ext_names: dict[int | str, str] = field(default_factory=dict)
+    ext_spans: dict[int | str, tuple[float, float, Any]] = field(default_factory=dict)
     launch_tids: dict[int, Any] = field(default_factory=dict)
     data_spans: list[Span] = field(default_factory=list)
     data_names: set[str] = field(default_factory=set)
@@ -125,15 +125,21 @@ class _Collector:
                 self._runtime(e)
             elif kind == "annotation":
                 self._annotation(e)
-            elif kind == "profiler_range":
-                t.profiler_ranges += 1
-            elif kind == "python":
-                t.python_events += 1
-                if str(e.get("name", "")).startswith(FOREIGN_MODULE_PREFIX):
-                    self._annotation(e)
-            elif e.get("name") == "[memory]" and isinstance(e.get("args"), dict):
-                self._memory(e["args"])
-                t.extra.memory_event(e)
+            else:
+                self._rare(kind, e)
+
+    def _rare(self, kind: str, e: dict[str, Any]) -> None:
+        """The less frequent categories: profiler ranges, Python events (module spans of foreign traces), memory."""
+        t = self.trace
+        if kind == "profiler_range":
+            t.profiler_ranges += 1
+        elif kind == "python":
+            t.python_events += 1
+            if str(e.get("name", "")).startswith(FOREIGN_MODULE_PREFIX):
+                self._annotation(e)
+        elif e.get("name") == "[memory]" and isinstance(e.get("args"), dict):
+            self._memory(e["args"])
+            t.extra.memory_event(e)
 
     def _cpu_op(self, e: dict[str, Any]) -> None:
         t, name, ts = self.trace, str(e.get("name", "")), e["ts"]

@@ -125,8 +125,10 @@ def comm_args(args: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def nested_paths(spans: list[ModuleSpan]) -> list[ModuleSpan]:
-    """``nn.Module:`` spans as module paths: each name under the names of the spans that hold it on its thread; when
-    one module holds all the others (the model), it is the root (``""``) and left out of the paths.
+    """``nn.Module:`` spans as module paths.
+
+    Each name goes under the names of the spans that hold it on its thread; when one module holds all the others
+    (the model), it is the root (``""``) and left out of the paths.
 
     Example:
         >>> nested_paths([(0, 9, 1, "Net_0"), (1, 3, 1, "Block_0"), (2, 3, 1, "Linear_0"), (4, 5, 1, "Block_1")])

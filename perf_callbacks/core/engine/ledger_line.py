@@ -1,7 +1,8 @@
 """The ledger's console line at the end of training, on the reporting rank (``analysis/ledger/``).
 
 ``perf-callbacks: 41 min, goodput 72%: checkpoints 14%, data 4% -> <run>``: read back from the step record just
-written at close (a few megabytes at most), on stderr (on a line of its own, a tqdm bar redrawn below), never raising into training (close calls it under ``quiet``).
+written at close (a few megabytes at most), on stderr (on a line of its own, a tqdm bar redrawn below), never raising
+into training (close calls it under ``quiet``).
 """
 
 from __future__ import annotations

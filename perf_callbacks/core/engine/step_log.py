@@ -78,9 +78,10 @@ class StepLog:
         self.stamps: dict[str, Any] = start_stamps()  # the ledger's clock readings (core/engine/ledger_stamps.py)
 
     def epoch_start(self, done: int | None, loader: Any = None) -> None:
-        """An epoch of ``loader`` starts after step ``done`` (None: before the first step). The ledger's DataLoader
-        worker start-up is the boundary step's time above the median (the new iterator starts its workers) and the
-        next fetch's wait above the median, for a loader with workers that are not persistent.
+        """An epoch of ``loader`` starts after step ``done`` (None: before the first step).
+
+        The ledger's DataLoader worker start-up is the boundary step's time above the median (the new iterator starts
+        its workers) and the next fetch's wait above the median, for a loader with workers that are not persistent.
         """
         try:
             epochs = self.stamps.setdefault("epoch_starts", [])
@@ -94,8 +95,9 @@ class StepLog:
             log.debug("perf-callbacks: the ledger's epoch boundary was not noted", exc_info=True)
 
     def due(self) -> None:
-        """At a logging step: :meth:`flush` once ``FLUSH_ROWS`` steps wait or ``FLUSH_S`` seconds passed (else nothing:
-        a logging step of a fast loop stays cheap).
+        """At a logging step: :meth:`flush` once ``FLUSH_ROWS`` steps wait or ``FLUSH_S`` seconds passed.
+
+        Else nothing: a logging step of a fast loop stays cheap.
         """
         if len(self.rows) >= FLUSH_ROWS or time.perf_counter() - self._flushed >= self.every_s:
             self.flush()

@@ -184,8 +184,10 @@ def _library(filename: str) -> bool:
 
 
 def _write_faulthandler(path: Path) -> None:
-    """Faulthandler's dump of every thread, through memory: it ignores its own write errors (a full disk would
-    leave an empty or cut file), so its text is written by :func:`_atomic`, which does not.
+    """Faulthandler's dump of every thread, through memory.
+
+    Faulthandler ignores its own write errors (a full disk would leave an empty or cut file), so its text is written
+    by :func:`_atomic`, which does not.
     """
     with _scratch() as f:
         faulthandler.dump_traceback(f, all_threads=True)
@@ -223,8 +225,10 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _atomic(path: Path, text: str) -> None:
-    """``path`` whole or not at all: written under a temporary name, synced, then renamed; the partial file is removed
-    when that fails (a full disk), and the error raised.
+    """``path`` whole or not at all.
+
+    Written under a temporary name, synced, then renamed; the partial file is removed when that fails (a full disk),
+    and the error raised.
     """
     tmp = path.with_name(f".{path.name}.partial")
     try:

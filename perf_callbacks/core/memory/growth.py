@@ -65,12 +65,12 @@ class GrowthDetector:
     - The first ``warmup`` readings and readings before step ``min_step`` are skipped.
     - The rate is the median over the intervals since then of each interval's rise per step; it is computed after an
       interval in which the memory rose (a flat run costs one comparison a reading).
-    - It fires once, when (confirmed as in the module's docstring) at least ``min_intervals`` intervals are in; the rate is positive and, in all but a
-      quarter of the intervals, the memory rose by at least half the rate (a trend, not one jump); the rate is
-      beyond the rises' noise (three standard errors of their robust spread: 1.4826 x MAD), and the memory itself
-      rose at half that rate at least (the medians of its first and last quarter of readings) and by six times its
-      spread around the line of that rate; the rate times the
-      steps covered is at least ``min_rise`` bytes and ``min_fraction`` of the memory held at the first reading; and
+    - It fires once, when (confirmed as in the module's docstring) at least ``min_intervals`` intervals are in; the
+      rate is positive and, in all but a quarter of the intervals, the memory rose by at least half the rate (a
+      trend, not one jump); the rate is beyond the rises' noise (three standard errors of their robust spread:
+      1.4826 x MAD), and the memory itself rose at half that rate at least (the medians of its first and last
+      quarter of readings) and by six times its spread around the line of that rate; the rate times the steps
+      covered is at least ``min_rise`` bytes and ``min_fraction`` of the memory held at the first reading; and
       at that rate the memory fills within ``horizon_steps`` steps (when ``total_bytes`` is known).
 
     Args:
@@ -207,8 +207,10 @@ class MemoryGrowth:
 
 
 def _confirm_steps(g: Growth, least: int) -> int:
-    """How long a growth seen must go on before it is told: as long again as it took to see it, ``least`` steps at
-    least, but no more than a quarter of the steps left before the memory is full at its rate.
+    """How long a growth seen must go on before it is told.
+
+    As long again as it took to see it, ``least`` steps at least, but no more than a quarter of the steps left
+    before the memory is full at its rate.
     """
     wait = max(g.until_step - g.since_step, least)
     return wait if g.steps_to_full is None else min(wait, g.steps_to_full // 4)

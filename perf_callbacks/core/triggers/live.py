@@ -126,8 +126,10 @@ class LiveMarker:
 
 def parse_marker(body: bytes | None) -> LiveRank | None:
     """A marker's content; None when it is not one."""
+    if not body:
+        return None
     try:
-        data = json.loads(body) if body else None
+        data = json.loads(body)
         return LiveRank(str(data["run"]), int(data["rank"]), int(data["pid"]), str(data["host"]), float(data["t"]),
                         float(data["poll_s"]), float(data["refresh_s"]))
     except (ValueError, TypeError, KeyError):

@@ -44,8 +44,9 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 @functools.lru_cache(maxsize=1)
 def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this CPU has bf16 instructions (``BF16_FLAGS``), so that bf16 autocast on the CPU can pay; False where
-    ``/proc/cpuinfo`` does not say (not Linux).
+    """Whether this CPU has bf16 instructions (``BF16_FLAGS``), so that bf16 autocast on the CPU can pay.
+
+    False where ``/proc/cpuinfo`` does not say (not Linux).
     """
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:

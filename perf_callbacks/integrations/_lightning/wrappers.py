@@ -70,8 +70,9 @@ def unwrap_fetch(trainer: pl.Trainer) -> None:
 
 
 def undo_failed_fit(trainer: pl.Trainer, engine: PerfEngine | None) -> None:
-    """After ``on_exception`` (Lightning calls no teardown hook after a failed fit): our wrappers off, and the signal
-    handler ours replaced is the one Lightning puts back (the engine is closed by then).
+    """After ``on_exception`` (Lightning calls no teardown hook after a failed fit): our wrappers off.
+
+    The signal handler ours replaced is the one Lightning puts back (the engine is closed by then).
 
     Our handler is installed in ``setup``; Lightning's signal connector then saves every handler and restores them in
     the Trainer's teardown, which runs after ``on_exception`` when ``fit`` fails (an exception in ``training_step``, a

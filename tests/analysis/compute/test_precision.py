@@ -105,3 +105,36 @@ def test_the_live_settings_are_read_from_the_trace(tmp_path: Path) -> None:
     assert "torch.get_float32_matmul_precision() == 'highest'" in result.measures.precision["text"]
     peaks = result.measures.roofline_peaks
     assert peaks["tbps"] == 4.0 and peaks["tbps_source"].startswith("NVML")
+
+
+def test_of_two_ranks_the_hint_is_the_one_with_fp32_math_and_names_it(tmp_path: Path) -> None:
+    """Rank 0's GEMMs run on TF32 tensor cores (renamed), rank 1's in fp32 (sync_bound as it is): the window's hint is
+    rank 1's, said to be rank 1's."""
+    folder = tmp_path / "window-000001-000005"
+    folder.mkdir()
+    doc = load_doc("sync_bound")
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and any(k in e["name"] for k in FP32):
+            e["name"] = "sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8"
+    save_doc(folder / "rank0.pt.trace.json.gz", doc)
+    (folder / "rank1.pt.trace.json.gz").write_bytes(fixture_trace("sync_bound").read_bytes())
+    result = analyze(folder, sidecars=False)
+    assert [r.rank for r in result.ranks] == [0, 1] and result.ranks[0].measures.precision is None
+    hint = result.measures.precision
+    assert hint is not None and hint["rank"] == 1 and hint["text"].startswith("rank 1: fp32 matrix math")
+    assert hint["time_ms"] == pytest.approx(analyzed("sync_bound").measures.precision["time_ms"])
+
+
+def test_the_bf16_estimate_halves_the_bytes_of_a_memory_bound_gemm() -> None:
+    """An fp32 GEMM of 20 GB at 4.8 TB/s is memory-bound: at TF32 it still moves 20 GB (4.17 ms of its 10), in bf16
+    half of them (2.08 ms)."""
+    from perf_callbacks.analysis.compute.precision import estimate
+
+    kernel = "cutlass_80_simt_sgemm_256x128_8x4_nt_align1"
+    rows = [{"op": "aten::mm", "dtype": "fp32", "flops": 1e9, "bytes": 20e9, "device_time_ms": 10.0, "count": 1,
+             "kernels": [{"name": kernel, "time_ms": 10.0}]}]
+    peaks = {"tflops": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4}, "tbps": 4.8, "tflops_source": "table: H200"}
+    gains = estimate(rows, {kernel: 10.0}, 10.0, peaks, 100.0, 50.0)["estimated_gain"]
+    assert gains["tf32"]["window_ms"] == pytest.approx(10.0 - 20e9 / 4.8e12 * 1e3)
+    assert gains["bf16"]["window_ms"] == pytest.approx(10.0 - 10e9 / 4.8e12 * 1e3)
+    assert gains["bf16"]["ms_per_step"] == pytest.approx(gains["bf16"]["window_ms"] / 100.0 * 50.0)

@@ -220,3 +220,38 @@ def test_the_peaks_line_without_a_peak_flops_names_no_unit_for_it() -> None:
     cpu = roofline_lines([{**row, "device": "cpu"}], {"tflops": {"bf16": 989.0}, "tflops_source": "table: H100",
                                                       "tbps": 3.35, "tbps_source": "table: H100"}, 1)[-1]
     assert "H100" not in cpu and "no bound" in cpu  # CPU times are never held to the device's peaks
+
+
+def test_fp32_calls_whose_kernels_use_tf32_are_held_to_the_tf32_peak() -> None:
+    """An fp32 GEMM whose kernel is a TF32 tensor-core one (``tf32`` in its name) is held to the TF32 peak, 494.7
+    TFLOP/s on an H200, not the fp32 one (67): 10 TFLOP in 0.1 s is 100 TFLOP/s, 20% of its bound, not 149%."""
+    from perf_callbacks.analysis.compute.device_peaks import Peaks
+    from perf_callbacks.analysis.compute.roofline import finish
+
+    peaks = Peaks(tflops={"fp32": 67.0, "tf32": 494.7}, tbps=4.8)
+    kernel = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off"
+    row = {"op": "aten::mm", "shapes": "", "dtype": "fp32", "device_time_ms": 100.0, "flops": 10e12, "bytes": 1e9,
+           "kernels": [{"name": kernel}]}
+    tf32 = finish(dict(row), peaks)
+    assert tf32["peak_dtype"] == "tf32" and tf32["peak_tflops"] == 494.7
+    assert tf32["bound_share"] == pytest.approx(100.0 / 494.7)
+    plain = finish({**row, "kernels": [{"name": "ampere_sgemm_128x64_tn"}]}, peaks)
+    assert plain["peak_dtype"] == "fp32" and plain["peak_tflops"] == 67.0
+
+
+def test_two_ranks_sum_their_calls_flops_and_bytes(tmp_path: Path, results: dict) -> None:
+    """sync_bound as rank 0 and rank 1: every group of the window has twice one rank's calls, FLOPs and bytes."""
+    folder = tmp_path / "window-000001-000005"
+    folder.mkdir()
+    for rank in (0, 1):
+        (folder / f"rank{rank}.pt.trace.json.gz").write_bytes(fixture_trace("sync_bound").read_bytes())
+    two = analyze(folder, top_k=1000, sidecars=False)
+    assert len(two.ranks) == 2
+    one = {(r["op"], r["shapes"], r["dtype"]): r for r in results["sync_bound"].measures.roofline}
+    rows = {(r["op"], r["shapes"], r["dtype"]): r for r in two.measures.roofline}
+    assert set(rows) == set(one)
+    for key, r in rows.items():
+        assert r["count"] == 2 * one[key]["count"], key
+        assert r["flops"] == (None if one[key]["flops"] is None else 2 * one[key]["flops"]), key
+        assert r["bytes"] == (None if one[key]["bytes"] is None else 2 * one[key]["bytes"]), key
+    assert any(r["bytes"] for r in rows.values())

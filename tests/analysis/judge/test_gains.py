@@ -20,6 +20,7 @@ from perf_callbacks.analysis.results.recommendation import Recommendation
 from perf_callbacks.analysis.sidecar import write_sidecar
 from tests.analysis.conftest import DEVICE_CATS, fixture_trace, load_doc, save_doc
 from tests.analysis.rank_traces import write_ranks
+from tests.analysis.synthetic_results import rank as synthetic_rank
 
 NAMES = ("compute_bound", "input_bound", "launch_bound_tiny_kernels", "sync_bound")
 IDLE = ("input", "sync", "host", "other")
@@ -142,8 +143,19 @@ def test_a_straggler_gains_its_lateness_and_the_collectives_only_what_is_left(tm
     assert "less the straggler's lateness" in comm.basis
 
 
+def test_the_cpu_contention_gain_is_its_share_of_the_window_times_the_median_step() -> None:
+    """The run-queue wait is not in the steps' causes: its gain is the window's share times the median step time."""
+    r = synthetic_rank(0, [40.0, 50.0, 70.0])
+    r.losses["cpu_contention"] = 0.3
+    ms, fraction, basis = step_gain(r, "cpu_contention")
+    assert ms == pytest.approx(15.0) and fraction == pytest.approx(0.3), basis
+    assert "its share of the window times the median step time" in basis
+
+
 @pytest.mark.parametrize(("new", "outcome"), [
     ([36.0, 36.2, 35.9, 36.1, 36.3], "within the estimate"),
+    ([35.5, 35.7, 35.4, 35.6, 35.8], "within the estimate"),  # 14.5 ms: above 14, inside the noise band (1.1 ms)
+    ([34.8, 35.0, 34.7, 34.9, 35.1], "beyond the estimate"),  # 15.2 ms: above 14 + 1.1
     ([26.0, 26.2, 25.9, 26.1, 26.3], "beyond the estimate"),
     ([50.3, 49.9, 50.0, 50.4, 50.1], "within noise"),
     ([60.0, 60.2, 59.9, 60.1, 60.3], "slower"),

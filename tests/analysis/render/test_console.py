@@ -63,3 +63,14 @@ def console_parts_of(r: RankResult) -> dict[str, str]:
                             data_wait_fraction=r.data_wait_fraction, step_time_ms=r.step_time_ms, top_ops=[],
                             recommendations=r.recommendations, ranks=[r])
     return console_parts(result)
+
+
+def test_the_line_is_built_from_the_rank_the_window_was_judged_on_not_rank_0() -> None:
+    """Rank 1 is sync_bound, rank 0 host_bound; the window is judged sync_bound: the line says rank 1's figures."""
+    host = rank(rank=0, losses={"host": 0.3})
+    sync = rank(rank=1, path="rank1.pt.trace.json.gz", losses={"sync": 0.45}, sync_calls_ms={"aten::item": 4.5})
+    assert (host.verdict, sync.verdict) == ("host_bound", "sync_bound")
+    result = AnalysisResult(path="w", verdict="sync_bound", gpu_utilization=0.5, data_wait_fraction=0.0,
+                            step_time_ms=None, top_ops=[], recommendations=[], ranks=[host, sync])
+    assert console_parts(result) == {"verdict": "sync_bound", "figure": "device idle after syncs 45%",
+                                     "action": "remove aten::item from the step"}

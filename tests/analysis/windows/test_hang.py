@@ -58,6 +58,20 @@ def test_the_flight_recorder_names_the_collective_and_the_rank_that_never_entere
     assert [r["where"] for r in hang["ranks"]] == ["train.py:75 step"] * 3 + ["train.py:88 load_batch"]
 
 
+def test_with_two_collectives_pending_the_rank_waits_in_the_older_one(tmp_path: Path) -> None:
+    """Async collectives: a rank can have enqueued one more before the first completes; it waits in the oldest."""
+    done = [entry(s, True) for s in range(1195, 1204)]
+    pending = [entry(1204, False), entry(1205, False, op="all_gather", numel=2**20)]
+    for rank in range(3):
+        write_rank(tmp_path, rank, [(60, "train"), (75, "step")], "all_reduce", [*done, *pending])
+    write_rank(tmp_path, 3, [(60, "train"), (88, "load_batch")], None, done)
+    hang = read_hangs(tmp_path)
+    assert hang is not None
+    assert [r["collective"]["op"] for r in hang["ranks"][:3]] == ["all_reduce"] * 3
+    assert [r["collective"]["seq"] for r in hang["ranks"][:3]] == [1204] * 3
+    assert hang["summary"][0].startswith("ranks 0-2 wait in all_reduce #1,204 (process group default, 67.1 MB)")
+
+
 def test_without_a_flight_recorder_the_collective_comes_from_the_stacks(tmp_path: Path) -> None:
     write_rank(tmp_path, 0, [(75, "step")], "all_reduce", world=3)
     write_rank(tmp_path, 2, [(75, "step")], "all_reduce", world=3)

@@ -68,6 +68,17 @@ def test_a_few_jumps_over_a_slow_creep_are_silent_when_the_creep_would_never_fil
     assert feed(GrowthDetector(total_bytes=64 * GB, horizon_steps=10**9), held) != []  # the horizon says no
 
 
+def test_a_saw_tooth_that_rises_in_most_intervals_but_never_climbs_is_not_even_seen() -> None:
+    """A cache that fills 20 MB a reading four times, then is cleared: 80% of the rises are 2 MB a step (their median,
+    their spread 0), yet the memory stays where it was. The levels (first quarter against the last) say so: nothing is
+    seen, so nothing waits for confirmation while a real leak could start."""
+    d = GrowthDetector(total_bytes=64 * GB)
+    held = [400 * MB + 20 * MB * (i % 5) for i in range(60)]
+    for i, h in enumerate(held):
+        assert d.check(i * EVERY + EVERY - 1, int(h)) is None
+        assert d.seen_growth is None, i
+
+
 def test_a_growth_below_the_size_that_matters_is_silent() -> None:
     """Rising every interval, but by 1% of the memory held over 40 intervals: below ``min_fraction``."""
     held = [10 * GB + i * 2 * MB for i in range(40)]
