@@ -64,3 +64,16 @@ def test_diff_after_the_advice_shows_the_checkpoint_part_shrinking_by_its_saving
 
 def close_to(found: float, planted: float) -> bool:
     return abs(found - planted) <= max(0.05 * planted, 0.05)
+
+
+def test_the_ledger_is_the_reported_runs_own_never_one_found_above_it(tmp_path: Path) -> None:
+    """A window folder copied without its run's record, under a folder that holds another run: no ledger is lent."""
+    import shutil
+
+    planted_fit(tmp_path / "other", steps=8, ckpt_s=0.0, window=True)
+    [window] = list((tmp_path / "other" / "perf").glob("*/window-*"))
+    assert run_ledgers(window) and run_ledgers(window / "rank0.pt.trace.json.gz")  # its own run's, beside it
+    lone = tmp_path / "copies" / window.name  # two levels up from it: tmp_path, which holds the other run
+    shutil.copytree(window, lone)
+    assert run_ledgers(lone) == run_ledgers(lone.parent) == run_ledgers(lone / "rank0.pt.trace.json.gz") == []
+    assert run_ledgers(tmp_path / "other" / "perf")  # an output dir: its newest run below it

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.analysis.diff.steps import read_run
+from perf_callbacks.analysis.diff.steps import RECORD, read_run
 from perf_callbacks.analysis.ledger.advice import ledger_advice
 from perf_callbacks.analysis.ledger.parts import Ledger, rank_ledger
 
@@ -32,16 +32,29 @@ SHOWN = 0.01  # a part under 1% of the wall time is left out of the line
 
 
 def run_ledgers(path: str | Path) -> list[Ledger]:
-    """The ledgers of the ranks under ``path`` (a run folder, a window folder in it, or an output dir) that closed."""
+    """The ledgers of the ranks under ``path`` (a run folder, a window folder or a trace in it, or an output dir).
+
+    Only the run ``path`` belongs to: its own folder, the run folder right above a window folder, or the newest run
+    below an output dir; never a run found by searching above ``path`` (another run, another test's, the user's).
+    Ranks whose record did not close have no ledger.
+    """
     root = Path(path)
-    for where in (root, root.parent, root.parent.parent):
-        try:
-            records = read_run(where)
-        except (OSError, ValueError):
-            return []
-        if records:
-            return [led for r in records if (led := rank_ledger(r)) is not None]
-    return []
+    if root.is_file():
+        root = root.parent
+    try:
+        records = read_run(root) if root.is_dir() else []
+        if not records and any(RECORD.fullmatch(p.name) for p in _listing(root.parent)):
+            records = read_run(root.parent)  # a window folder: its run's record is beside it
+    except (OSError, ValueError):
+        return []
+    return [led for r in records if (led := rank_ledger(r)) is not None]
+
+
+def _listing(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
 
 
 def summary_line(led: Ledger) -> str:
