@@ -77,8 +77,10 @@ def test_the_loader_block_is_in_the_sidecar_and_the_report_json(tmp_path: Path,
         train(tmp_path, Stepping(Fetching(SAMPLE_MS), len(pinned), STEP_MS))
     (sidecar,) = (tmp_path / "perf").glob("*/window-*/rank0.summary.json")
     rank = json.loads(sidecar.read_text())["rank"]
-    assert set(rank["loader"]) == {"num_workers", "workers_cpu_fraction", "fetch_ms_p50", "advice_kind",
-                                   "advice_workers", "wait_split"}
+    assert set(rank["loader"]) == {"num_workers", "workers_cpu_fraction", "fetch_ms_p50", "fetch_timed",
+                                   "advice_kind", "advice_workers", "wait_split"}
+    # timed in the workers: 4 samples that sleep 75 ms each, never less (it was num_workers x the median step)
+    assert rank["loader"]["fetch_timed"] and 4 * SAMPLE_MS <= rank["loader"]["fetch_ms_p50"], rank["loader"]
     split = rank["loader"]["wait_split"]  # the workers sleep in every fetch: blocked, not on a CPU
     assert split["blocked"] > split["on_cpu"] and sum(split.values()) == pytest.approx(1.0, abs=1e-3), split
     assert rank["loader"]["num_workers"] == len(pinned) and rank["loader"]["fetch_ms_p50"] > 0

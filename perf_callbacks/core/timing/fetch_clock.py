@@ -8,10 +8,11 @@ time, and the worker thread's time on a CPU and waiting for one (its ``schedstat
 fetching is the rest of the fetch; the time between fetches is idle, not blocked.
 
 Each worker writes its running totals and its last ``RING`` fetch times into a slot of a shared anonymous memory
-map, created before the workers start and inherited by them at ``fork`` (workers started by ``spawn`` or a
-forkserver do not inherit it: their fetches are not measured, and the figures are None). The training process reads
-the totals only when it marks its load (window boundaries, logging steps), never per step; a worker spends a few
-microseconds a batch on it.
+map, created when the engine starts (:func:`prepare`, before the workers do) and inherited by them at ``fork``, where
+an ``os.register_at_fork`` hook wraps the child's fetchers; the user's loader and its ``worker_init_fn`` are left as
+they are. Workers started by ``spawn`` or a forkserver inherit neither: their fetches are not timed, and the figures
+are None. The training process reads the totals only when it marks its load (window boundaries, logging steps), never
+per step; a worker spends a few microseconds a batch on it.
 
 Example:
     >>> clock = FetchClock(2)
@@ -25,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import mmap
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -74,20 +76,32 @@ class Fetches:
 
 
 class FetchClock:
-    """The shared slots the workers write and the training process reads.
+    """The shared slots the workers write and the training process reads, behind a header naming the loader.
 
     Args:
-        workers: the loader's ``num_workers`` (slots past ``SLOTS`` are not kept).
+        slots: workers kept (``SLOTS``).
     """
 
-    def __init__(self, workers: int) -> None:
-        self.workers = max(1, min(workers, SLOTS))
-        self._map = mmap.mmap(-1, self.workers * _WIDTH * 8)  # anonymous, MAP_SHARED: a forked child writes here
-        self._cells = memoryview(self._map).cast("d")
+    def __init__(self, slots: int = SLOTS) -> None:
+        self.slots = slots
+        self._map = mmap.mmap(-1, 8 + slots * _WIDTH * 8)  # anonymous, MAP_SHARED: a forked child writes here
+        view = memoryview(self._map)
+        self._head = view[:8].cast("q")  # the id of the training loader's dataset, 0: none
+        self._cells = view[8:].cast("d")
+
+    @property
+    def dataset(self) -> int:
+        """``id()`` of the dataset whose workers write here (0: none): a worker forked from this process sees the
+        object at the same address."""
+        return int(self._head[0])
+
+    @dataset.setter
+    def dataset(self, ident: int) -> None:
+        self._head[0] = ident
 
     def record(self, slot: int, wall: float, ran: float, waited: float) -> None:
         """One fetch by the worker in ``slot`` (seconds): its time last into the ring, the count after it."""
-        if not 0 <= slot < self.workers:
+        if not 0 <= slot < self.slots:
             return
         c, base = self._cells, slot * _WIDTH
         n = int(c[base])
@@ -97,79 +111,90 @@ class FetchClock:
         c[base + 3] += waited
         c[base] = n + 1
 
-    def mark(self) -> FetchMark:
-        """The totals now (a few reads per worker)."""
+    def mark(self, workers: int | None = None) -> FetchMark:
+        """The totals now, of the first ``workers`` slots (all by default): a few reads per worker."""
         c = self._cells
-        bases = range(0, self.workers * _WIDTH, _WIDTH)
+        bases = range(0, min(workers or self.slots, self.slots) * _WIDTH, _WIDTH)
         return FetchMark(tuple(int(c[b]) for b in bases),
                          (sum(c[b + 1] for b in bases), sum(c[b + 2] for b in bases), sum(c[b + 3] for b in bases)))
 
     def since(self, start: FetchMark) -> Fetches | None:
         """The fetches since ``start``; None when none finished."""
-        return self.between(start, self.mark())
+        return self.between(start, self.mark(len(start.counts)))
 
     def between(self, start: FetchMark, end: FetchMark) -> Fetches | None:
         """The fetches from ``start`` to ``end`` (the median from the rings as they are now); None when none finished."""
         count = sum(end.counts) - sum(start.counts)
-        if count <= 0:
+        if count <= 0 or len(start.counts) != len(end.counts):
             return None
         c, times = self._cells, []
-        for slot, (a, b) in enumerate(zip(start.counts, end.counts, strict=False)):
+        for slot, (a, b) in enumerate(zip(start.counts, end.counts, strict=True)):
             base = slot * _WIDTH + _HEAD
             times += [c[base + i % RING] for i in range(max(a, b - RING), b)]
         wall, ran, waited = (max(e - s, 0.0) for e, s in zip(end.sums, start.sums, strict=True))
         return Fetches(count, wall, ran, waited, statistics.median(times) if times else wall / count)
 
 
-class TimedInit:
-    """A loader's ``worker_init_fn``: times the worker's fetches into ``clock``, then calls the user's own.
+_CLOCK: list[FetchClock] = []  # the process's one clock, made before the workers fork
+_ACTIVE: list[int] = []  # the training loader's num_workers while its fetches are timed
 
-    Args:
-        clock: where the worker writes (None once pickled for ``spawn``: the map does not travel).
-        user: the loader's ``worker_init_fn`` before, or None.
+
+def prepare() -> FetchClock | None:
+    """Make the clock and have every child forked from now on time its fetches (once per process; never raises).
+
+    Call before the training loader starts its workers (Lightning starts them before ``on_train_start``): the map is
+    inherited at ``fork``, and the child's fetchers are wrapped by ``os.register_at_fork``. A child that is no worker
+    of the training loader (a validation loader's, a user's process) fetches as before: a wrapped fetch that finds
+    another dataset, or no worker info, is not timed.
     """
-
-    def __init__(self, clock: FetchClock | None, user: Callable[[int], Any] | None) -> None:
-        self.clock, self.user = clock, user
-
-    def __call__(self, worker_id: int) -> None:
-        """In the worker: time its fetcher (never raises for that), then the user's ``worker_init_fn``."""
-        if self.clock is not None:
-            try:
-                time_fetcher(self.clock, worker_id)
-            except Exception:  # noqa: BLE001 - instrumentation never breaks a worker
-                pass
-        if self.user is not None:
-            self.user(worker_id)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled for a spawned worker: only the user's function goes (the map is this process's)."""
-        return {"clock": None, "user": self.user}
+    if _CLOCK:
+        return _CLOCK[0]
+    try:
+        clock = FetchClock()
+        os.register_at_fork(after_in_child=lambda: _in_child(clock))
+    except (AttributeError, OSError, ValueError):  # no fork (Windows), no shared map
+        return None
+    _CLOCK.append(clock)
+    return clock
 
 
-def time_fetcher(clock: FetchClock, slot: int) -> None:
-    """In a worker process: wrap the fetchers' ``fetch`` so that each batch's fetch is written to ``slot``."""
-    from torch.utils.data._utils import fetch as fetchers
+def _in_child(clock: FetchClock) -> None:
+    try:
+        time_fetcher(clock)
+    except Exception:  # noqa: BLE001 - instrumentation never breaks a child
+        pass
 
+
+def time_fetcher(clock: FetchClock) -> None:
+    """In a child process: wrap the fetchers' ``fetch`` so that each batch a training-loader worker fetches is
+    written to its slot (its worker id)."""
+    import sys
+
+    fetchers = sys.modules.get("torch.utils.data._utils.fetch")  # loaded by the parent's DataLoader already
+    if fetchers is None:
+        return
     waited = ThreadWait()  # the run-queue delay: counted when the thread gets a CPU back, so within the fetch
     for cls in (fetchers._MapDatasetFetcher, fetchers._IterableDatasetFetcher):
         original = cls.fetch
-        if getattr(original, "_perf_timed", False):
-            continue
-        cls.fetch = _timed(original, clock, slot, waited)  # type: ignore[method-assign]
+        if not getattr(original, "_perf_timed", False):
+            cls.fetch = _timed(original, clock, waited)
 
 
-def _timed(original: Callable[..., Any], clock: FetchClock, slot: int,
-           waited: Callable[[], float | None]) -> Callable[..., Any]:
+def _timed(original: Callable[..., Any], clock: FetchClock, waited: Callable[[], float | None]) -> Callable[..., Any]:
     """``original`` timed: the wall clock, the thread's CPU clock (exact: ``schedstat``'s run time of a running
     thread lags by up to a scheduler tick, longer than a fetch from memory) and its run-queue delay."""
+    from torch.utils.data import get_worker_info
+
     def fetch(self: Any, index: Any) -> Any:
+        info = get_worker_info()
+        if info is None or id(info.dataset) != clock.dataset:
+            return original(self, index)
         t0, c0, w0 = time.perf_counter(), time.thread_time(), waited()
         data = original(self, index)  # an exception (StopIteration at an iterable's end) is no fetch
         try:
             c1, w1, wall = time.thread_time(), waited(), time.perf_counter() - t0
             if w0 is not None and w1 is not None:
-                clock.record(slot, wall, c1 - c0, w1 - w0)
+                clock.record(info.id, wall, c1 - c0, w1 - w0)
         except Exception:  # noqa: BLE001 - instrumentation never breaks a worker
             pass
         return data
@@ -178,29 +203,24 @@ def _timed(original: Callable[..., Any], clock: FetchClock, slot: int,
     return fetch
 
 
-_ACTIVE: list[FetchClock] = []
-
-
 def attach(loader: Any) -> FetchClock | None:
-    """Time the fetches of ``loader``'s workers from its next iterator on; the clock :func:`active` returns.
+    """Time the fetches of the workers of ``loader`` (the training loader), those forked since :func:`prepare` too.
 
-    A loader without workers, or not a ``torch.utils.data.DataLoader`` (its own ``worker_init_fn``), gets none: the
-    fetch is then not measured. A loader attached before keeps its clock.
+    A loader without workers, or not a ``torch.utils.data.DataLoader``, gets none: the fetch is then not measured.
     """
     from torch.utils.data import DataLoader
 
     _ACTIVE.clear()
-    if not isinstance(loader, DataLoader) or not loader.num_workers:
+    clock = prepare()
+    if clock is None or not isinstance(loader, DataLoader) or not loader.num_workers:
+        if clock is not None:
+            clock.dataset = 0
         return None
-    init = loader.worker_init_fn
-    clock = init.clock if isinstance(init, TimedInit) else None
-    if clock is None:
-        clock = FetchClock(loader.num_workers)
-        loader.worker_init_fn = TimedInit(clock, init)
-    _ACTIVE.append(clock)
+    clock.dataset = id(loader.dataset)
+    _ACTIVE.append(loader.num_workers)
     return clock
 
 
-def active() -> FetchClock | None:
-    """The training loader's clock (the last :func:`attach`), None when its fetches are not timed."""
-    return _ACTIVE[0] if _ACTIVE else None
+def active() -> tuple[FetchClock, int] | None:
+    """The clock and the training loader's ``num_workers`` while its fetches are timed (:func:`attach`), else None."""
+    return (_CLOCK[0], _ACTIVE[0]) if _CLOCK and _ACTIVE else None

@@ -18,6 +18,7 @@ from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.memory.sampler import MemorySampler
 from perf_callbacks.core.timing.cpu_wait import CpuWait
 from perf_callbacks.core.timing.dataloader import Finding, data_wait_finding
+from perf_callbacks.core.timing.fetch_clock import prepare
 from perf_callbacks.core.timing.stats import (
     MIN_ACTIONABLE_WAIT_S,
     MIN_SLOWDOWN_S,
@@ -58,6 +59,7 @@ class StepMonitor:
         self._round_set = False  # the data-wait check leaves the workers' first round out
         self._interval_mark: LoadMark | None = None  # ... when this logging interval began
         self.slowdown: Slowdown | None = None  # the slowdown alarm, once it fired
+        prepare()  # before the training loader forks its workers: they time their fetches (core/timing/fetch_clock.py)
 
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
                  micro_batches: int = 1) -> None:

@@ -132,10 +132,10 @@ class LoadProbe:
     def mark(self) -> LoadMark:
         """The counters now (call on the training thread)."""
         pids = worker_pids() if self.num_workers != 0 else []
-        clock = active() if self.num_workers != 0 else None
+        timed = active() if self.num_workers != 0 else None
         return LoadMark(time.perf_counter(), threading.get_ident(), _own_sched(),
                         {pid: s for pid in pids if (s := read_sched(f"/proc/{pid}/schedstat"))},
-                        None if clock is None else clock.mark())
+                        None if timed is None else timed[0].mark(timed[1]))
 
     def since(self, start: LoadMark) -> Load:
         """The load from ``start`` to now (on the thread that took ``start``: else the thread's figures are None)."""
@@ -149,9 +149,9 @@ class LoadProbe:
                          for p, s in end.workers.items()), key=lambda d: -(d[0] + d[1]))
         if self.num_workers is not None:
             deltas = deltas[:self.num_workers]
-        clock = active()
-        fetches = clock.between(start.fetches, end.fetches) if (
-            clock is not None and start.fetches is not None and end.fetches is not None) else None
+        timed = active()
+        fetches = timed[0].between(start.fetches, end.fetches) if (
+            timed is not None and start.fetches is not None and end.fetches is not None) else None
         return Load(max(end.t - start.t, 0.0), own[1] if own else None, own[0] if own else None, len(deltas),
                     sum(d[0] for d in deltas) if deltas else None, sum(d[1] for d in deltas) if deltas else None,
                     fetches)
