@@ -80,7 +80,7 @@ def test_the_loader_block_is_in_the_sidecar_and_the_report_json(tmp_path: Path,
     assert set(rank["loader"]) == {"num_workers", "workers_cpu_fraction", "fetch_ms_p50", "fetch_timed",
                                    "advice_kind", "advice_workers", "wait_split"}
     # timed in the workers: 4 samples that sleep 75 ms each, never less (it was num_workers x the median step)
-    assert rank["loader"]["fetch_timed"] and 4 * SAMPLE_MS <= rank["loader"]["fetch_ms_p50"], rank["loader"]
+    assert rank["loader"]["fetch_timed"] and rank["loader"]["fetch_ms_p50"] >= 4 * SAMPLE_MS, rank["loader"]
     split = rank["loader"]["wait_split"]  # the workers sleep in every fetch: blocked, not on a CPU
     assert split["blocked"] > split["on_cpu"] and sum(split.values()) == pytest.approx(1.0, abs=1e-3), split
     assert rank["loader"]["num_workers"] == len(pinned) and rank["loader"]["fetch_ms_p50"] > 0
@@ -150,9 +150,8 @@ def test_a_loader_sleeping_10_ms_a_sample_with_2_workers_gets_more_workers_from_
 
     from perf_callbacks.analysis.judge.decide import MAX_WORKERS
 
-    with cores(2):
-        with pytest.warns(DataLoaderWarning, match="raise num_workers to") as said:
-            result = train(tmp_path, Stepping(Fetching(10.0), 2, STEP_MS, batch_size=32))
+    with cores(2), pytest.warns(DataLoaderWarning, match="raise num_workers to") as said:
+        result = train(tmp_path, Stepping(Fetching(10.0), 2, STEP_MS, batch_size=32))
     block = result.loader
     assert block is not None and block["fetch_timed"] and block["advice_kind"] == "io_wait", block
     assert block["fetch_ms_p50"] >= 320.0 and block["wait_split"]["blocked"] > 0.5, block

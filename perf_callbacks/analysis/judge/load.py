@@ -8,8 +8,9 @@ for a CPU, and how long the DataLoader workers ran and waited. Two things follow
   fetch that was slow because the process was descheduled is no evidence of a slow loader
   (:mod:`perf_callbacks.analysis.judge.evidence`).
 - the ``loader`` block: ``{num_workers, workers_cpu_fraction, fetch_ms_p50, fetch_timed, advice_kind,
-  advice_workers, wait_split}``, and which advice fits (the decision table, :mod:`perf_callbacks.analysis.judge.decide`): more
-  workers for workers that wait, none for workers busy on every core.
+  advice_workers, wait_split}``, and which advice fits (the decision table,
+  :mod:`perf_callbacks.analysis.judge.decide`): more workers for workers blocked while fetching, none for workers
+  busy on every core.
 
 A trace without the metadata (another tool's, or a machine whose kernel does not say) gets neither: the advice is then
 what the trace alone supports.
@@ -114,7 +115,8 @@ def wait_split(r: RankResult) -> dict[str, float] | None:
     """The data wait's parts, ``{on_cpu, blocked, waiting_for_cpu}`` (shares summing to 1), from schedstat.
 
     With workers: the share of their fetch time the workers ran on a CPU, were blocked (I/O, a sleep) and waited for a
-    CPU, timed in the workers; where not timed, of all their time (idle on their queue counted as blocked). In-process (``num_workers=0``): the median step's fetch (:func:`fetch_parts`). None: not measured.
+    CPU, timed in the workers; where not timed, of all their time (idle on their queue counted as blocked).
+    In-process (``num_workers=0``): the median step's fetch (:func:`fetch_parts`). None: not measured.
     """
     load = r.load or {}
     workers = r.machine.get("num_workers") if r.machine else None

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import statistics
@@ -91,8 +92,10 @@ class FetchClock:
 
     @property
     def dataset(self) -> int:
-        """``id()`` of the dataset whose workers write here (0: none): a worker forked from this process sees the
-        object at the same address."""
+        """``id()`` of the dataset whose workers write here (0: none).
+
+        A worker forked from this process sees the object at the same address.
+        """
         return int(self._head[0])
 
     @dataset.setter
@@ -123,7 +126,7 @@ class FetchClock:
         return self.between(start, self.mark(len(start.counts)))
 
     def between(self, start: FetchMark, end: FetchMark) -> Fetches | None:
-        """The fetches from ``start`` to ``end`` (the median from the rings as they are now); None when none finished."""
+        """The fetches from ``start`` to ``end`` (the median from the rings as they are now); None: none finished."""
         count = sum(end.counts) - sum(start.counts)
         if count <= 0 or len(start.counts) != len(end.counts):
             return None
@@ -159,15 +162,15 @@ def prepare() -> FetchClock | None:
 
 
 def _in_child(clock: FetchClock) -> None:
-    try:
+    with contextlib.suppress(Exception):  # instrumentation never breaks a child
         time_fetcher(clock)
-    except Exception:  # noqa: BLE001 - instrumentation never breaks a child
-        pass
 
 
 def time_fetcher(clock: FetchClock) -> None:
-    """In a child process: wrap the fetchers' ``fetch`` so that each batch a training-loader worker fetches is
-    written to its slot (its worker id)."""
+    """In a child process: wrap the fetchers' ``fetch``, each batch a training-loader worker fetches timed.
+
+    Written to the worker's slot (its worker id).
+    """
     import sys
 
     fetchers = sys.modules.get("torch.utils.data._utils.fetch")  # loaded by the parent's DataLoader already
@@ -181,8 +184,11 @@ def time_fetcher(clock: FetchClock) -> None:
 
 
 def _timed(original: Callable[..., Any], clock: FetchClock, waited: Callable[[], float | None]) -> Callable[..., Any]:
-    """``original`` timed: the wall clock, the thread's CPU clock (exact: ``schedstat``'s run time of a running
-    thread lags by up to a scheduler tick, longer than a fetch from memory) and its run-queue delay."""
+    """``original`` timed: the wall clock, the thread's CPU clock and its run-queue delay.
+
+    The CPU clock, not ``schedstat``'s run time: that of a running thread lags by up to a scheduler tick, longer than
+    a fetch from memory.
+    """
     from torch.utils.data import get_worker_info
 
     def fetch(self: Any, index: Any) -> Any:

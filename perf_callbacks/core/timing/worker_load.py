@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perf_callbacks.core.timing.cpu_wait import ThreadWait
-from perf_callbacks.core.timing.fetch_clock import FetchMark, Fetches, active
+from perf_callbacks.core.timing.fetch_clock import Fetches, FetchMark, active
 
 META_KEY = "perf_callbacks_load"
 """The trace's top-level metadata key (``perf_callbacks.analysis.trace.machine.LOAD_KEY``)."""
