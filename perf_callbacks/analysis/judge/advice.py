@@ -101,7 +101,7 @@ def measured_fix(e: LoaderEvidence) -> str:
     if kind == "handover" and e.timed and (e.main_blocked is None or e.main_blocked >= 0.5 * e.share):
         return f"its {e.num_workers} workers fetch a batch in {e.fetch_p50_ms or 0.0:.1f} ms (timed in the " \
                f"workers), one every {(e.fetch_p50_ms or 0.0) / max(e.num_workers or 1, 1):.1f} ms together, " \
-               f"within the step's own work of {e.own_ms:.1f} ms: they keep ahead, and the wait is the training " \
+               f"well within the step's own work of {e.own_ms:.1f} ms: they keep ahead, and the wait is the training " \
                f"process taking each batch over (or waiting for a CPU): {PER_BATCH_FIX}"
     if kind == "handover":
         return f"{ran} and ran or waited for one {e.busy_share or 0.0:.0%}, so they kept up; the training thread " \

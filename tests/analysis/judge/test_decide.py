@@ -110,3 +110,12 @@ def test_workers_that_never_block_while_fetching_are_never_said_to_wait_on_stora
                fetch=rng.uniform(0.1, 2000.0) if timed else None, fetch_busy=rng.uniform(0.6, 1.0))
         assert decide(e).kind != "io_wait", e
         assert "storage" not in measured_fix(e) and "I/O" not in measured_fix(e), (e, measured_fix(e))
+
+
+def test_workers_that_barely_keep_up_are_not_said_to_keep_ahead() -> None:
+    """The adapter run on a loaded machine: a 344 ms fetch over 2 workers (172 ms) against 180 ms of step work, 16% of
+    the step waiting: the loader's jitter is waited for, so its blocked workers still get more of them."""
+    e = ev(2, busy=0.1, cpu=0.01, step=214.0, wait=34.0, share=0.16, fetch=344.0, fetch_busy=0.1, fetch_cpu=0.01)
+    assert (decide(e).kind, decide(e).workers) == ("io_wait", 3)
+    ahead = ev(2, busy=0.1, cpu=0.01, step=250.0, wait=30.0, share=0.12, fetch=300.0, fetch_busy=0.1, fetch_cpu=0.01)
+    assert decide(ahead).kind == "handover"  # 150 ms a batch against 220 ms of step work
