@@ -34,7 +34,8 @@ from perf_callbacks.core.files.remote import before_shutdown, resolve_output
 from perf_callbacks.core.files.traces import new_run_name
 from perf_callbacks.core.flops.compile_watch import is_compiled
 from perf_callbacks.core.flops.peak import mixed_precision_dtype
-from perf_callbacks.core.warn import warn_user
+from perf_callbacks.core.timing.fetch_clock import attach
+from perf_callbacks.core.warn import quiet, warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from perf_callbacks.integrations._accelerate.loaders import check_loaders, loader_name
 from perf_callbacks.integrations._accelerate.metrics import CrossRankLogger
@@ -190,6 +191,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
         self._hook_optimizers()
         name = loader_name(acc, dataloader)
         engine.ctx.data_loader = (name, getattr(dataloader, "num_workers", None))
+        quiet(lambda: attach(dataloader), "timing the workers' fetches")
         if self.config.check_dataloaders:
             self._check([(name, dataloader)])
         loop = self._loop = self._iterate(dataloader)  # its frame holds the current batch (read on OOM)

@@ -37,6 +37,7 @@ from perf_callbacks.core.files.remote import before_shutdown, join_output, resol
 from perf_callbacks.core.files.traces import new_run_name
 from perf_callbacks.core.flops.peak import mixed_precision_dtype
 from perf_callbacks.core.timing.dataloader import inspect_accelerate_loader
+from perf_callbacks.core.timing.fetch_clock import attach
 from perf_callbacks.core.warn import quiet, warn_user
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 from perf_callbacks.integrations._adapters import FromConfig, distributed_initialized
@@ -102,6 +103,7 @@ class TransformersPerfCallback(TrainerCallback, FromConfig):
             created_at=self._created,
         )
         self.engine = PerfEngine(self.config, ctx)
+        quiet(lambda: attach(loader), "timing the workers' fetches")
         if state.is_world_process_zero:
             self.metrics = MetricsRouter(trainer, args, state, control, self.engine.run_dir / "tensorboard",
                                          self.engine.outputs)

@@ -118,10 +118,12 @@ def plain_loop(tmp: Path, loader: DataLoader[Any], steps: int = 25, waits_ms: li
     """
     from perf_callbacks.config import PerfConfig
     from perf_callbacks.core.engine.engine import PerfEngine, RunContext
+    from perf_callbacks.core.timing.fetch_clock import attach
 
     cfg = PerfConfig.from_dict({"schedule": WINDOW, **QUIET_BUT_LOADER, **config})
     engine = PerfEngine(cfg, RunContext(output_dir=tmp / "perf", run_name="run", log_every_n_steps=10,
                                         data_loader=("train_dataloader", loader.num_workers)))
+    attach(loader)  # as the integrations do: the workers' fetches timed in the workers
     model = torch.nn.Linear(16, 4)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     it = iter(loader)

@@ -6,7 +6,7 @@ Example:
     >>> loader_fix(2, cores=2)[:52]
     'num_workers=2 already uses the 2 CPU cores per local'
     >>> e = LoaderEvidence(num_workers=2, cores=2, step_ms=10.0, wait_ms=7.0, own_ms=3.0, workers_cpu=0.05,
-    ...                    workers_busy=0.06, share=0.7)
+    ...                    workers_busy=0.06, share=0.7, fetch_p50_ms=20.0, fetch_cpu=0.05, fetch_busy=0.06)
     >>> loader_kind(e), fetch_ms(e), workers_to_try(e)
     ('io_wait', 20.0, 7)
 """
@@ -96,18 +96,24 @@ def measured_fix(e: LoaderEvidence) -> str:
     if kind == "one_core":
         return "the training thread fetched its batches itself on the one CPU core per local rank, where a worker " \
                "would share that core: make __getitem__ cheaper (cache decoded samples) or give the rank more cores"
-    ran = f"its {e.num_workers} workers ran on a CPU {e.workers_cpu or 0.0:.0%} of the time"
+    of = "of their fetch time" if e.timed else "of the time"
+    ran = f"its {e.num_workers} workers ran on a CPU {e.cpu_share or 0.0:.0%} {of}"
+    if kind == "handover" and e.timed and (e.main_blocked is None or e.main_blocked >= 0.5 * e.share):
+        return f"its {e.num_workers} workers fetch a batch in {e.fetch_p50_ms or 0.0:.1f} ms (timed in the " \
+               f"workers), one every {(e.fetch_p50_ms or 0.0) / max(e.num_workers or 1, 1):.1f} ms together, " \
+               f"well within the step's own work of {e.own_ms:.1f} ms: they keep ahead, and the wait is the training " \
+               f"process taking each batch over (or waiting for a CPU): {PER_BATCH_FIX}"
     if kind == "handover":
-        return f"{ran} and ran or waited for one {e.workers_busy or 0.0:.0%}, so they kept up; the training thread " \
+        return f"{ran} and ran or waited for one {e.busy_share or 0.0:.0%}, so they kept up; the training thread " \
                f"was blocked {e.main_blocked or 0.0:.0%} of the time: the wait is the training process taking each " \
                f"batch over: {PER_BATCH_FIX}"
     if kind == "io_wait":
         more = f"raise num_workers to {n} {per}: num_workers={n}, prefetch_factor=4 and persistent_workers=True" \
             if n is not None else f"num_workers={e.num_workers} is already as many as is sane: prefetch_factor=4, " \
                                   "persistent_workers=True, or faster storage (local copies, a cache)"
-        return f"{ran} and were blocked (storage, network, sleep) {1 - (e.workers_busy or 0.0):.0%}, so more " \
+        return f"{ran} and were blocked (storage, network, sleep) {1 - (e.busy_share or 0.0):.0%} {of}, so more " \
                f"workers overlap more waits, beyond the cores: {more}"
-    busy = f"{ran} and waited for one {max((e.workers_busy or 0.0) - (e.workers_cpu or 0.0), 0.0):.0%}"
+    busy = f"{ran} and waited for one {max((e.busy_share or 0.0) - (e.cpu_share or 0.0), 0.0):.0%}"
     if kind in ("cpu_bound", "mixed") and n is not None:
         return f"{busy}: raise num_workers to {n} {per}, up to {e.cores} (the CPU cores per local rank), or make " \
                "__getitem__ cheaper"

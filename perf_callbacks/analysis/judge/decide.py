@@ -2,8 +2,11 @@
 
 Every loader advice the report and the live warning give comes from :data:`TABLE` (written down in
 ``docs/reference/loader.md``): the first row whose condition holds decides. Its inputs are
-measured: the setting (``num_workers``, the cores per rank), the median step and its data wait, and the share of their
-time the workers ran on a CPU, waited for one (runnable) or were blocked (I/O, a sleep, a queue), from schedstat.
+measured: the setting (``num_workers``, the cores per rank), the median step and its data wait, the workers' median
+fetch and the share of their fetch time they ran on a CPU, waited for one (runnable) or were blocked (I/O, a sleep),
+timed in the workers (``core/timing/fetch_clock.py``). A worker idle on its queue, ahead of the training loop, is not
+fetching: only where the fetches could not be timed (workers started by ``spawn``) do the rows fall back to the share of
+all the workers' time, from schedstat, which counts that idle time as blocked.
 
 Two rules keep the same evidence to the same first advice from run to run:
 
@@ -40,6 +43,11 @@ PACE = 0.10
 """Idle workers are said to wait on storage (and more of them to help) only when the data wait reaches a tenth of the
 step, the verdict's own bar: under it, a wait of a few ms is the training process taking each batch over (seen at
 2-9% on a busy machine with in-memory data that two workers kept well ahead of an 80 ms step)."""
+AHEAD = 0.75
+"""Workers whose timed fetch, spread over them, is under this share of the step's own work keep ahead of the loop: even
+a step a quarter shorter than the median finds its batch ready, so a wait is not the fetch. Nearer the step's own work,
+the loader barely keeps up and its jitter is waited for: the rows below apply (an adapter test on a machine at a
+load of 10 saw a 344 ms fetch over 2 workers against 180 ms of step work, 16% of the step waiting)."""
 MAX_WORKERS = 16
 """Never more workers than this, however long the fetch: each holds a copy of the dataset object and a process."""
 UNKNOWN_CORES = 8
@@ -62,6 +70,11 @@ class LoaderEvidence:
         workers_busy: the share of their time they ran or waited for a CPU (None: not measured).
         main_blocked: the share of the time the training thread neither ran nor waited for a CPU (None: unknown).
         share: the data wait's share of step time.
+        fetch_p50_ms: the median batch fetch, timed in the workers (None: not timed).
+        fetch_cpu: the share of their fetch time the workers ran on a CPU (None: not timed).
+        fetch_busy: the share of their fetch time they ran or waited for a CPU; the rest they were blocked while
+            fetching (None: not timed). Where timed, these replace ``workers_cpu`` and ``workers_busy``, which count a
+            worker idle on its queue (ahead of the training loop) as blocked.
     """
 
     num_workers: int | None
@@ -73,6 +86,24 @@ class LoaderEvidence:
     workers_busy: float | None = None
     main_blocked: float | None = None
     share: float = 0.0
+    fetch_p50_ms: float | None = None
+    fetch_cpu: float | None = None
+    fetch_busy: float | None = None
+
+    @property
+    def timed(self) -> bool:
+        """Whether the workers' fetches were timed in the workers."""
+        return self.fetch_p50_ms is not None and self.fetch_busy is not None
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The workers' share on a CPU: of their fetch time where timed, else of all their time."""
+        return self.fetch_cpu if self.timed else self.workers_cpu
+
+    @property
+    def busy_share(self) -> float | None:
+        """The workers' share runnable: of their fetch time where timed, else of all their time (idle counts)."""
+        return self.fetch_busy if self.timed else self.workers_busy
 
 
 class Row(NamedTuple):
@@ -93,11 +124,17 @@ TABLE: tuple[Row, ...] = (
         "start workers, persistent_workers=True", "ceil(fetch / step work), up to the cores"),
     Row("handover", "workers with their load measured; the training thread was on a CPU through most of its wait",
         "cut what a batch costs to hand over: larger batches, fewer and larger tensors", "none"),
-    Row("io_wait", f"workers runnable under {BUSY - BAND:.0%} of their time (blocked: I/O, sleep, IPC), the step "
-        f"waited at least {PACE:.0%}", "more workers, beyond the cores; prefetch_factor, persistent_workers",
-        f"ceil(fetch / step work), up to cores / their CPU share and {MAX_WORKERS}"),
-    Row("handover", f"workers runnable under {BUSY - BAND:.0%}, the step waited under {PACE:.0%}",
+    Row("handover", f"workers' fetches timed: the median fetch over num_workers is under {AHEAD:.0%} of the step's "
+        "own work (the workers keep ahead; the wait is not the fetch)", "cut what a batch costs to hand over", "none"),
+    Row("handover", f"workers runnable under {BUSY - BAND:.0%} of their time, the step waited under {PACE:.0%}",
         "cut what a batch costs to hand over", "none"),
+    Row("not_measured", f"workers' fetches not timed (started by spawn), runnable under {BUSY - BAND:.0%} of their "
+        "time: blocked, or idle on their queue (schedstat alone cannot tell); no word of storage",
+        "raise num_workers up to the cores per rank, or make __getitem__ cheaper", "up to the cores"),
+    Row("io_wait", f"workers runnable under {BUSY - BAND:.0%} of their fetch time (blocked: I/O, sleep, IPC), the step "
+        f"waited at least {PACE:.0%}; timed in the workers",
+        "more workers, beyond the cores; prefetch_factor, persistent_workers",
+        f"ceil(fetch / step work), up to cores / their CPU share and {MAX_WORKERS}"),
     Row("mixed", f"workers runnable {BUSY - BAND:.0%}-{BUSY + BAND:.0%} of their time",
         "more workers, up to the cores", "ceil(fetch / step work), up to the cores"),
     Row("cpu_bound", f"workers runnable over {BUSY + BAND:.0%}, fewer workers than cores",
@@ -132,13 +169,16 @@ def loader_kind(e: LoaderEvidence) -> str:
     """The kind of the first row of :data:`TABLE` that ``e`` meets."""
     if e.num_workers == 0:
         return "one_core" if e.cores is not None and e.cores <= 1 else "in_process"
-    if e.workers_busy is None or e.num_workers is None:
+    busy = e.busy_share
+    if busy is None or e.num_workers is None:
         return "not_measured"
     if e.main_blocked is not None and e.main_blocked < 0.5 * e.share:
         return "handover"
-    if e.workers_busy < BUSY - BAND:
-        return "io_wait" if e.share >= PACE else "handover"
-    if e.workers_busy < BUSY + BAND:
+    if e.timed and (e.fetch_p50_ms or 0.0) / e.num_workers <= AHEAD * e.own_ms:  # they deliver well ahead
+        return "handover"
+    if busy < BUSY - BAND:  # untimed, blocked and idle on the queue are one figure: no word of storage
+        return "handover" if e.share < PACE else "io_wait" if e.timed else "not_measured"
+    if busy < BUSY + BAND:
         return "mixed"
     return "cpu_bound" if e.cores is not None and e.num_workers < e.cores else "cpu_saturated"
 
@@ -146,10 +186,13 @@ def loader_kind(e: LoaderEvidence) -> str:
 def fetch_ms(e: LoaderEvidence) -> float | None:
     """The time one batch takes to fetch, from what was measured; None under ``MIN_FETCH_MS`` of wait.
 
-    In-process the training thread fetched itself: the median step's data wait. With workers that keep the step
-    waiting, each worker hands over one batch per round of ``num_workers`` steps and starts the next at once, so the
-    gap between its batches, ``num_workers`` median steps, is its fetch time.
+    Timed in the workers: their median fetch. In-process the training thread fetched itself: the median step's data
+    wait. With workers not timed (started by ``spawn`` or a forkserver) that keep the step waiting, each worker hands
+    over one batch per round of ``num_workers`` steps and starts the next at once, so the gap between its batches,
+    ``num_workers`` median steps, stands for its fetch time (an upper bound: it holds only while they never idle).
     """
+    if e.timed and e.num_workers:
+        return e.fetch_p50_ms
     if e.wait_ms < MIN_FETCH_MS or e.num_workers is None:
         return None
     return e.wait_ms if e.num_workers == 0 else e.num_workers * e.step_ms
@@ -163,8 +206,8 @@ def workers_to_try(e: LoaderEvidence) -> int | None:
     now, fetch = e.num_workers or 0, fetch_ms(e)
     wanted = math.ceil(fetch / max(e.own_ms, 0.1)) if fetch else now + 1
     cap = UNKNOWN_CORES if e.cores is None else MAX_WORKERS if kind == "io_wait" else min(MAX_WORKERS, e.cores)
-    if kind == "io_wait" and e.workers_cpu and e.cores:  # as many as the cores can run at their CPU share
-        cap = min(cap, max(e.cores, math.floor(e.cores / e.workers_cpu)))
+    if kind == "io_wait" and e.cpu_share and e.cores:  # as many as the cores can run at their CPU share
+        cap = min(cap, max(e.cores, math.floor(e.cores / e.cpu_share)))
     if kind == "not_measured" and e.cores is not None and now >= e.cores:
         return None
     return max(now + 1, min(wanted, cap)) if now < cap else None

@@ -7,9 +7,10 @@ for a CPU, and how long the DataLoader workers ran and waited. Two things follow
   processes (or too many threads of this one) held the cores; every figure of the window is stretched by it, and a
   fetch that was slow because the process was descheduled is no evidence of a slow loader
   (:mod:`perf_callbacks.analysis.judge.evidence`).
-- the ``loader`` block: ``{num_workers, workers_cpu_fraction, fetch_ms_p50, advice_kind, advice_workers,
-  wait_split}``, and which advice fits (the decision table, :mod:`perf_callbacks.analysis.judge.decide`): more
-  workers for workers that wait, none for workers busy on every core.
+- the ``loader`` block: ``{num_workers, workers_cpu_fraction, fetch_ms_p50, fetch_timed, advice_kind,
+  advice_workers, wait_split}``, and which advice fits (the decision table,
+  :mod:`perf_callbacks.analysis.judge.decide`): more workers for workers blocked while fetching, none for workers
+  busy on every core.
 
 A trace without the metadata (another tool's, or a machine whose kernel does not say) gets neither: the advice is then
 what the trace alone supports.
@@ -75,7 +76,7 @@ def loader_evidence(r: RankResult, share: float) -> LoaderEvidence | None:
     waits = [sum(s.causes_ms.get("input", 0.0) for s in g) / len(g) for g in rounds]
     return LoaderEvidence(workers, cores_per_rank(r.machine), median(times), median_low(waits),
                           median(t - w for t, w in zip(times, waits, strict=True)), *_workers(load), _blocked(load),
-                          share)
+                          share, *(_fetches(load) if workers else (None, None, None)))
 
 
 def in_rounds(steps: list[StepResult], workers: int | None) -> list[list[StepResult]]:
@@ -104,6 +105,7 @@ def loader_block(r: RankResult, share: float, material: bool) -> dict[str, Any] 
     return {"num_workers": r.machine.get("num_workers"),
             "workers_cpu_fraction": None if measured is None else round(measured, 4),
             "fetch_ms_p50": None if fetch is None else round(fetch, 3),
+            "fetch_timed": e is not None and e.timed,
             "advice_kind": d.kind if d is not None else "none",
             "advice_workers": d.workers if d is not None else None,
             "wait_split": wait_split(r)}
@@ -112,13 +114,16 @@ def loader_block(r: RankResult, share: float, material: bool) -> dict[str, Any] 
 def wait_split(r: RankResult) -> dict[str, float] | None:
     """The data wait's parts, ``{on_cpu, blocked, waiting_for_cpu}`` (shares summing to 1), from schedstat.
 
-    With workers: the share of their time the workers ran on a CPU, were blocked (I/O, a sleep, a queue) and waited
-    for a CPU. In-process (``num_workers=0``): the median step's fetch (:func:`fetch_parts`). None: not measured.
+    With workers: the share of their fetch time the workers ran on a CPU, were blocked (I/O, a sleep) and waited for a
+    CPU, timed in the workers; where not timed, of all their time (idle on their queue counted as blocked).
+    In-process (``num_workers=0``): the median step's fetch (:func:`fetch_parts`). None: not measured.
     """
     load = r.load or {}
     workers = r.machine.get("num_workers") if r.machine else None
     if workers:
-        cpu, busy = _workers(load)
+        _, cpu, busy = _fetches(load)
+        if cpu is None or busy is None:  # not timed: all their time, idle on the queue counted as blocked
+            cpu, busy = _workers(load)
         if cpu is None or busy is None:
             return None
         return _shares(cpu, 1.0 - busy, busy - cpu)
@@ -161,6 +166,15 @@ def _workers(load: dict[str, Any]) -> tuple[float | None, float | None]:
     span = load["workers"] * load["wall_ms"]
     ran, waited = load["workers_cpu_ms"], load.get("workers_run_queue_ms") or 0.0
     return min(1.0, ran / span), min(1.0, (ran + waited) / span)
+
+
+def _fetches(load: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """The workers' median fetch (ms), and the shares of their fetch time on a CPU and runnable; None: not timed."""
+    if not load or not load.get("fetches") or not load.get("fetch_ms"):
+        return None, None, None
+    wall = load["fetch_ms"]
+    return (load["fetch_ms_p50"], min(1.0, load["fetch_cpu_ms"] / wall),
+            min(1.0, (load["fetch_cpu_ms"] + load["fetch_run_queue_ms"]) / wall))
 
 
 def _blocked(load: dict[str, Any]) -> float | None:

@@ -42,7 +42,7 @@ def _input_advice(r: RankResult, share: float) -> str:
         pin = "pin_memory=True, " if r.gpu_utilization is not None and r.device_kind in (None, "cuda") else ""
         return f"{where} with num_workers=0 ({idle}): {fix} and set {pin}persistent_workers=True"
     on_gpu = "decode/augment on the GPU, " if r.gpu_utilization is not None or r.cuda_on_host else ""
-    if evidence is not None and evidence.workers_busy is not None:  # the fix names what the workers' load says
+    if evidence is not None and evidence.busy_share is not None:  # the fix names what the workers' load says
         return f"{where} ({idle} waiting for batches): {fix}"
     return f"{where} ({idle} waiting for batches): {fix} ({on_gpu}cache preprocessed samples)"
 

@@ -117,8 +117,9 @@ def loader_line(block: dict[str, Any]) -> str:
     parts = f", wait on a CPU {split['on_cpu']:.0%}, blocked {split['blocked']:.0%}, waiting for a CPU " \
             f"{split['waiting_for_cpu']:.0%}" if split else ""
     n = f" (num_workers={block['advice_workers']})" if block.get("advice_workers") is not None else ""
+    timed = ", timed in the workers" if block.get("fetch_timed") and block["num_workers"] else ""
     return f"loader: num_workers={workers}, workers on a CPU {'n/a' if cpu is None else f'{cpu:.0%}'}, a batch " \
-           f"{_ms(block['fetch_ms_p50'])} (p50){parts}, advice: {block['advice_kind']}{n}"
+           f"{_ms(block['fetch_ms_p50'])} (p50{timed}){parts}, advice: {block['advice_kind']}{n}"
 
 
 def _utilization(result: AnalysisResult) -> str:

@@ -27,6 +27,7 @@ LOAD_KEY = "perf_callbacks_load"
 """The window's measured load (``perf_callbacks.core.timing.worker_load.META_KEY``): the training thread's time on a CPU
 and waiting for one, and the DataLoader workers', in milliseconds, over the window's wall time."""
 _LOAD_FIELDS = ("run_queue_ms", "ran_ms", "workers_cpu_ms", "workers_run_queue_ms")
+_FETCH_FIELDS = ("fetch_ms", "fetch_cpu_ms", "fetch_run_queue_ms", "fetch_ms_p50")
 
 
 def machine_of(meta: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +47,9 @@ def load_of(meta: dict[str, Any]) -> dict[str, Any]:
     """The window's measured load from a trace's metadata (fields None where not measured), or {} (absent, malformed).
 
     Keys: ``wall_ms``, ``run_queue_ms``, ``ran_ms`` (the training thread), ``workers`` (how many were measured),
-    ``workers_cpu_ms``, ``workers_run_queue_ms`` (together).
+    ``workers_cpu_ms``, ``workers_run_queue_ms`` (together); where the workers' fetches were timed in the workers
+    (``core/timing/fetch_clock.py``), ``fetches`` (batches) and ``fetch_ms``, ``fetch_cpu_ms``, ``fetch_run_queue_ms``
+    (their fetch time together, on a CPU and waiting for one while fetching) and ``fetch_ms_p50``.
     """
     raw = meta.get(LOAD_KEY)
     if not isinstance(raw, dict) or not _number(raw.get("wall_ms")) or raw["wall_ms"] <= 0 \
@@ -54,8 +57,11 @@ def load_of(meta: dict[str, Any]) -> dict[str, Any]:
         return {}
     if any(raw.get(k) is not None and not _number(raw.get(k)) for k in _LOAD_FIELDS):
         return {}
-    return {"wall_ms": float(raw["wall_ms"]), "workers": raw["workers"],
+    load = {"wall_ms": float(raw["wall_ms"]), "workers": raw["workers"],
             **{k: None if raw.get(k) is None else float(raw[k]) for k in _LOAD_FIELDS}}
+    if _count(raw.get("fetches")) and all(_number(raw.get(k)) for k in _FETCH_FIELDS) and raw["fetch_ms"] > 0:
+        load.update({"fetches": raw["fetches"], **{k: float(raw[k]) for k in _FETCH_FIELDS}})
+    return load
 
 
 def cores_per_rank(machine: dict[str, Any]) -> int | None:

@@ -18,6 +18,7 @@ from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.memory.sampler import MemorySampler
 from perf_callbacks.core.timing.cpu_wait import CpuWait
 from perf_callbacks.core.timing.dataloader import Finding, data_wait_finding
+from perf_callbacks.core.timing.fetch_clock import prepare
 from perf_callbacks.core.timing.stats import (
     MIN_ACTIONABLE_WAIT_S,
     MIN_SLOWDOWN_S,
@@ -58,6 +59,7 @@ class StepMonitor:
         self._round_set = False  # the data-wait check leaves the workers' first round out
         self._interval_mark: LoadMark | None = None  # ... when this logging interval began
         self.slowdown: Slowdown | None = None  # the slowdown alarm, once it fired
+        prepare()  # before the training loader forks its workers: they time their fetches (core/timing/fetch_clock.py)
 
     def measured(self, step: int, step_time: float, wait: float, samples: int | None, loader_timed: bool,
                  micro_batches: int = 1) -> None:
@@ -97,8 +99,11 @@ class StepMonitor:
             return None
         cores = max(1, available_cpus() // (self.ctx.local_world_size or ranks_on_machine()))
         own = statistics.median(t - w for t, w in zip(check.times, check.waits, strict=True))
+        f = load.fetches if workers else None  # timed in the workers: their fetches, not their idle time
+        timed = (None, None, None) if f is None or f.wall_s <= 0 else (
+            f.p50_s * 1e3, min(1.0, f.cpu_s / f.wall_s), min(1.0, (f.cpu_s + f.run_queue_s) / f.wall_s))
         return LoaderEvidence(workers, cores, statistics.median(check.times) * 1e3, wait * 1e3, own * 1e3,
-                              load.workers_cpu_fraction, load.workers_busy, load.blocked, share)
+                              load.workers_cpu_fraction, load.workers_busy, load.blocked, share, *timed)
 
     def set_aside(self) -> None:
         """A step left out of every figure (the FLOP-counting step): if it is the first, it is the data-wait warm-up.
@@ -162,6 +167,9 @@ class StepMonitor:
         if load.workers_busy is not None and load.workers_cpu_fraction is not None:
             metrics["loader/workers_blocked_fraction"] = 1.0 - load.workers_busy
             metrics["loader/workers_cpu_wait_fraction"] = max(load.workers_busy - load.workers_cpu_fraction, 0.0)
+        if load.fetches is not None:  # timed in the workers: blocked while fetching, not idle on their queue
+            metrics["loader/fetch_ms"] = load.fetches.p50_s * 1e3
+            metrics["loader/fetch_blocked_fraction"] = load.fetches.blocked_fraction
 
     def _check_slowdown(self, median: float, steps: tuple[int, int], seconds: float, own: float | None) -> None:
         """``steps``: the first and last step measured in the interval; ``own``: its own time per unit (ms)."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perf_callbacks.core.timing.cpu_wait import ThreadWait
+from perf_callbacks.core.timing.fetch_clock import Fetches, FetchMark, active
 
 META_KEY = "perf_callbacks_load"
 """The trace's top-level metadata key (``perf_callbacks.analysis.trace.machine.LOAD_KEY``)."""
@@ -45,12 +46,14 @@ class LoadMark:
         thread: the marking thread's ident.
         own: that thread's counters, None where the kernel does not say.
         workers: pid -> counters, of the workers found.
+        fetches: the workers' fetch totals (``core/timing/fetch_clock.py``), None where not timed.
     """
 
     t: float
     thread: int
     own: Sched | None
     workers: dict[int, Sched]
+    fetches: FetchMark | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Load:
         workers: workers measured (0: none found).
         workers_cpu_s: their time on a CPU, together.
         workers_run_queue_s: their wait for a CPU, together.
+        fetches: the batches the workers fetched, timed in the workers (None: not timed, or none fetched).
     """
 
     wall_s: float
@@ -72,6 +76,7 @@ class Load:
     workers: int = 0
     workers_cpu_s: float | None = None
     workers_run_queue_s: float | None = None
+    fetches: Fetches | None = None
 
     @property
     def contention(self) -> float | None:
@@ -100,10 +105,17 @@ class Load:
         return max(0.0, 1.0 - (self.ran_s + self.run_queue_s) / self.wall_s)
 
     def meta(self) -> dict[str, Any]:
-        """The trace metadata entry: milliseconds, None where not measured."""
+        """The trace metadata entry: milliseconds, None where not measured.
+
+        With the fetches timed in the workers: ``fetches`` (batches), ``fetch_ms`` (their fetch time together),
+        ``fetch_cpu_ms`` and ``fetch_run_queue_ms`` (on a CPU, waiting for one, while fetching), ``fetch_ms_p50``.
+        """
+        f = self.fetches
         return {"wall_ms": _ms(self.wall_s), "run_queue_ms": _ms(self.run_queue_s), "ran_ms": _ms(self.ran_s),
                 "workers": self.workers, "workers_cpu_ms": _ms(self.workers_cpu_s),
-                "workers_run_queue_ms": _ms(self.workers_run_queue_s)}
+                "workers_run_queue_ms": _ms(self.workers_run_queue_s),
+                **({} if f is None else {"fetches": f.count, "fetch_ms": _ms(f.wall_s), "fetch_cpu_ms": _ms(f.cpu_s),
+                                         "fetch_run_queue_ms": _ms(f.run_queue_s), "fetch_ms_p50": _ms(f.p50_s)})}
 
 
 class LoadProbe:
@@ -120,8 +132,10 @@ class LoadProbe:
     def mark(self) -> LoadMark:
         """The counters now (call on the training thread)."""
         pids = worker_pids() if self.num_workers != 0 else []
+        timed = active() if self.num_workers != 0 else None
         return LoadMark(time.perf_counter(), threading.get_ident(), _own_sched(),
-                        {pid: s for pid in pids if (s := read_sched(f"/proc/{pid}/schedstat"))})
+                        {pid: s for pid in pids if (s := read_sched(f"/proc/{pid}/schedstat"))},
+                        None if timed is None else timed[0].mark(timed[1]))
 
     def since(self, start: LoadMark) -> Load:
         """The load from ``start`` to now (on the thread that took ``start``: else the thread's figures are None)."""
@@ -135,8 +149,12 @@ class LoadProbe:
                          for p, s in end.workers.items()), key=lambda d: -(d[0] + d[1]))
         if self.num_workers is not None:
             deltas = deltas[:self.num_workers]
+        timed = active()
+        fetches = timed[0].between(start.fetches, end.fetches) if (
+            timed is not None and start.fetches is not None and end.fetches is not None) else None
         return Load(max(end.t - start.t, 0.0), own[1] if own else None, own[0] if own else None, len(deltas),
-                    sum(d[0] for d in deltas) if deltas else None, sum(d[1] for d in deltas) if deltas else None)
+                    sum(d[0] for d in deltas) if deltas else None, sum(d[1] for d in deltas) if deltas else None,
+                    fetches)
 
 
 _THREADS = threading.local()

@@ -9,6 +9,8 @@ import lightning.pytorch as pl
 
 from perf_callbacks.core.engine.engine import PerfEngine
 from perf_callbacks.core.timing.dataloader import Finding, inspect_loader
+from perf_callbacks.core.timing.fetch_clock import attach
+from perf_callbacks.core.warn import quiet
 
 
 def check_train_loaders(trainer: pl.Trainer, engine: PerfEngine, check: bool) -> None:
@@ -18,6 +20,7 @@ def check_train_loaders(trainer: pl.Trainer, engine: PerfEngine, check: bool) ->
     if loaders:
         name, first = loaders[0]
         engine.ctx.data_loader = (name, getattr(first, "num_workers", None))
+        quiet(lambda: attach(first), "timing the workers' fetches")
     if not check:
         return
     findings: list[Finding] = []
