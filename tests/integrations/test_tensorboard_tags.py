@@ -19,8 +19,8 @@ INTERVAL = {"perf/train/step_time_ms", "perf/train/data_wait_fraction", "perf/tr
 WINDOW_TAGS = {"perf/window/step_time_ms", "perf/window/data_wait_fraction", "perf/window/achieved_tflops",
                "perf/window/cpu_contention_fraction",  # Linux: the window's load is recorded, and with it the wait's parts
                "perf/window/data_wait_on_cpu_fraction", "perf/window/data_wait_blocked_fraction",
-               "perf/window/data_wait_cpu_wait_fraction"}
-LATER = {"perf/train/cpu_wait_fraction"}  # Linux: from the second interval on (the first has no start mark)
+               "perf/window/data_wait_cpu_contention_fraction"}
+LATER = {"perf/train/cpu_contention_fraction"}  # Linux: from the second interval on (the first has no start mark)
 HELD = {"perf/memory/held_mb"}  # read at the start of each logged step: none in a run shorter than one interval
 
 

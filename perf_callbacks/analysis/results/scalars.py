@@ -67,7 +67,7 @@ def window_scalars(result: WindowFigures) -> dict[str, float]:
 
 
 _PARTS = {"on_cpu": "data_wait_on_cpu_fraction", "blocked": "data_wait_blocked_fraction",
-          "waiting_for_cpu": "data_wait_cpu_wait_fraction"}
+          "waiting_for_cpu": "data_wait_cpu_contention_fraction"}
 
 
 def _wait_parts(ranks: Sequence[RankFigures]) -> dict[str, float | None]:

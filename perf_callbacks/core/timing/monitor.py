@@ -161,12 +161,12 @@ class StepMonitor:
             return
         load = LoadProbe(self.ctx.data_loader[1]).between(start, now)
         if load.contention is not None:
-            metrics["train/cpu_wait_fraction"] = load.contention
+            metrics["train/cpu_contention_fraction"] = load.contention
         if load.workers_cpu_fraction is not None:
             metrics["loader/workers_cpu_fraction"] = load.workers_cpu_fraction
         if load.workers_busy is not None and load.workers_cpu_fraction is not None:
             metrics["loader/workers_blocked_fraction"] = 1.0 - load.workers_busy
-            metrics["loader/workers_cpu_wait_fraction"] = max(load.workers_busy - load.workers_cpu_fraction, 0.0)
+            metrics["loader/workers_cpu_contention_fraction"] = max(load.workers_busy - load.workers_cpu_fraction, 0.0)
         if load.fetches is not None:  # timed in the workers: blocked while fetching, not idle on their queue
             metrics["loader/fetch_ms"] = load.fetches.p50_s * 1e3
             metrics["loader/fetch_blocked_fraction"] = load.fetches.blocked_fraction

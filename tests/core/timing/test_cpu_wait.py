@@ -123,7 +123,7 @@ def test_a_forked_child_reads_its_own_thread_not_the_file_it_inherited() -> None
 
 
 def test_a_logging_step_reads_the_threads_counters_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The interval's CPU wait (slowdown detector) and its load (``train/cpu_wait_fraction``) come from one read of
+    """The interval's CPU wait (slowdown detector) and its load (``train/cpu_contention_fraction``) come from one read of
     ``/proc/thread-self/schedstat``, and the wait is still the kernel's: the two figures agree."""
     logged: list[dict[str, float]] = []
     ctx = RunContext(output_dir=Path("/nonexistent"), run_name="run", log_every_n_steps=10,
@@ -139,7 +139,7 @@ def test_a_logging_step_reads_the_threads_counters_once(monkeypatch) -> None:  #
         monitor.log_interval(interval * 10 + 10, None, True, True)
         assert len(reads) - before == 1
     if run_delay_s() is not None:  # Linux: both figures measured, from the same counter
-        assert "perf/train/cpu_wait_fraction" in logged[-1]
+        assert "perf/train/cpu_contention_fraction" in logged[-1]
 
 
 def test_a_read_makes_no_getpid_system_call(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -100,9 +100,9 @@ def test_each_logging_interval_logs_its_cpu_wait_and_its_workers_cpu_share() -> 
             monitor.measured(interval * 10 + step, 0.005, 0.004, 2, True)
         monitor.log_interval(interval * 10 + 9, None, True, True)
     del it
-    assert "perf/train/cpu_wait_fraction" not in logged[0]  # the first interval has no start mark
-    assert 0.0 <= logged[1]["perf/train/cpu_wait_fraction"] <= 1.0
+    assert "perf/train/cpu_contention_fraction" not in logged[0]  # the first interval has no start mark
+    assert 0.0 <= logged[1]["perf/train/cpu_contention_fraction"] <= 1.0
     assert logged[1]["perf/loader/workers_cpu_fraction"] < 0.5, logged[1]  # asleep
     # a tag per part: the workers sleep 5 ms a sample, so blocked outweighs their time on a CPU; the parts sum to 1
-    parts = [logged[1][f"perf/loader/workers_{p}_fraction"] for p in ("cpu", "blocked", "cpu_wait")]
+    parts = [logged[1][f"perf/loader/workers_{p}_fraction"] for p in ("cpu", "blocked", "cpu_contention")]
     assert parts[1] > parts[0] and sum(parts) == pytest.approx(1.0), logged[1]
