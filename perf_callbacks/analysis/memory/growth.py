@@ -117,14 +117,16 @@ def _graph_kept(trace: RankTrace, held: list[tuple[int, float, Any]], n: int) ->
     for ts, end, tid, seq, backward in trace.extra.seq_ops:
         if not backward:
             forward[tid].append((ts, end, seq))
-    starts = {tid: [op[0] for op in ops] for tid, ops in forward.items() if not ops.sort()}
+    for ops in forward.values():
+        ops.sort()
+    starts = {tid: [op[0] for op in ops] for tid, ops in forward.items()}
     graphs: dict[int, set[int]] = defaultdict(set)
     for i, ts, tid in held:
         ops = forward.get(tid, [])
         j = bisect_right(starts.get(tid, []), ts)
-        seq = next((op[2] for op in reversed(ops[max(0, j - _LOOK_BACK):j]) if op[1] >= ts), None)
-        if seq is not None and seq not in backwarded:
-            graphs[i].add(seq)
+        inner = next((op[2] for op in reversed(ops[max(0, j - _LOOK_BACK):j]) if op[1] >= ts), None)
+        if inner is not None and inner not in backwarded:
+            graphs[i].add(inner)
     return all(len(graphs[i]) >= GRAPH_OPS for i in range(n))
 
 
