@@ -218,8 +218,8 @@ class MemoryGrowth:
             f"{g.steps_to_full:,} steps")
         return (f"{what} at the start of a step grows by {g.rate / 1e6:.2f} MB per step: from step {g.since_step} to "
                 f"step {g.until_step} it rose in most of {g.intervals} logging intervals, to {g.held / 1e9:.2f} GB"
-                f"{left}. Something keeps tensors across steps (a loss or an output appended to a list with its "
-                "graph? keep `loss.detach()` or `loss.item()`)"
+                f"{left}. Something keeps tensors across steps (a loss or an output appended to a list? keep "
+                "`loss.item()`; `.detach()` frees only a graph kept with it)"
                 f"{'' if self.device is not None else _FRAGMENTS}; "
                 + (follow if follow is not None else "the next profiling window names the operator that allocates what "
                    "is kept" if self.profile_memory else "set profile_memory=True and the next profiling window names "
