@@ -16,7 +16,7 @@ _LAUNCH = {"p50_us": float | None, "p95_us": float | None, "launch_call_p50_us":
 _MEMORY_OP = {"name": str, "self_bytes": int, "calls": int}
 _PEAK = {"bytes": int, "op": str, "ts_ms": float}
 _GROWTH = {"bytes_per_step": float, "since_step": int, "until_step": int, "memory": str | None, "steps": list[int],
-           "kept_per_step": float | None, "by_op": list[dict[str, Any]]}
+           "kept_per_step": float | None, "by_op": list[dict[str, Any]], "graph_kept": bool}
 _GROWTH_OP = {"name": str, "bytes_per_step": float}
 _OP = {"name": str, "device_time_us": float | None, "self_cpu_us": float, "calls": int, "self_memory_bytes": int}
 

@@ -31,6 +31,8 @@ def capture_text(meta: dict[str, Any]) -> str:
         return f"step {step:,} took {step_ms:,.0f} ms, {ratio:.1f}x the median {median_ms:,.0f} ms"
     if reason == "slowdown" and ratio:
         return f"the slowdown alarm at step {step:,}: the median step has been {ratio:.2f}x this run's baseline"
+    if reason == "memory_growth":
+        return f"the memory growth warning at step {step:,}: to name the operator whose allocations stay alive"
     if reason == "signal":
         return f"requested by {meta.get('request') or 'a signal'} during step {step:,}"
     if reason == "file":

@@ -20,7 +20,7 @@ from perf_callbacks.core.engine.step_state import StepState
 from perf_callbacks.core.files.outputs import Outputs
 from perf_callbacks.core.timing.stats import Slowdown
 from perf_callbacks.core.triggers.agreement import Ranks
-from perf_callbacks.core.triggers.captures import AnomalyWatch, Capture
+from perf_callbacks.core.triggers.captures import AnomalyWatch, Capture, CaptureSchedule
 from perf_callbacks.core.triggers.requests import CaptureRequests
 from perf_callbacks.core.triggers.wait import WaitSampler
 from perf_callbacks.core.warn import WarnFn, quiet
@@ -28,6 +28,7 @@ from perf_callbacks.core.windows.recorder import WindowRecorder
 from perf_callbacks.exceptions import InstrumentUnavailableWarning
 
 log = logging.getLogger(__name__)
+GROWTH_STEPS = 3  # a memory growth window follows 2 steps to the end of its third (analysis/memory/growth.py)
 
 
 class EngineCaptures:
@@ -48,6 +49,9 @@ class EngineCaptures:
         state: StepState | None = None,
     ) -> None:
         self.ctx, self.outputs, self._warn = ctx, outputs, warn
+        self._profile_memory, self._windows_on = config.profile_memory, windows.enabled
+        self._schedule = windows.schedule
+        self._requests_on = config.capture_poll_s > 0 or bool(config.capture_signal)
         self._step_now = None if state is None else partial(getattr, state, "step")  # read by the request thread
         schedule = windows.schedule
         on = windows.enabled
@@ -114,6 +118,29 @@ class EngineCaptures:
         limit = self._guard(lambda: anomaly.interval(step, step_times, slowdown))
         return math.inf if limit is None or self.anomaly is None else limit
 
+    def growth_window(self, step: int) -> str:
+        """The memory growth warning at the start of ``step``: a window that names the operator; the words that say it.
+
+        A capture (``memory_growth``, budgeted as anomalies are) from the next step when windows record allocations,
+        else the next scheduled window's; where none will, the words say so and how to get one.
+        """
+        what = "the operator that allocates what is kept"
+        if not self._windows_on:
+            return f"this rank records no profiling windows: nothing names {what}"
+        if not self._profile_memory:
+            return (f"windows record no allocations (profile_memory=False): rerun with profile_memory=True and a "
+                    f"window opened at this warning names {what}")
+        schedule = self._schedule
+        n = max(schedule.config.active, GROWTH_STEPS)
+        if schedule.open(Capture("memory_growth", step, step + 1, step + n)) and schedule.plan is not None:
+            return f"steps {schedule.plan.first}-{schedule.plan.last} are profiled now to name {what}"
+        nxt = next_window(schedule, step)
+        if nxt is not None:
+            return f"the profiling window from step {nxt} names {what}"
+        how = "`perf-callbacks capture RUN_DIR` opens a window that names it" if self._requests_on else (
+            "set capture_poll_s > 0 and `perf-callbacks capture RUN_DIR` opens one")
+        return f"no profiling window is left in this run to name {what} (captures spent or one recording): {how}"
+
     def close(self) -> None:
         """Restore the signal's previous handler, stop looking for request files."""
         if self.requests is not None:
@@ -140,3 +167,21 @@ class EngineCaptures:
             self.anomaly = None
             self._off("capture", f"capture_on_anomaly is off for this run: {type(err).__name__}: {err}")
             return None
+
+
+def next_window(schedule: CaptureSchedule, step: int) -> int | None:
+    """The first step of the next window whose profiler starts after ``step`` (None: none is left).
+
+    A window already recording at ``step + 1`` (begun with its warm-up, or a capture) is not one: its trace's metadata
+    was written when it began.
+    """
+    at = schedule.next_active(step + 1)
+    for _ in range(2):
+        if at == math.inf:
+            return None
+        first, last = schedule.window(int(at))
+        begins = first if schedule.capture_at(int(at)) is not None else first - schedule.config.warmup
+        if begins > step:
+            return first
+        at = schedule.next_active(last + 1)
+    return None

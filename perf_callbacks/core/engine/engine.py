@@ -82,8 +82,8 @@ class PerfEngine:
         layout = TraceLayout(ctx.output_dir, ctx.run_name)
         self.mem = MemoryWatch(config, ctx.rank, ctx.device, layout.run_dir,
                                lambda msg: warn("memory_history", InstrumentUnavailableWarning, msg), self.outputs)
-        growth = MemoryGrowth(ctx.device, lambda msg: warn("memory_growth", MemoryGrowthWarning, msg),  # held memory
-                              config.profile_memory) if config.memory else None  # at logged steps' start, its trend
+        growth = MemoryGrowth(ctx.device, lambda msg: warn("memory_growth", MemoryGrowthWarning, msg),
+                              config.profile_memory) if config.memory else None  # held at logged steps' start
         self.compile = watch = CompileWatch(warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
         self.flops = flops = StepFlops(config, ctx, warn, compiling=lambda: watch.active)  # FLOPs per step, the peak
         rates = partial(interval_rates, flops, watch, self.state)  # the interval's TFLOP/s, MFU and compile figures

@@ -63,6 +63,8 @@ class IntervalLog:
                  min_interval_s: float = 0.0, steps: StepLog | None = None) -> None:
         self.every, self.state, self.monitor, self.aside = every, state, monitor, aside
         self.memory, self.growth, self.mem, self.captures = memory, growth, mem, captures
+        if growth is not None:  # the growth warning opens the window that names its operator
+            growth.follow = captures.growth_window
         self.windows, self.outputs, self._warn = windows, outputs, warn
         self.min_interval_s, self.steps = min_interval_s, steps
         self.due = every  # the step count at which the next interval is logged (a multiple of ``every``)

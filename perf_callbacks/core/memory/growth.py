@@ -68,10 +68,13 @@ class GrowthDetector:
     - It fires once, when (confirmed as in the module's docstring) at least ``min_intervals`` intervals are in; the
       rate is positive and, in all but a quarter of the intervals, the memory rose by at least half the rate (a
       trend, not one jump); the rate is beyond the rises' noise (three standard errors of their robust spread:
-      1.4826 x MAD), and the memory itself rose at half that rate at least (the medians of its first and last
-      quarter of readings) and by six times its spread around the line of that rate; the rate times the steps
-      covered is at least ``min_rise`` bytes and ``min_fraction`` of the memory held at the first reading; and
-      at that rate the memory fills within ``horizon_steps`` steps (when ``total_bytes`` is known).
+      1.4826 x MAD), and the memory itself rose at half that rate at least (the medians of its first and last quarter
+      of readings) and by six times its spread around the line of that rate; the rate times the steps covered is at
+      least ``min_rise`` bytes and ``min_fraction`` of the memory held at the first reading; and at that rate the
+      memory fills within ``horizon_steps`` steps (when ``total_bytes`` is known).
+    - A rate that changed before it fired is told at its new rate (the median rise, on readings thinned to
+      ``max_points``: 2 MB a step, then 0.4, is told at 0.4). After it fired it keeps the readings: :meth:`since`
+      measures the growth after a step (a rate that changed since).
 
     Args:
         total_bytes: the memory that can be held (device or host), None when unknown.
@@ -99,7 +102,7 @@ class GrowthDetector:
     def check(self, step: int, held: int) -> Growth | None:
         """Feed the memory ``held`` at the start of ``step``; returns the growth once it lasts (once)."""
         self.seen += 1
-        if self.fired or self.seen <= self.warmup or step < self.min_step:
+        if self.seen <= self.warmup or step < self.min_step:
             return None
         pts = self.points
         if pts and step <= pts[-1][0]:
@@ -111,6 +114,8 @@ class GrowthDetector:
             kept = pts[::2]
             self.points = pts = kept if kept[-1] == pts[-1] else [*kept, pts[-1]]
             self.rises = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(pts, pts[1:], strict=False)]
+        if self.fired:
+            return None
         seen = self.seen_growth  # a growth counts once it went on (see _confirm_steps)
         if seen is not None and step >= seen.until_step + _confirm_steps(seen, self.confirm_steps):
             self.seen_growth = None
@@ -131,6 +136,13 @@ class GrowthDetector:
             if growth is not None:
                 return growth
         return None
+
+    def since(self, after: int, step: int, held: int) -> Growth | None:
+        """The growth of the readings from step ``after`` on (at least ``min_intervals`` intervals), or None."""
+        first = next((i for i, (s, _) in enumerate(self.points) if s >= after), len(self.points))
+        if len(self.points) - first <= self.min_intervals:
+            return None
+        return self._growth(self.points[first:], self.rises[first:], step, held)
 
     def _growth(self, pts: list[tuple[int, int]], rises: list[float], step: int, held: int) -> Growth | None:
         rate = statistics.median(rises)
@@ -156,6 +168,9 @@ class MemoryGrowth:
         warn: ``warn(message)``, the engine's warn-once (rank 0).
         profile_memory: windows record allocations (``profile_memory``), so the next one names the op that keeps
             memory; else the warning says how to get it.
+
+    ``follow(step)``, set by the engine, arranges the window that names the operator when the growth is told, and
+    says which (``EngineCaptures.growth_window``); None: the warning says what ``profile_memory`` allows.
     """
 
     def __init__(self, device: torch.device | None, warn: Callable[[str], None], profile_memory: bool = False) -> None:
@@ -164,6 +179,7 @@ class MemoryGrowth:
         self.detector = GrowthDetector(_total_bytes(self.device))
         self.held: tuple[int, int] | None = None  # (step, bytes) of the last reading, logged at the logging step
         self.growth: Growth | None = None
+        self.follow: Callable[[int], str] | None = None
 
     def read(self, step: int) -> None:
         """The memory held now, at the start of ``step``: a logging step's reading (no device sync)."""
@@ -172,11 +188,15 @@ class MemoryGrowth:
         found = self.detector.check(step, held)
         if found is not None:
             self.growth = found
-            self._warn(self.message(found))
+            self._warn(self.message(found, self.follow(step) if self.follow is not None else None))
         elif (g := self.growth) is not None and step - g.until_step >= self.detector.confirm_steps \
-                and held - g.held < 0.5 * g.rate * (step - g.until_step):  # it levelled off since: windows after
-            self.growth = None  # this one no longer look for what grows
-            log.info("perf-callbacks: the memory held levelled off by step %d (%.2f GB)", step, held / 1e9)
+                and held - g.held < 0.5 * g.rate * (step - g.until_step):  # it slowed down, or levelled off, since
+            self.growth = now = self.detector.since(g.until_step, step, held)  # what windows after this one look for
+            if now is None:
+                log.info("perf-callbacks: the memory held levelled off by step %d (%.2f GB)", step, held / 1e9)
+            else:
+                log.info("perf-callbacks: the memory growth slowed to %.2f MB per step (steps %d-%d; it was %.2f)",
+                         now.rate / 1e6, now.since_step, step, g.rate / 1e6)
 
     def add_metrics(self, metrics: dict[str, float]) -> None:
         """``memory/held_mb`` (the last step-start reading) and, on CPU, ``memory/peak_rss_mb`` for the interval."""
@@ -190,27 +210,27 @@ class MemoryGrowth:
         g = self.growth
         return None if g is None else {"bytes_per_step": g.rate, "since_step": g.since_step, "until_step": g.until_step}
 
-    def message(self, g: Growth) -> str:
-        """The warning's text: the rate, since when, and the steps left at that rate."""
+    def message(self, g: Growth, follow: str | None = None) -> str:
+        """The warning's text: the rate, since when, the steps left at that rate, and ``follow``: what names the op."""
         what = "allocated device memory" if self.device is not None else "host memory (RSS)"
         left = "" if g.steps_to_full is None else (
             f"; at this rate the {'device' if self.device is not None else 'host RAM'} is full in about "
             f"{g.steps_to_full:,} steps")
         return (f"{what} at the start of a step grows by {g.rate / 1e6:.2f} MB per step: from step {g.since_step} to "
                 f"step {g.until_step} it rose in most of {g.intervals} logging intervals, to {g.held / 1e9:.2f} GB"
-                f"{left}. Something keeps tensors across steps (a loss or an output appended to a list with its "
-                "graph? keep `loss.detach()` or `loss.item()`)"
+                f"{left}. Something keeps tensors across steps (a loss or an output appended to a list? keep "
+                "`loss.item()`; `.detach()` frees only a graph kept with it)"
                 f"{'' if self.device is not None else _FRAGMENTS}; "
-                + ("the next profiling window names the operator that allocates what is kept" if self.profile_memory
-                   else "set profile_memory=True and the next profiling window names the operator that allocates "
-                        "what is kept"))
+                + (follow if follow is not None else "the next profiling window names the operator that allocates what "
+                   "is kept" if self.profile_memory else "set profile_memory=True and the next profiling window names "
+                   "the operator that allocates what is kept"))
 
 
 def _confirm_steps(g: Growth, least: int) -> int:
     """How long a growth seen must go on before it is told.
 
-    As long again as it took to see it, ``least`` steps at least, but no more than a quarter of the steps left
-    before the memory is full at its rate.
+    As long again as it took to see it, ``least`` steps at least, but no more than a quarter of the steps left before
+    the memory is full at its rate.
     """
     wait = max(g.until_step - g.since_step, least)
     return wait if g.steps_to_full is None else min(wait, g.steps_to_full // 4)

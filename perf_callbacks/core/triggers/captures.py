@@ -47,7 +47,7 @@ NOISE_Z = 6.0  # ... nor one within 6 robust standard deviations of it
 MIN_EXCESS_S = 0.1  # ... nor one less than 100 ms longer than it (a scheduler hiccup)
 MIN_STEPS = 5  # fewer measured steps leave the bar as it was: they are added to the next interval's
 HOUR_S = 3600.0
-REASONS = ("anomaly", "slowdown", "signal", "file")
+REASONS = ("anomaly", "slowdown", "signal", "file", "memory_growth")
 MAX_REQUEST_STEPS = 1000
 """The longest window a request may ask for: a larger ``steps`` is cut to this, with one log line. The profiler keeps
 a window's events in memory until its last step and writes them as one trace (``max_trace_mb``): a few steps show a
@@ -90,7 +90,7 @@ class CaptureSchedule:
 
     Args:
         base: the configured schedule.
-        max_per_hour: anomaly and slowdown windows allowed per hour (requests are not counted).
+        max_per_hour: anomaly, slowdown and memory growth windows allowed per hour (requests are not counted).
         clock: seconds, for the budget (``time.monotonic``).
     """
 
@@ -146,7 +146,7 @@ class CaptureSchedule:
 
         It is cut short before the next scheduled window's warm-up. True when planned.
         """
-        budgeted = capture.reason in ("anomaly", "slowdown")
+        budgeted = capture.reason in ("anomaly", "slowdown", "memory_growth")
         if budgeted and not self._within_budget():
             log.info(
                 "perf-callbacks: no window for step %d (%s): %d captured windows in the last hour",

@@ -61,12 +61,51 @@ def test_a_growth_with_nothing_kept_in_the_window_says_why(events: list[Any], wh
     assert "none found" in lines[1] and why in lines[1]
 
 
+def graph_trace(backwarded: set[int]) -> RankTrace:
+    """Steps 30-32, each with two forward ops (sequence numbers 2k, 2k+1) around 1-2 and 2-3 ms into the step, and the
+    backward evaluations of the numbers in ``backwarded``."""
+    t = trace()
+    for k, lo in enumerate((0.0, 10.0, 20.0)):
+        t.extra.seq_ops += [(lo + 1.0, lo + 2.0, 1, 2 * k, False), (lo + 2.5, lo + 3.0, 1, 2 * k + 1, False)]
+    t.extra.seq_ops += [(25.0, 26.0, 1, seq, True) for seq in sorted(backwarded)]
+    return t
+
+
 def test_the_report_line_names_the_op_its_rate_and_the_fix() -> None:
-    events = [alloc(1.0, 2_100_000, 1), alloc(11.0, 2_100_000, 2)]
-    lines = growth_lines(kept_alive(trace(), events, ["aten::mul", "aten::mul"], "device"))
-    assert lines[1] == ("  2.1 MB per step kept alive from aten::mul (steps 30-31 of this window onward): a tensor kept "
-                        "across steps with its graph (a loss appended to a list? use `.detach()` or `.item()`)")
+    """Each step keeps a tensor from each of two forward ops whose backward never ran: a graph kept, `.detach()`."""
+    events = [alloc(1.5, 2_100_000, 1), alloc(2.7, 4, 2), alloc(11.5, 2_100_000, 3), alloc(12.7, 4, 4)]
+    owners = ["aten::mul", "aten::mean"] * 2
+    found = kept_alive(graph_trace(set()), events, owners, "device")
+    assert found is not None and found["graph_kept"]
+    assert growth_lines(found)[1] == (
+        "  2.1 MB per step kept alive from aten::mul (steps 30-31 of this window onward): a tensor kept across steps "
+        "with its graph (a loss appended to a list? use `.detach()` or `.item()`)")
     assert growth_lines(None) == []
+
+
+@pytest.mark.parametrize("backwarded", [{0, 1, 2, 3}, {1, 3}])
+def test_a_kept_tensor_without_a_graph_gets_no_detach_advice(backwarded: set[int]) -> None:
+    """Backward ran through the ops that made what is kept (its graph's saved tensors freed: `.detach()` frees
+    nothing more), or only one op's output is kept: the op is named, with no word of `.detach()`."""
+    events = [alloc(1.5, 2_100_000, 1), alloc(2.7, 4, 2), alloc(11.5, 2_100_000, 3), alloc(12.7, 4, 4)]
+    found = kept_alive(graph_trace(backwarded), events, ["aten::clamp_min", "aten::mean"] * 2, "device")
+    assert found is not None and not found["graph_kept"]
+    line = growth_lines(found)[1]
+    assert line.startswith("  2.1 MB per step kept alive from aten::clamp_min (steps 30-31 of this window onward): ")
+    assert "use `.detach()`" not in line and "still referenced" in line
+
+
+def test_an_op_that_keeps_a_sliver_of_the_growth_is_not_named() -> None:
+    """A 4-byte loss kept each step while the memory grows 2 MB a step: under 10% of the growth, not named."""
+    events = [alloc(1.5, 4, 1), alloc(11.5, 4, 2)]
+    found = kept_alive(trace(), events, ["aten::nll_loss_forward"] * 2, "host")
+    assert found is not None and found["by_op"] == [] and found["kept_per_step"] == 4.0
+    line = growth_lines(found)[1]
+    assert "none found" in line and "no op kept 10% of the growth or more (0.2 MB per step)" in line
+    assert "all ops together kept 4 B a step" in line
+    assert "nll_loss" not in line
+    grown = kept_alive(trace(), [alloc(1.5, 200_000, 1), alloc(11.5, 200_000, 2)], ["aten::mul"] * 2, "host")
+    assert grown is not None and [r["name"] for r in grown["by_op"]] == ["aten::mul"]  # 10% of it: named
 
 
 def test_a_sidecar_with_a_damaged_finding_is_not_read() -> None:

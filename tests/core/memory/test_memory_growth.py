@@ -114,6 +114,18 @@ def test_the_same_growth_going_on_is_a_leak(every: int) -> None:
     assert found[0][0] <= 5 + 8 * every + 2 * every + CONFIRM_STEPS + every  # seen after 8 intervals, told 200 on
 
 
+@pytest.mark.parametrize(("every", "change"), [(2, 120), (4, 160), (10, 150), (10, 240)])
+def test_a_growth_that_slowed_before_it_was_told_is_told_at_its_current_rate(every: int, change: int) -> None:
+    """2 MB a step, then 0.4 from step ``change`` (a leak partly fixed): told once, at 0.4 MB a step."""
+    d = GrowthDetector(total_bytes=64 * GB)
+    held, found = 2 * GB, []
+    for step in range(every, 3000, every):
+        held += int((2 * MB if step < change else 0.4 * MB) * every)
+        if (g := d.check(step, held)) is not None:
+            found.append(g)
+    assert len(found) == 1 and abs(found[0].rate - 0.4 * MB) / (0.4 * MB) < 0.05, [g.rate / MB for g in found]
+
+
 def test_the_warm_up_readings_are_left_out() -> None:
     """Optimizer state and lazy buffers appear in the first steps: they are no growth."""
     held = [100 * MB, 300 * MB, 500 * MB] + [500 * MB] * 30
@@ -168,13 +180,42 @@ def test_the_engine_warns_once_with_the_growth_and_passes_it_to_the_next_window(
     said = [str(w.message) for w in seen if issubclass(w.category, MemoryGrowthWarning)]
     assert len(said) == 1 and "grows by 2.10 MB per step" in said[0]  # 2 MiB
     assert "small tensors kept across steps (even detached) pin the C allocator's heap" in said[0]  # on CPU only
-    # the op is named only in windows that record allocations: by default the warning says how to get it
-    how = "; set profile_memory=True and the next profiling window names the operator that allocates what is kept"
-    assert (how in said[0]) is not profile_memory
-    assert said[0].endswith("; the next profiling window names the operator that allocates what is kept") \
-        is profile_memory
+    # the op is named only in windows that record allocations: the warning opens one, else says how to get one
+    if profile_memory:
+        assert said[0].endswith("; steps 255-257 are profiled now to name the operator that allocates what is kept")
+        (window,) = (tmp_path / "run").glob("window-*")
+        assert window.name == "window-000255-000257"
+    else:
+        assert said[0].endswith("; windows record no allocations (profile_memory=False): rerun with "
+                                "profile_memory=True and a window opened at this warning names the operator that "
+                                "allocates what is kept")
+        assert list((tmp_path / "run").glob("window-*")) == []
     assert e.windows.growth_meta is not None
     assert e.windows.growth_meta() == {"bytes_per_step": 2 * MB, "since_step": 14, "until_step": 54 + CONFIRM_STEPS}
+
+
+@pytest.mark.parametrize(("schedule", "said"), [
+    ({"skip_first": 300, "wait": 0, "warmup": 1, "active": 3}, "the profiling window from step 301 names the operator"),
+    ({"skip_first": 250, "wait": 0, "warmup": 1, "active": 10},  # recording at the warning: its trace began without
+     "no profiling window is left in this run to name the operator that allocates what is kept (captures spent or one "
+     "recording): `perf-callbacks capture RUN_DIR` opens a window that names it"),  # the growth: it looks for nothing
+    ({"skip_first": 10, "wait": 0, "warmup": 1, "active": 3},
+     "no profiling window is left in this run to name the operator that allocates what is kept (captures spent or one "
+     "recording): `perf-callbacks capture RUN_DIR` opens a window that names it"),
+])
+def test_with_the_capture_budget_spent_the_warning_says_which_window_names_the_operator(
+        tmp_path: Path, schedule: dict[str, int], said: str) -> None:
+    """No capture left this hour: the next scheduled window if any (its profiler starts after the warning), else how
+    to ask for one; never a window that will not come."""
+    e = engine(tmp_path, [], profile_memory=True, capture_max_per_hour=0, schedule=schedule)
+    held = iter(range(400 * MB, 100 * GB, 10 * MB))
+    with mock.patch("perf_callbacks.core.memory.growth.host_rss_bytes", side_effect=lambda: next(held)), \
+            warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        run_steps(e, 260)
+    e.close()
+    (message,) = [str(w.message) for w in seen if issubclass(w.category, MemoryGrowthWarning)]
+    assert message.endswith(said if said.endswith("names it") else said + " that allocates what is kept"), message
 
 
 def test_a_growth_told_that_levels_off_later_is_no_longer_passed_to_windows(tmp_path: Path) -> None:
@@ -189,6 +230,20 @@ def test_a_growth_told_that_levels_off_later_is_no_longer_passed_to_windows(tmp_
     e.close()
     assert len(rec) == 1
     assert e.windows.growth_meta() is None
+
+
+def test_a_growth_told_that_slows_down_later_is_passed_to_windows_at_its_new_rate(tmp_path: Path) -> None:
+    e = engine(tmp_path, [])
+    readings = [400 * MB + 10 * MB * min(i, 60) + 2 * MB * max(0, i - 60) for i in range(120)]  # 2 MiB, then 0.4
+    held = iter(readings)
+    with mock.patch("perf_callbacks.core.memory.growth.host_rss_bytes", side_effect=lambda: next(held)), \
+            pytest.warns(MemoryGrowthWarning, match="grows by 2.10 MB per step") as rec:
+        run_steps(e, 5 * 61)  # told at step 254, at 2 MiB a step
+        run_steps(e, 5 * 58, start=5 * 61)  # 0.4 MiB a step from step 304 on
+    e.close()
+    assert len(rec) == 1
+    meta = e.windows.growth_meta()
+    assert meta is not None and abs(meta["bytes_per_step"] - 0.4 * MB) / (0.4 * MB) < 0.05, meta
 
 
 def test_a_failed_read_turns_the_check_off_with_one_warning_and_training_goes_on(tmp_path: Path) -> None:
