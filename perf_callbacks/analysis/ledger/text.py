@@ -61,6 +61,8 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
     if len(ledgers) > 1:
         for led in ledgers:
             lines.append(f"  rank {led.rank}: {summary_line(led)}{_difference(led, slowest)}")
+    lines += [f"  {led.resumed.text()}" + (f" (rank {led.rank})" if len(ledgers) > 1 else "")
+              for led in ledgers if led.resumed is not None][:1]
     lines += [f"  advice: {a.text}" for a in ledger_advice(slowest)]
     if slowest.origin != "process":
         why = "an interactive session" if slowest.interactive else "the process' start was not readable"
@@ -69,8 +71,9 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
 
 
 def ledger_json(ledgers: list[Ledger]) -> dict[str, Any] | None:
-    """The report's ``ledger`` object: the slowest rank's (``wall_s``, ``goodput``, ``parts``, ``advice``) and
-    ``ranks``, each rank's; None without a ledger.
+    """The report's ``ledger`` object; None without a ledger.
+
+    The slowest rank's (``wall_s``, ``goodput``, ``parts``, ``advice``, ``resumed``) and ``ranks``, each rank's.
     """
     if not ledgers:
         return None
