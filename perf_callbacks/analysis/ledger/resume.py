@@ -68,7 +68,7 @@ def redone_steps(at_step: int, earlier: StepRecord, run: str) -> Resumed | None:
     It began before ``at_step`` and completed at least the steps before it (else it is another run in the folder).
     """
     steps = [int(s) for s in earlier.step]
-    led = earlier.meta.get("ledger") if isinstance(earlier.meta.get("ledger"), dict) else {}
+    led: dict[str, Any] = earlier.meta["ledger"] if isinstance(earlier.meta.get("ledger"), dict) else {}
     opened = led.get("open_step") if isinstance(led.get("open_step"), dict) else None
     last = max(steps, default=-1)
     extra = opened if opened is not None and opened.get("ended") and int(opened.get("step", -1)) > last else None

@@ -82,7 +82,7 @@ class PerfEngine:
         self.mem = MemoryWatch(config, ctx.rank, ctx.device, layout.run_dir,
                                lambda msg: warn("memory_history", InstrumentUnavailableWarning, msg), self.outputs)
         growth = MemoryGrowth(ctx.device, lambda msg: warn("memory_growth", MemoryGrowthWarning, msg),
-                              config.profile_memory) if config.memory else None  # the memory held at the start of logged steps, and its trend
+                              config.profile_memory) if config.memory else None  # memory held at logged steps
         self.compile = watch = CompileWatch(warn, self._compiled)  # torch.compile, once torch._dynamo is loaded
         self.flops = flops = StepFlops(config, ctx, warn, compiling=lambda: watch.active)  # FLOPs per step, the peak
         rates = partial(interval_rates, flops, watch, self.state)  # the interval's TFLOP/s, MFU and compile figures

@@ -109,7 +109,8 @@ class WindowHandoff:
             meta["phase_peak"] = self.mem.headline()
         if compile_s:
             meta["compile_s"] = round(compile_s, 3)
-        if (so_far := self.ledger_so_far) is not None and (stamps := quiet(lambda: so_far(t_finish))) is not None:
+        so_far = self.ledger_so_far
+        if so_far is not None and (stamps := quiet(lambda: so_far(t_finish))) is not None:
             meta["ledger_so_far"] = stamps  # the sidecar's ``ledger``, taken out of its meta
         meta["stall_ms"] = round((time.perf_counter() - t_finish) * 1e3, 2)  # up to handing over to the job
         header = window_header(meta, self.ctx.rank, completed) if self.is_reporter else None
