@@ -65,6 +65,7 @@ class Ledger:
         spikes: the steps (by index) whose fetch was counted as worker start-up.
         interactive: the run was in an interactive session (a notebook's kernel, ``python -i``).
         resumed: the run resumed from a checkpoint, and what the run before it did again (``ledger/resume.py``).
+        so_far: the run up to a window's end only, from its sidecar (the run did not close): no advice is drawn.
     """
 
     rank: int
@@ -77,6 +78,7 @@ class Ledger:
     spikes: list[int] = field(default_factory=list)
     interactive: bool = False
     resumed: Resumed | None = None
+    so_far: bool = False
 
     @property
     def goodput(self) -> float:
@@ -88,7 +90,8 @@ class Ledger:
         return {"rank": self.rank, "wall_s": round(self.wall_s, 4), "goodput": round(self.goodput, 4),
                 "origin": self.origin, "steps": self.steps,
                 "parts": {k: round(v, 4) for k, v in self.parts.items()},
-                **({"resumed": self.resumed.to_dict()} if self.resumed is not None else {})}
+                **({"resumed": self.resumed.to_dict()} if self.resumed is not None else {}),
+                **({"so_far": True} if self.so_far else {})}
 
 
 def rank_ledger(record: StepRecord) -> Ledger | None:

@@ -14,14 +14,15 @@ Example:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.analysis.diff.steps import read_run
+from perf_callbacks.analysis.diff.steps import find_run, read_run
 from perf_callbacks.analysis.ledger.advice import ledger_advice
-from perf_callbacks.analysis.ledger.parts import Ledger, rank_ledger
+from perf_callbacks.analysis.ledger.parts import PARTS, Ledger, rank_ledger
 
-__all__ = ["LABELS", "ledger_json", "ledger_lines", "run_ledgers", "summary_line"]
+__all__ = ["LABELS", "ledger_json", "ledger_lines", "run_ledgers", "so_far_ledgers", "summary_line"]
 LABELS = {"startup_before": "start-up before the callback", "startup": "start-up", "productive": "productive",
           "warmup": "first step", "compile": "compile", "anomalous": "slow steps", "stalls": "stalls",
           "data_wait": "data", "worker_startup": "worker start-up", "evaluation": "evaluation",
@@ -44,6 +45,31 @@ def run_ledgers(path: str | Path) -> list[Ledger]:
     return []
 
 
+def so_far_ledgers(path: str | Path) -> list[Ledger]:
+    """The ledgers up to the last window of the run under ``path`` (found as :func:`run_ledgers` finds it).
+
+    For a run that did not close (still running, or killed): each rank's ``ledger`` of its latest window's sidecar
+    (``analysis/sidecar.py``), marked ``so_far``; [] without one.
+    """
+    root, run = Path(path), None
+    for where in (root, root.parent, root.parent.parent):
+        if (run := find_run(where)) is not None:
+            break
+    if run is None:
+        return []
+    latest: dict[int, dict[str, Any]] = {}
+    for side in run.glob("window-*/rank*.summary.json"):
+        try:
+            led = json.loads(side.read_text(encoding="utf-8")).get("ledger")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(led, dict) and led.get("so_far") and isinstance(rank := led.get("rank"), int) and (
+                rank not in latest or led["wall_s"] > latest[rank]["wall_s"]):
+            latest[rank] = led
+    return [Ledger(r, float(d["wall_s"]), {k: float(d["parts"].get(k, 0.0)) for k in PARTS}, str(d["origin"]),
+                   int(d["steps"]), 0.0, so_far=True) for r, d in sorted(latest.items())]
+
+
 def summary_line(led: Ledger) -> str:
     """``41 min, goodput 72%: checkpoints 14%, evaluation 8%, data 4%``: the parts over 1% of the wall time."""
     rest = sorted(((v, k) for k, v in led.parts.items() if k != "productive" and abs(v) >= SHOWN * led.wall_s),
@@ -57,13 +83,14 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
     if not ledgers:
         return []
     slowest = max(ledgers, key=lambda led: led.wall_s)
-    lines = [f"ledger: {summary_line(slowest)}" + (f" (rank {slowest.rank}, the slowest)" if len(ledgers) > 1 else "")]
+    what = "ledger so far (to the last window; the run did not close)" if slowest.so_far else "ledger"
+    lines = [f"{what}: {summary_line(slowest)}" + (f" (rank {slowest.rank}, the slowest)" if len(ledgers) > 1 else "")]
     if len(ledgers) > 1:
         for led in ledgers:
             lines.append(f"  rank {led.rank}: {summary_line(led)}{_difference(led, slowest)}")
     lines += [f"  {led.resumed.text()}" + (f" (rank {led.rank})" if len(ledgers) > 1 else "")
               for led in ledgers if led.resumed is not None][:1]
-    lines += [f"  advice: {a.text}" for a in ledger_advice(slowest)]
+    lines += [f"  advice: {a.text}" for a in ledger_advice(slowest) if not slowest.so_far]
     if slowest.origin != "process":
         why = "an interactive session" if slowest.interactive else "the process' start was not readable"
         lines.append(f"  ({why}: the ledger starts at the {slowest.origin}'s construction)")
@@ -79,7 +106,7 @@ def ledger_json(ledgers: list[Ledger]) -> dict[str, Any] | None:
         return None
     slowest = max(ledgers, key=lambda led: led.wall_s)
     advice = [{"part": a.part, "text": a.text, "saving_s": round(a.saving_s, 3), "every": a.every}
-              for a in ledger_advice(slowest)]
+              for a in ledger_advice(slowest) if not slowest.so_far]
     return {**slowest.to_dict(), "advice": advice, "ranks": [led.to_dict() for led in ledgers]}
 
 
