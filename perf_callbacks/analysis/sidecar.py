@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from perf_callbacks._errors import describe_error
+from perf_callbacks.analysis.diff.steps import read_record
+from perf_callbacks.analysis.ledger.parts import rank_ledger
 from perf_callbacks.analysis.rank.collect import analyze_file
 from perf_callbacks.analysis.render.console import console_parts
 from perf_callbacks.analysis.render.text import format_text
@@ -51,9 +53,10 @@ def write_sidecar(trace: Path, meta: dict[str, Any] | None = None, top_k: int = 
         top_k: how many top ops the ``text`` report lists.
 
     Returns:
-        The sidecar: ``format``, ``trace``, ``trace_bytes``, ``meta``, and either ``text``, ``scalars``, ``console``
-        (the window's console line as data, :mod:`perf_callbacks.analysis.render.console`), ``rank``
-        (the rank result as a dict), ``verdict`` and ``verdict_note``, or ``error`` (one line) when it failed.
+        The sidecar: ``format``, ``trace``, ``trace_bytes``, ``meta``, ``ledger`` (the run's ledger up to the window's
+        end, where the engine gave its readings in ``meta``'s ``ledger_so_far``), and either ``text``, ``scalars``,
+        ``console`` (the window's console line as data, :mod:`perf_callbacks.analysis.render.console`), ``rank`` (the
+        rank result as a dict), ``verdict`` and ``verdict_note``, or ``error`` (one line) when it failed.
 
     Example:
         >>> import tempfile, json, pathlib
@@ -63,8 +66,11 @@ def write_sidecar(trace: Path, meta: dict[str, Any] | None = None, top_k: int = 
         ...                                    "ProfilerStep)")
         True
     """
-    trace = Path(trace)
-    data: dict[str, Any] = {"format": FORMAT, "trace": trace.name, "trace_bytes": _size(trace), "meta": meta or {}}
+    trace, meta = Path(trace), dict(meta or {})
+    stamps = meta.pop("ledger_so_far", None)
+    data: dict[str, Any] = {"format": FORMAT, "trace": trace.name, "trace_bytes": _size(trace), "meta": meta}
+    if (ledger := _ledger_so_far(stamps)) is not None:
+        data["ledger"] = ledger
     loaded = analyze_file(trace, max(top_k, RANK_TOP_K))
     if loaded.result is None:
         data["error"] = loaded.error or f"{trace}: could not be analysed"
@@ -110,6 +116,23 @@ def _write_error(trace: Path, meta: Any, error: str) -> dict[str, Any]:
     with contextlib.suppress(OSError):
         write_atomic(sidecar_path(trace), json.dumps(data, default=_plain))
     return data
+
+
+def _ledger_so_far(stamps: Any) -> dict[str, Any] | None:
+    """The rank's ledger up to the window's end: its step record so far with the readings the engine took then.
+
+    Only the run so far (``so_far``: true): ``wall_s`` ends at the window's end, ``after`` is the time from the last
+    step's optimizer step to the window's end, and the window's finish is ``own``. None where it cannot be read.
+    """
+    if not isinstance(stamps, dict) or not isinstance(path := stamps.pop("record", None), str):
+        return None
+    try:
+        record = read_record(Path(path))
+        record.meta["ledger"] = stamps
+        led = rank_ledger(record)
+    except Exception:  # noqa: BLE001 - the ledger is not worth the window's summary
+        return None
+    return {**led.to_dict(), "so_far": True} if led is not None else None
 
 
 def _size(path: Path) -> int | None:

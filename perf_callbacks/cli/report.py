@@ -155,11 +155,11 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
 
 
 def _ledgers(path: str) -> list[Any]:
-    """The ledgers of the run under ``path`` (none where its step record is missing, unreadable or did not close)."""
-    from perf_callbacks.analysis.ledger.text import run_ledgers
+    """The ledgers of the run under ``path``; of a run that did not close, those so far (its last window's sidecars)."""
+    from perf_callbacks.analysis.ledger.text import run_ledgers, so_far_ledgers
 
     try:
-        return run_ledgers(path)
+        return run_ledgers(path) or so_far_ledgers(path)
     except (KeyError, TypeError, ValueError, OSError):  # a damaged description: the report goes on without it
         return []
 

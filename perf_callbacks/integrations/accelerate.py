@@ -189,6 +189,7 @@ class AcceleratePerfHook(StepCounting, FromConfig):
             return iter(dataloader)
         engine, acc = self._require()
         self._hook_optimizers()
+        engine.steps.epoch_start(engine.state.done, dataloader)  # the ledger's epochs (DataLoader worker start-up)
         name = loader_name(acc, dataloader)
         engine.ctx.data_loader = (name, getattr(dataloader, "num_workers", None))
         quiet(lambda: attach(dataloader), "timing the workers' fetches")

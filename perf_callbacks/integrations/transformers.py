@@ -127,6 +127,11 @@ class TransformersPerfCallback(TrainerCallback, FromConfig):
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
         self._close(None)
 
+    @override
+    def on_epoch_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:
+        if self._live and self.engine is not None:  # the ledger's epoch boundaries (DataLoader worker start-up)
+            self.engine.steps.epoch_start(self.engine.state.done, kw.get("train_dataloader"))
+
     # ---- per micro-batch ---------------------------------------------------------------------------------------
     @override
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kw: Any) -> None:

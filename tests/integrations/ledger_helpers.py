@@ -89,6 +89,29 @@ class SlowSave(Callback):
         self.planted.checkpoint_s += self.seconds
 
 
+class Marks(Callback):
+    """The test's clock at each step's ``on_train_batch_end``, right before ours logs (the checkpoints run after)."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, float] = {}
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self.at[trainer.global_step] = time.perf_counter()
+
+
+class SaveTimes(TimedCheckpoint):
+    """Each save's start and length on the test's clock."""
+
+    def __init__(self, planted: Planted, **kwargs: Any) -> None:
+        super().__init__(planted, **kwargs)
+        self.saves: list[tuple[float, float]] = []
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        t0 = time.perf_counter()
+        super()._save_checkpoint(trainer, filepath)
+        self.saves.append((t0, time.perf_counter() - t0))
+
+
 def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, ckpt_s: float = 0.0,
                 val_every: int | None = None, val_sleep: float = 0.0, stall_at: int | None = None,
                 stall_s: float = 0.0, window: bool = False, ckpt_every: int = 1) -> Planted:

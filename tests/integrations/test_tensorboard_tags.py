@@ -1,8 +1,8 @@
 """The TensorBoard tags a real short CPU run writes, in each adapter: the documented contract (docs/reference/tensorboard-tags.md).
 
-Interval figures are ``perf/train/...``, ``perf/memory/...`` and ``perf/overhead/...`` at logging steps; the figures of
-a profiling window are ``perf/window/...`` at the step after it; a single process logs no communication figure; a run
-shorter than one logging interval logs its interval figures once, at its last step.
+Interval figures are ``perf/train/...``, ``perf/memory/...``, ``perf/overhead/...`` and ``perf/ledger/...`` at logging
+steps; the figures of a profiling window are ``perf/window/...`` at the step after it; a single process logs no
+communication figure; a run shorter than one logging interval logs its interval figures once, at its last step.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 WINDOW = {"skip_first": 2, "wait": 0, "warmup": 1, "active": 2}  # steps 3-4: the window's scalars land at step 5
 INTERVAL = {"perf/train/step_time_ms", "perf/train/data_wait_fraction", "perf/train/samples_per_sec",
             "perf/train/tflops", "perf/memory/host_rss_mb", "perf/memory/peak_rss_mb", "perf/overhead/log_ms",
-            "perf/overhead/window_ms"}
+            "perf/overhead/window_ms", "perf/ledger/productive", "perf/ledger/data_wait", "perf/ledger/own",
+            "perf/ledger/other"}
 WINDOW_TAGS = {"perf/window/step_time_ms", "perf/window/data_wait_fraction", "perf/window/achieved_tflops",
                "perf/window/cpu_contention_fraction",  # Linux: the window's load is recorded, and with it the wait's parts
                "perf/window/data_wait_on_cpu_fraction", "perf/window/data_wait_blocked_fraction",

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from perf_callbacks.analysis.diff.steps import COLUMNS, COMPILED, WINDOW, StepRecord
+from perf_callbacks.analysis.ledger.resume import Resumed, find_resumed
 
 __all__ = ["K_MIN", "MIN_EXCESS_S", "PARTS", "Ledger", "rank_ledger"]
 PARTS = ("startup_before", "startup", "productive", "warmup", "compile", "anomalous", "stalls", "data_wait",
@@ -63,6 +64,8 @@ class Ledger:
         counts: set-aside occurrences by kind (``evaluation``, ``checkpoint``).
         spikes: the steps (by index) whose fetch was counted as worker start-up.
         interactive: the run was in an interactive session (a notebook's kernel, ``python -i``).
+        resumed: the run resumed from a checkpoint, and what the run before it did again (``ledger/resume.py``).
+        so_far: the run up to a window's end only, from its sidecar (the run did not close): no advice is drawn.
     """
 
     rank: int
@@ -74,6 +77,8 @@ class Ledger:
     counts: dict[str, int] = field(default_factory=dict)
     spikes: list[int] = field(default_factory=list)
     interactive: bool = False
+    resumed: Resumed | None = None
+    so_far: bool = False
 
     @property
     def goodput(self) -> float:
@@ -81,10 +86,12 @@ class Ledger:
         return self.parts["productive"] / self.wall_s if self.wall_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON: ``rank``, ``wall_s``, ``goodput``, ``origin``, ``steps`` and the parts in seconds."""
+        """Plain JSON: ``rank``, ``wall_s``, ``goodput``, ``origin``, ``steps``, the parts in seconds, ``resumed``."""
         return {"rank": self.rank, "wall_s": round(self.wall_s, 4), "goodput": round(self.goodput, 4),
                 "origin": self.origin, "steps": self.steps,
-                "parts": {k: round(v, 4) for k, v in self.parts.items()}}
+                "parts": {k: round(v, 4) for k, v in self.parts.items()},
+                **({"resumed": self.resumed.to_dict()} if self.resumed is not None else {}),
+                **({"so_far": True} if self.so_far else {})}
 
 
 def rank_ledger(record: StepRecord) -> Ledger | None:
@@ -112,7 +119,7 @@ def rank_ledger(record: StepRecord) -> Ledger | None:
     steps = len(keep) + (1 if opened is not None and opened["ended"] else 0)
     return Ledger(record.rank, wall, parts, origin_name, steps, median,
                   {"evaluation": int(counts.get("validation", 0)), "checkpoint": int(counts.get("checkpoint", 0))},
-                  spikes, bool(st.get("interactive")))
+                  spikes, bool(st.get("interactive")), find_resumed(record))
 
 
 def _origin(st: dict[str, Any]) -> tuple[str, float]:
@@ -134,10 +141,9 @@ def _workers(meta: dict[str, Any]) -> bool:
 
 def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[str, float],
            workers: bool) -> tuple[float, list[int]]:
-    """The steps' compute time and data wait.
+    """The steps' compute time (productive, warm-up, compile, anomalous, stalls, worker start-up) and data wait.
 
-    Compute time is split into productive, warm-up, compile, anomalous, stalls and worker start-up. Returns the
-    median step and the steps whose epoch started workers.
+    Returns the median step and the steps whose epoch started workers.
     """
     if not keep:
         return 0.0, []
@@ -171,10 +177,9 @@ def _steps(record: StepRecord, keep: list[int], st: dict[str, Any], parts: dict[
 
 def _waits(record: StepRecord, keep: list[int], bounds: set[int], epochs: Any, workers: bool,
            parts: dict[str, float]) -> list[int]:
-    """Data wait, less worker start-up.
+    """Data wait, and worker start-up: the first fetch of each epoch that started workers, above the median wait.
 
-    The first fetch of each epoch that started workers above the median wait is worker start-up (without epoch
-    boundaries in the record: fetches over ``K_MIN`` x the median wait). Returns the steps counted so.
+    Without epoch boundaries in the record: fetches over ``K_MIN`` x the median wait. Returns the steps counted so.
     """
     waits = [record.wait_s[i] for i in keep]
     med_wait, spikes = statistics.median(waits), []

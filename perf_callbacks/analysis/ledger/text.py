@@ -14,14 +14,15 @@ Example:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from perf_callbacks.analysis.diff.steps import RECORD, read_run
+from perf_callbacks.analysis.diff.steps import RECORD, find_run, read_run
 from perf_callbacks.analysis.ledger.advice import ledger_advice
-from perf_callbacks.analysis.ledger.parts import Ledger, rank_ledger
+from perf_callbacks.analysis.ledger.parts import PARTS, Ledger, rank_ledger
 
-__all__ = ["LABELS", "ledger_json", "ledger_lines", "run_ledgers", "summary_line"]
+__all__ = ["LABELS", "ledger_json", "ledger_lines", "run_ledgers", "so_far_ledgers", "summary_line"]
 LABELS = {"startup_before": "start-up before the callback", "startup": "start-up", "productive": "productive",
           "warmup": "first step", "compile": "compile", "anomalous": "slow steps", "stalls": "stalls",
           "data_wait": "data", "worker_startup": "worker start-up", "evaluation": "evaluation",
@@ -38,16 +39,25 @@ def run_ledgers(path: str | Path) -> list[Ledger]:
     below an output dir; never a run found by searching above ``path`` (another run, another test's, the user's).
     Ranks whose record did not close have no ledger.
     """
+    try:
+        run = run_folder(path)
+        return [led for r in (read_run(run) if run is not None else []) if (led := rank_ledger(r)) is not None]
+    except (OSError, ValueError):
+        return []
+
+
+def run_folder(path: str | Path) -> Path | None:
+    """The run folder ``path`` belongs to; None: none.
+
+    Itself (or the newest run below it: an output dir), or the run folder right above a window folder (or a trace in
+    it); never one found by searching above ``path``.
+    """
     root = Path(path)
     if root.is_file():
         root = root.parent
-    try:
-        records = read_run(root) if root.is_dir() else []
-        if not records and any(RECORD.fullmatch(p.name) for p in _listing(root.parent)):
-            records = read_run(root.parent)  # a window folder: its run's record is beside it
-    except (OSError, ValueError):
-        return []
-    return [led for r in records if (led := rank_ledger(r)) is not None]
+    if root.is_dir() and (run := find_run(root)) is not None:
+        return run
+    return root.parent if any(RECORD.fullmatch(p.name) for p in _listing(root.parent)) else None
 
 
 def _listing(folder: Path) -> list[Path]:
@@ -55,6 +65,28 @@ def _listing(folder: Path) -> list[Path]:
         return list(folder.iterdir())
     except OSError:
         return []
+
+
+def so_far_ledgers(path: str | Path) -> list[Ledger]:
+    """The ledgers up to the last window of the run under ``path`` (found as :func:`run_ledgers` finds it).
+
+    For a run that did not close (still running, or killed): each rank's ``ledger`` of its latest window's sidecar
+    (``analysis/sidecar.py``), marked ``so_far``; [] without one.
+    """
+    run = run_folder(path)
+    if run is None:
+        return []
+    latest: dict[int, dict[str, Any]] = {}
+    for side in run.glob("window-*/rank*.summary.json"):
+        try:
+            led = json.loads(side.read_text(encoding="utf-8")).get("ledger")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(led, dict) and led.get("so_far") and isinstance(rank := led.get("rank"), int) and (
+                rank not in latest or led["wall_s"] > latest[rank]["wall_s"]):
+            latest[rank] = led
+    return [Ledger(r, float(d["wall_s"]), {k: float(d["parts"].get(k, 0.0)) for k in PARTS}, str(d["origin"]),
+                   int(d["steps"]), 0.0, so_far=True) for r, d in sorted(latest.items())]
 
 
 def summary_line(led: Ledger) -> str:
@@ -70,11 +102,14 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
     if not ledgers:
         return []
     slowest = max(ledgers, key=lambda led: led.wall_s)
-    lines = [f"ledger: {summary_line(slowest)}" + (f" (rank {slowest.rank}, the slowest)" if len(ledgers) > 1 else "")]
+    what = "ledger so far (to the last window; the run did not close)" if slowest.so_far else "ledger"
+    lines = [f"{what}: {summary_line(slowest)}" + (f" (rank {slowest.rank}, the slowest)" if len(ledgers) > 1 else "")]
     if len(ledgers) > 1:
         for led in ledgers:
             lines.append(f"  rank {led.rank}: {summary_line(led)}{_difference(led, slowest)}")
-    lines += [f"  advice: {a.text}" for a in ledger_advice(slowest)]
+    lines += [f"  {led.resumed.text()}" + (f" (rank {led.rank})" if len(ledgers) > 1 else "")
+              for led in ledgers if led.resumed is not None][:1]
+    lines += [f"  advice: {a.text}" for a in ledger_advice(slowest) if not slowest.so_far]
     if slowest.origin != "process":
         why = "an interactive session" if slowest.interactive else "the process' start was not readable"
         lines.append(f"  ({why}: the ledger starts at the {slowest.origin}'s construction)")
@@ -84,13 +119,13 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
 def ledger_json(ledgers: list[Ledger]) -> dict[str, Any] | None:
     """The report's ``ledger`` object; None without a ledger.
 
-    The slowest rank's ``wall_s``, ``goodput``, ``parts``, ``advice``, and ``ranks``, each rank's.
+    The slowest rank's (``wall_s``, ``goodput``, ``parts``, ``advice``, ``resumed``) and ``ranks``, each rank's.
     """
     if not ledgers:
         return None
     slowest = max(ledgers, key=lambda led: led.wall_s)
     advice = [{"part": a.part, "text": a.text, "saving_s": round(a.saving_s, 3), "every": a.every}
-              for a in ledger_advice(slowest)]
+              for a in ledger_advice(slowest) if not slowest.so_far]
     return {**slowest.to_dict(), "advice": advice, "ranks": [led.to_dict() for led in ledgers]}
 
 

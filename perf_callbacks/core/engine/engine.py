@@ -8,10 +8,9 @@ An adapter maps its framework's hooks onto::
     batch_end(stepped, n)      # stepped: this micro-batch completed an optimizer step; n: its samples, if known
     close(exc)                 # end of training, or an exception (then the partial trace is flushed)
 
-A step begins at its first activity (its first fetch or batch) and lasts until the next begins: its NVTX range and
-``ProfilerStep#N`` span hold its data wait, its work and the framework's after it. Validation, checkpoints and our own
-work are set aside (``aside.py``). Outside windows a micro-batch costs a few ``perf_counter`` reads, compares and a row
-of the step record (``step_log``), no call into a part in the usual case; memory: at logging steps.
+A step runs from its first activity (a fetch or a batch) to the next's: its NVTX range and ``ProfilerStep#N`` span
+hold its data wait, its work and the framework's after it; validation, checkpoints and our own work are set aside
+(``aside.py``). Outside windows a micro-batch costs a few clock reads, compares and a step record row (``step_log``).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
-from perf_callbacks.core.engine.closing import close_engine
+from perf_callbacks.core.engine.closing import close_engine, so_far
 from perf_callbacks.core.engine.intervals import IntervalLog, interval_rates
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.run_files import RunFiles
@@ -101,7 +100,8 @@ class PerfEngine:
         self.intervals = IntervalLog(ctx.log_every_n_steps, self.state, self.monitor, self.aside,
                                      MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None, growth,
                                      self.mem, self.captures, self.windows, self.outputs, warn, ctx.log_min_interval_s,
-                                     self.steps)
+                                     steps)
+        self.windows.handoff.ledger_so_far = partial(so_far, self)  # each window's sidecar: the run's ledger so far
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
         self._log_every, self._nsys_steps, self._step_row = ctx.log_every_n_steps, config.nsys_steps, steps.rows.append
         # the verbs a part answers for the engine: bound once (no call in between on the hot path)

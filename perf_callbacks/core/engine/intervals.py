@@ -24,6 +24,7 @@ from perf_callbacks.core.flops.step import StepFlops
 from perf_callbacks.core.memory.growth import MemoryGrowth
 from perf_callbacks.core.memory.sampler import MemorySampler
 from perf_callbacks.core.memory.watch import MemoryWatch
+from perf_callbacks.core.timing.ledger import IntervalLedger
 from perf_callbacks.core.timing.monitor import StepMonitor
 from perf_callbacks.core.warn import WarnFn
 from perf_callbacks.core.windows.recorder import WindowRecorder
@@ -74,6 +75,7 @@ class IntervalLog:
         ctx = windows.ctx  # several ranks: each publishes its intervals, rank 0 names one that holds the others back
         shared = ctx.world_size > 1 and ctx.remote is None  # a remote output_dir is staged per rank: off
         self.peers = PeerBoard(windows.layout.run_dir, ctx.rank, ctx.world_size) if shared else None
+        self.ledger = IntervalLedger(aside.totals)  # perf/ledger/*: the interval's wall time by part
 
     def logging_step(self, step: int) -> None:
         """Log the interval that ends at ``step``: ``tool_time("log")`` without a generator outside windows."""
@@ -143,7 +145,7 @@ class IntervalLog:
         if state.ended and state.step == state.done:
             end_step(None)
         with tool_time("log"):
-            self.log(state.done + 1, clean=False)
+            self.log(state.done + 1, clean=False, opened=False)
         self.aside.phases.replain()
         return True
 
@@ -165,17 +167,24 @@ class IntervalLog:
         per_interval = (now - last[1]) / (step - last[0]) * self.every
         return step + self.every * max(1, math.ceil(self.min_interval_s / per_interval))
 
-    def log(self, step: int, clean: bool = True) -> None:
-        """Log the interval that ends at ``step`` (``clean``: its times may be compared, if the interval's were)."""
+    def log(self, step: int, clean: bool = True, opened: bool = True) -> None:
+        """Log the interval that ends at ``step``.
+
+        ``clean``: its times may be compared, if the interval's were; ``opened``: the step that completed at ``step`` is
+        open, its time not yet measured.
+        """
         self.state.logged = True
         self._due_at(self.next_due(step, time.perf_counter()))
         try:
             extra = functools.partial(self._memory_metrics, step=step)
-            times = self.monitor.stats.step_times  # the interval's, before log_interval starts the next
+            stats, timed = self.monitor.stats, self.windows.clock.loader_timed
+            times = stats.step_times  # the interval's, before log_interval starts the next
             if self.peers is not None:
-                self._peers(step, times, self.monitor.stats.data_wait)
-            self.monitor.log_interval(step, self.memory, clean and self.state.clean, self.windows.clock.loader_timed,
-                                      extra)
+                self._peers(step, times, stats.data_wait)
+            state = self.state
+            shares = self.ledger.metrics(self.aside.now(), state.t_first, sum(times), stats.data_wait, timed,
+                                         (state.last_elapsed, state.wait) if opened and state.ended else None)
+            self.monitor.log_interval(step, self.memory, clean and self.state.clean, timed, extra, shares)
             self.spike_limit = self.captures.interval(step, times, self.monitor.slowdown)
             self.state.clean = True
         except Exception as err:  # noqa: BLE001 - instrumentation must never break training

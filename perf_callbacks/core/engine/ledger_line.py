@@ -2,7 +2,7 @@
 
 ``perf-callbacks: 41 min, goodput 72%: checkpoints 14%, data 4% -> <run>``: read back from the step record just
 written at close (a few megabytes at most), on stderr (on a line of its own, a tqdm bar redrawn below), never raising
-into training (close calls it under ``quiet``).
+into training (close calls it under ``quiet``). A resumed run adds the steps it did again (``ledger/resume.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def console_line(steps: StepLog) -> str | None:
     led = rank_ledger(read_record(steps.path))
     if led is None:
         return None
-    line = f"perf-callbacks: {summary_line(led)} -> {steps.path.parent}"
+    resumed = f"; {led.resumed.text()}" if led.resumed is not None else ""
+    line = f"perf-callbacks: {summary_line(led)}{resumed} -> {steps.path.parent}"
     say(line, file=sys.stderr)  # under a progress bar still on screen (transformers closes its bar after us)
     return line

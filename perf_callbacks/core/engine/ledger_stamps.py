@@ -6,17 +6,20 @@ from the engine's construction: the process' start (``core/process_start.py``), 
 first step's start, the open step at close (its time to its optimizer step, its wait and set-aside time: the record
 has no row for it yet) and the start of close; the set-aside seconds by kind inside steps (``SetAside.totals``) and
 the hang watchdog's limit. The description's ``close_s`` is the end of close (its last write). Off the hot path:
-read once, at close.
+read once, at close, and at each window's end for the run so far (:func:`so_far`, into the window's sidecar).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from typing import Any
 
 from perf_callbacks.core.process_start import process_age_s
 
-__all__ = ["close_stamps", "interactive", "start_stamps"]
+__all__ = ["MAX_SO_FAR", "close_stamps", "interactive", "so_far", "start_stamps"]
+MAX_SO_FAR = 64_000  # characters: the sidecar's --meta is one argument (Linux takes 128 KiB at most)
 
 
 def start_stamps() -> dict[str, Any]:
@@ -50,6 +53,23 @@ def close_stamps(engine: Any, t_close: float, t0: float) -> dict[str, Any]:
                             "elapsed_s": state.last_elapsed, "wait_s": state.wait, "aside_s": state.aside,
                             "own_s": state.ours}
     return out
+
+
+def so_far(engine: Any, t_finish: float) -> dict[str, Any] | None:
+    """The readings of the run so far, as a window of ``engine`` ends (it began to finish at ``t_finish``).
+
+    As at close, with the window's finish (``t_finish``) as close's start and now as its end (our own work); the step
+    record's rows are written first, so that the window's sidecar reads every completed step (``record``: its path).
+    None when the record is off, or the readings would not fit the sidecar's command line (``MAX_SO_FAR``).
+    """
+    steps = engine.steps
+    steps.flush()
+    if steps.off or not steps.described:
+        return None
+    t0 = steps.t0
+    out = {**steps.stamps, **close_stamps(engine, t_finish, t0), "close_s": time.perf_counter() - t0,
+           "record": str(steps.path)}
+    return out if len(json.dumps(out)) <= MAX_SO_FAR else None
 
 
 def _limit(hang: Any) -> float | None:

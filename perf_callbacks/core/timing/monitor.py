@@ -126,8 +126,12 @@ class StepMonitor:
             self._warn(f"{f.code}:{f.loader}", category, self.ctx.rephrase(f.message))
 
     def log_interval(self, step: int, memory: MemorySampler | None, clean: bool, loader_timed: bool,
-                     extra: Callable[[dict[str, float]], None] | None = None) -> None:
-        """Close the logging interval ending at ``step``: log its metrics; ``clean`` feeds the slowdown detector."""
+                     extra: Callable[[dict[str, float]], None] | None = None,
+                     more: dict[str, float] | None = None) -> None:
+        """Close the logging interval ending at ``step``: log its metrics; ``clean`` feeds the slowdown detector.
+
+        ``more``: metrics the engine adds to the interval's (its ledger, ``core/timing/ledger.py``).
+        """
         mark = LoadProbe(self.ctx.data_loader[1]).mark()  # one read of the thread's counters serves both below
         metrics, lasted = self.stats.compute(), sum(self.stats.step_times)
         per_unit = statistics.median(self.stats.unit_times) * 1e3 if self.stats.unit_times else None
@@ -148,6 +152,8 @@ class StepMonitor:
         for kind, seconds in self.overhead.items():
             metrics[f"overhead/{kind}_ms"] = seconds * 1e3
         self.overhead = dict.fromkeys(self.overhead, 0.0)
+        if more:
+            metrics.update(more)
         if per_unit is not None and clean:  # per sample: a batch size or accumulation that grows is no slowdown
             self._check_slowdown(per_unit, measured, lasted, own)
         log = self.ctx.log_metrics

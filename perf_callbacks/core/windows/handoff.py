@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.clock import StepClock
@@ -64,6 +65,8 @@ class WindowHandoff:
         self.jobs: list[WindowJob] = []  # handed over, not reported yet
         self.too_large: list[str] = []  # the steps of each window recorded, then dropped for its size
         self.uploads = Uploads(ctx.remote, ctx.output_dir, config.storage_options, outputs) if ctx.remote else None
+        # the run's ledger so far, at a window's finish (the engine's ``ledger_stamps.so_far``): into its sidecar
+        self.ledger_so_far: Callable[[float], dict[str, Any] | None] | None = None
 
     def export(self, session: ProfilerSession, error: BaseException | None, steps: list[int], *, completed: int,
                retracted: int | None, compile_s: float, t_finish: float, analyse: bool) -> None:
@@ -106,6 +109,9 @@ class WindowHandoff:
             meta["phase_peak"] = self.mem.headline()
         if compile_s:
             meta["compile_s"] = round(compile_s, 3)
+        so_far = self.ledger_so_far
+        if so_far is not None and (stamps := quiet(lambda: so_far(t_finish))) is not None:
+            meta["ledger_so_far"] = stamps  # the sidecar's ``ledger``, taken out of its meta
         meta["stall_ms"] = round((time.perf_counter() - t_finish) * 1e3, 2)  # up to handing over to the job
         header = window_header(meta, self.ctx.rank, completed) if self.is_reporter else None
         analyse = self.config.summary and analyse and self.outputs.enabled("sidecars")

@@ -187,6 +187,9 @@ def test_a_windows_metadata_holds_its_steps_rank_stall_and_data_wait(tmp_path: P
     engine.close()
     expected = {"window": [4, 5], "planned": [4, 5], "steps": [4, 5], "partial": False, "interrupted": None,
                 "rank": 0, "stall_ms": 250.43}
+    so_far = meta.pop("ledger_so_far")  # the sidecar's ledger so far (tests/integrations/test_ledger_sidecar.py)
+    assert so_far["close_s"] - so_far["close_begin_s"] == pytest.approx(0.2504321)  # the export: our own work
+    assert so_far["open_step"]["step"] == 5 and so_far["record"].endswith("steps-rank0.f32")
     assert meta == (expected if fetch else {**expected, "data_wait": "not measured"})
 
 
