@@ -30,6 +30,7 @@ class Planted:
     t_first_batch: float | None = None  # the first training batch's start
     t_end: float = 0.0  # the fit's teardown reached the callback after ours (ours closed)
     saves_s: float = 0.0  # ModelCheckpoint's saves, whole (the engine's checkpoint range lies inside each)
+    validations_s: float = 0.0  # the validation loops, whole, from on_validation_start to on_validation_end
     stall_steps: list[int] = field(default_factory=list)
 
 
@@ -78,6 +79,20 @@ class EndClock(Callback):
         self.planted.t_end = time.perf_counter()
 
 
+class EvalClock(Callback):
+    """Each validation loop on the test's clock, whole (its sleep and whatever the loop itself costs on this machine)."""
+
+    def __init__(self, planted: Planted) -> None:
+        self.planted, self.t0 = planted, 0.0
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.t0 = time.perf_counter()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.planted.validations_s += time.perf_counter() - self.t0
+
+
 class SlowSave(Callback):
     """A checkpoint that takes ``seconds`` more to save (as a large model's would)."""
 
@@ -120,7 +135,7 @@ def planted_fit(tmp_path: Path, *, steps: int = 12, before_fit_s: float = 0.0, c
     planted.t_callback = time.perf_counter()
     schedule = {"skip_first": 0 if window else 10_000, "active": 2}
     cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule=schedule, summary=False, check_dataloaders=False)
-    callbacks: list[Callback] = [cb, EndClock(planted)]  # its teardown runs after ours
+    callbacks: list[Callback] = [cb, EndClock(planted), EvalClock(planted)]  # its teardown runs after ours
     if ckpt_s:
         callbacks += [SlowSave(planted, ckpt_s), TimedCheckpoint(planted, dirpath=tmp_path / "ckpt",
                                                                  every_n_train_steps=ckpt_every, save_top_k=-1)]

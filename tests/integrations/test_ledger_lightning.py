@@ -61,7 +61,8 @@ def test_evaluation_every_few_steps_and_a_stalled_step_are_their_parts(tmp_path:
     planted = planted_fit(tmp_path, steps=15, val_every=5, val_sleep=0.2, stall_at=7, stall_s=1.0)
     led = the_ledger(tmp_path)
     assert planted.evaluation_s == pytest.approx(0.6)
-    assert planted.evaluation_s <= led.parts["evaluation"] and close_to(led.parts["evaluation"], planted.evaluation_s)
+    assert planted.evaluation_s <= led.parts["evaluation"]  # the sleeps, and the loops around them on this machine:
+    assert close_to(led.parts["evaluation"], planted.validations_s), (led.parts, planted)  # timed whole by the test
     assert led.counts["evaluation"] == 3
     assert close_to(led.parts["anomalous"], planted.stall_s), led.parts
     assert led.parts["checkpoint"] == 0 and led.parts["stalls"] == 0
