@@ -41,10 +41,15 @@ def launch(ts: float, corr: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def gloo_window(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Real 2-rank gloo CPU traces of 8 steps; rank 1 sleeps 100 ms before its all_reduce each step."""
+    """Real 2-rank gloo CPU traces of 20 steps; rank 1 sleeps 100 ms before its all_reduce each step.
+
+    20 steps, not 8: on a loaded machine a step of either rank may stall for most of a second (885 ms was seen at a
+    load of 13 on 2 cores), beyond any delay a test can plant; 2 or 3 such steps of the fast rank among 8 left the rank
+    test short of significance ("no straggler"), among 20 they do not.
+    """
     from tests.analysis.gloo_traces import write_traces
 
-    return write_traces(tmp_path_factory.mktemp("gloo") / "window-000002-000009")
+    return write_traces(tmp_path_factory.mktemp("gloo") / "window-000002-000021", active=20)
 
 
 @pytest.fixture(scope="session")

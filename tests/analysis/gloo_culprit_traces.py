@@ -2,11 +2,13 @@
 
 The delay is a sleep the test chooses: in backward (an autograd Function on the slow rank, so DDP launches its
 gradient bucket late and the others wait inside their own backward), in data loading (the dataset's ``__getitem__``)
-or in the optimizer step. The culprit tests' input.
+or in the optimizer step. Each trace carries the window's measured load as the engine writes it (the training
+thread's run-queue delay, ``perf_callbacks_load``), which the culprit rule reads. The culprit tests' input.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from perf_callbacks.core.spans import enter_span, exit_span
+from perf_callbacks.core.timing.worker_load import META_KEY, LoadProbe
 from tests.analysis.gloo_traces import free_port
 
 SLOW_RANK = 1
@@ -71,8 +74,10 @@ def _window(rank: int, target: Path, phase: str, sleep_s: float, active: int) ->
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = iter(torch.utils.data.DataLoader(_Data(8 * (active + 2), slow["data_wait"]), batch_size=8))
     sched = torch.profiler.schedule(wait=1, warmup=1, active=active, repeat=1)
+    probe, mark = LoadProbe(num_workers=0), None
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched) as prof:
-        for _ in range(active + 2):
+        for i in range(active + 2):
+            mark = probe.mark() if i == 2 else mark  # the first recorded step (after wait and warmup)
             span = enter_span("perf_callbacks.data_wait")
             x = next(loader)
             exit_span(span)
@@ -89,8 +94,12 @@ def _window(rank: int, target: Path, phase: str, sleep_s: float, active: int) ->
                 time.sleep(slow["optimizer_step"])
             exit_span(span)
             prof.step()
+    load = probe.since(mark).meta() if mark is not None else None
     target.mkdir(parents=True, exist_ok=True)
-    prof.export_chrome_trace(str(target / f"rank{rank}.pt.trace.json"))
+    path = target / f"rank{rank}.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, META_KEY: load}))
 
 
 def write_traces(out: Path, phases: tuple[str, ...] = ("",), world: int = 2, sleep_s: float = SLEEP_S,

@@ -19,12 +19,21 @@ Decision table (every condition must hold for a culprit; otherwise none is named
 condition               rule
 ======================  ====================================================================================
 matched collectives     at least ``MIN_COLLECTIVES``, on at least two ranks
-recurrence beyond luck  the rank is the one that held the step most (the most wait caused) in ``k`` of ``n``
-                        steps (of ``n`` collectives without steps), with world x P(X >= k | n, 1/world) <
-                        ``ALPHA`` (a binomial tail; by chance every rank is last 1/world of the time, and any
-                        of the ``world`` ranks could have been the one: Bonferroni)
-material                the wait it causes per step is at least ``MIN_WAIT_MS`` and ``MIN_WAIT_SHARE`` of the
-                        median step time (without steps: ``MIN_WAIT_MS`` per collective)
+recurrence beyond luck  the rank held the step (caused the most wait in it, and at least the floor below) in
+                        ``k`` of ``n`` steps (of ``n`` collectives without steps), with world x P(X >= k | n,
+                        1/world) < ``ALPHA`` (a binomial tail; by chance every rank is last 1/world of the time,
+                        and any of the ``world`` ranks could have been the one: Bonferroni). A step held by less
+                        than the floor counts for no rank: on a loaded machine one rank may be late by a fraction
+                        of a millisecond at every collective, and that must not make one long stall recurrent
+material                the median over the steps of the wait it causes (0 in a step it did not hold), less the
+                        wait for a CPU it had beyond the other ranks (below), is at least the floor:
+                        ``MIN_WAIT_MS`` and ``MIN_WAIT_SHARE`` of the median step time (without steps:
+                        ``MIN_WAIT_MS`` per collective). The median, not the mean: one stall of a descheduled
+                        process in a healthy window is no wait per step
+not the machine         where the window measured the ranks' wait for a CPU (``load.run_queue_ms``, the training
+                        thread's run-queue delay from schedstat), the rank's wait per step beyond the other
+                        ranks' median is taken off the wait it causes: a rank that merely waited for a CPU more
+                        than the others is late because of the machine, not of a phase of its own
 ======================  ====================================================================================
 
 The culprit's *phase* is the one of its phases (data wait, forward, backward, optimizer step; time outside
@@ -102,18 +111,31 @@ def culprit(ranks: list[RankResult]) -> dict[str, Any] | None:
     for rk, us, _, _ in per_call:
         waits[rk] += us
     who = max(waits, key=lambda rk: waits[rk])
-    units = _held_steps(per_call)
-    world = len(calls)
-    k = sum(1 for held in units if held == who)
-    p_value = min(1.0, world * binomial_tail(k, len(units), 1 / world))  # any of `world` ranks could have been it
     step_ms = [s.time_ms for r in ranks for s in r.steps]
-    steps = {step for _, _, step, _ in per_call}
-    n_steps = len(per_call) if steps == {-1} else len(steps)
-    per_step_ms = waits[who] / 1e3 / n_steps
     floor = max(MIN_WAIT_MS, MIN_WAIT_SHARE * median(step_ms)) if step_ms else MIN_WAIT_MS
+    units = _units(per_call)
+    held = [max(w, key=lambda rk: w[rk]) if max(w.values()) >= floor * 1e3 else -1 for w in units]
+    world = len(calls)
+    k = sum(1 for rk in held if rk == who)
+    p_value = min(1.0, world * binomial_tail(k, len(units), 1 / world))  # any of `world` ranks could have been it
+    per_step_ms = median(w.get(who, 0.0) for w in units) / 1e3 - cpu_excess_ms(ranks, who)
     if p_value >= ALPHA or per_step_ms < floor:
         return None
     return _describe(who, per_call, ranks, p_value, per_step_ms, off)
+
+
+def cpu_excess_ms(ranks: list[RankResult], who: int) -> float:
+    """How much longer a step ``who`` waited for a CPU than the other ranks' median (ms, at least 0).
+
+    From each window's measured run-queue delay of the training thread (``load.run_queue_ms``) per step; 0 where a
+    rank's load was not measured (another tool's trace).
+    """
+    per_step = {r.rank: r.load["run_queue_ms"] / len(r.steps) for r in ranks
+                if r.steps and isinstance((r.load or {}).get("run_queue_ms"), (int, float))}
+    others = [ms for rk, ms in per_step.items() if rk != who]
+    if who not in per_step or not others:
+        return 0.0
+    return max(0.0, per_step[who] - median(others))
 
 
 def _keys(calls: list[list[Any]]) -> dict[Key, list[Any]]:
@@ -145,15 +167,15 @@ def _last(key: Key, prev: Key | None, calls: dict[int, dict[Key, list[Any]]],
     return rk, max(wait, 0.0), row[3], row[1]
 
 
-def _held_steps(per_call: list[tuple[int, float, int, str]]) -> list[int]:
-    """Per step, the rank that caused the most wait in it; per collective when the collectives have no steps."""
+def _units(per_call: list[tuple[int, float, int, str]]) -> list[dict[int, float]]:
+    """Per step, the wait (us) each rank caused in it; per collective when the collectives have no steps."""
     steps = {step for _, _, step, _ in per_call}
     if len(steps) < 2:
-        return [rk if us > 0 else -1 for rk, us, _, _ in per_call]
+        return [{rk: us} for rk, us, _, _ in per_call]
     by_step: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for rk, us, step, _ in per_call:
         by_step[step][rk] += us
-    return [max(w, key=lambda rk: w[rk]) if max(w.values()) > 0 else -1 for _, w in sorted(by_step.items())]
+    return [dict(w) for _, w in sorted(by_step.items())]
 
 
 def _describe(who: int, per_call: list[tuple[int, float, int, str]], ranks: list[RankResult], p_value: float,

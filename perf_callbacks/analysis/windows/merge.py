@@ -7,8 +7,12 @@ time) and shifted by the rank's remaining offset from the lowest rank
 and flow ids are made unique per rank, so arrows never join two ranks. ``--ranks slowest,median,0`` (the default)
 keeps the few ranks that matter in a large run: the culprit (else the slowest step time), the median rank and rank 0.
 
-The file is named ``merged-ranks.pt.trace.json.gz`` by default and written next to the window's traces; discovery
-leaves that name out, so a later report of the folder does not count it as another rank.
+The file is named ``merged-ranks.pt.trace.json.gz`` by default and written into ``merged/`` inside the window's folder:
+HTA (``TraceAnalysis(trace_dir=...)``) takes every ``.json``/``.gz`` file of the folder it is given as one rank, and a
+merged file beside the per-rank traces took rank 0's place there (a file without ``distributedInfo.rank`` is rank 0
+to HTA). In its own folder HTA loads it as one trace: its ``distributedInfo`` is the first chosen rank's (backend,
+world size, process groups), with that rank's number. Discovery leaves the name out, so a later report of the folder
+does not count it as another rank.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from perf_callbacks.analysis.trace.discover import MERGED_NAME
 from perf_callbacks.analysis.trace.loader import open_trace
 
 DEFAULT_RANKS = "slowest,median,0"
+MERGED_FOLDER = "merged"
+"""The default file's folder, inside the window's: out of the folder HTA reads as the window's ranks."""
 _THREADS = 10_000_000
 """Threads of a rank's other processes (its devices) are numbered from this many times their order, plus their id."""
 _FLOWS = 1 << 40
@@ -65,7 +71,8 @@ def merge_ranks(result: AnalysisResult, spec: str = DEFAULT_RANKS, out: Path | N
     Args:
         result: the window's result (its ranks name their trace files).
         spec: which ranks (:func:`pick_ranks`).
-        out: the file to write; default ``MERGED_NAME`` in the folder of the first rank's trace.
+        out: the file to write; default ``merged/MERGED_NAME`` in the folder of the first rank's trace (its
+            folder is made).
     """
     chosen = pick_ranks(result, spec)
     by_rank = {r.rank: r for r in result.ranks}
@@ -74,16 +81,20 @@ def merge_ranks(result: AnalysisResult, spec: str = DEFAULT_RANKS, out: Path | N
     events: list[dict[str, Any]] = []
     sources = {}
     base: float | None = None
+    info: dict[str, Any] = {}
     for rank in chosen:
         doc = _load(Path(by_rank[rank].path))
         mine = base_us(doc) if isinstance(doc, dict) else 0.0
+        if not info and isinstance(doc, dict) and isinstance(doc.get("distributedInfo"), dict):
+            info = dict(doc["distributedInfo"])
         base = mine if base is None else base
         shift = offsets.get(rank, 0.0) + base - mine
         events += _rank_events(by_rank[rank].rank, doc, shift)
         sources[str(rank)] = {"file": Path(by_rank[rank].path).name, "clock_offset_us": offsets.get(rank, 0.0)}
-    target = out or Path(by_rank[chosen[0]].path).parent / MERGED_NAME
-    doc = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": round((base or 0.0) * 1e3),
-           "perfCallbacksMerged": sources, "traceEvents": events}
+    target = out or Path(by_rank[chosen[0]].path).parent / MERGED_FOLDER / MERGED_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"schemaVersion": 1, "distributedInfo": {**info, "rank": chosen[0]}, "displayTimeUnit": "ms",
+           "baseTimeNanoseconds": round((base or 0.0) * 1e3), "perfCallbacksMerged": sources, "traceEvents": events}
     opener = gzip.open if target.name.endswith(".gz") else open
     with opener(target, "wt", encoding="utf-8") as f:
         json.dump(doc, f)

@@ -128,3 +128,29 @@ def test_collectives_match_by_sequence_number_when_the_trace_has_one() -> None:
     assert len(next(iter(matched(ranks).values()))) == 23
     c = culprit(ranks)
     assert c is not None and c["rank"] == 1
+
+
+def test_one_long_stall_and_a_slight_lead_at_every_step_name_no_one() -> None:
+    """Rank 1 arrives 0.3 ms late at every step (one process a little behind on a loaded machine) and once 60 ms late
+    (descheduled): recurrent, and 5.3 ms a step on average, but the recurrence is of nothing and the stall is once.
+    Only steps held by at least the floor count, and the wait per step is the median."""
+    late = [[0.0] * 12, [60.0 if s == 5 else 0.3 for s in range(12)]]
+    assert culprit(window(late)) is None
+    late[1] = [30.0 if s % 4 else 0.3 for s in range(12)]  # held by 30 ms at 9 of 12 steps: still short of 11
+    assert culprit(window(late)) is None
+    late[1] = [30.0 if s != 5 else 0.3 for s in range(12)]  # ... at 11 of 12: named
+    c = culprit(window(late))
+    assert c is not None and c["rank"] == 1 and c["wait_ms_per_step"] == pytest.approx(30.0, abs=0.5)
+
+
+def test_a_rank_that_waited_for_a_cpu_more_than_the_others_is_the_machine_not_a_culprit() -> None:
+    """Rank 1 is 30 ms late at every step, and its training thread waited 30 ms a step for a CPU (schedstat's run-queue
+    delay) where rank 0 waited 2 ms: 28 ms of its lateness is the machine's, and what is left (2 ms) is under the
+    floor. Had it waited only 12 ms a step, 20 ms a step are its own: named, with that wait."""
+    ranks = window([[0.0] * 10, [30.0] * 10])
+    for r, waited_ms in zip(ranks, (2.0, 30.0), strict=True):
+        r.load = {"wall_ms": 440.0, "run_queue_ms": waited_ms * 10}
+    assert culprit(ranks) is None
+    ranks[1].load["run_queue_ms"] = 120.0
+    c = culprit(ranks)
+    assert c is not None and c["rank"] == 1 and c["wait_ms_per_step"] == pytest.approx(20.0, abs=0.5)

@@ -1,6 +1,6 @@
 """Real 2-rank gloo CPU traces: the slowed rank is the straggler, a healthy run has none; CPU-only results work end to
-end. The machine may be loaded: the slowed run has 8 steps and the healthy one 20, so that one slow step, or lateness
-that takes turns, cannot decide (see ``test_stragglers.py`` for the same rule on deterministic traces)."""
+end. The machine may be loaded: both runs have 20 steps, so that a few stalled steps, or lateness that takes turns,
+cannot decide (see ``test_stragglers.py`` for the same rule on deterministic traces)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_slowed_rank_is_the_straggler(gloo_window: Path) -> None:
     assert [r.rank for r in result.ranks] == [0, 1]
     assert result.stragglers == [SLOW_RANK]
     assert "no profiled op explains it" in result.straggler_reasons[SLOW_RANK]  # a time.sleep: untraced host time
-    assert "of 16 collectives late" in result.straggler_reasons[SLOW_RANK]  # 2 all_reduces in each of 8 steps
+    assert "of 40 collectives late" in result.straggler_reasons[SLOW_RANK]  # 2 all_reduces in each of 20 steps
     per_step, by_step = lateness_per_step(result.ranks)
     assert by_step and median(per_step[SLOW_RANK]) > 0.5 * SLEEP_S * 1e3  # the sleep, less the fast rank's own delays
     assert result.recommendations[0].startswith(f"rank {SLOW_RANK} reaches")
@@ -33,7 +33,7 @@ def test_slowed_rank_is_the_straggler(gloo_window: Path) -> None:
     waits = [s.causes_ms["communication"] for s in fast.steps]  # the fast rank waits inside all_reduce, each step
     assert median(waits) > 0.5 * SLEEP_S * 1e3, waits  # (its share of the window, a mean, fell to 0.29 under load)
     c = result.culprit  # by arrival order too: last at every step, by about the sleep, in no traced phase
-    assert c is not None and (c["rank"], c["phase"], c["steps"]) == (SLOW_RANK, None, [2, 9])
+    assert c is not None and (c["rank"], c["phase"], c["steps"]) == (SLOW_RANK, None, [2, 21])
     assert c["wait_ms_each"] > 0.5 * SLEEP_S * 1e3
 
 

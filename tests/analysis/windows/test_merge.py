@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 from statistics import median
@@ -16,7 +17,7 @@ import pytest
 from perf_callbacks.analysis import analyze
 from perf_callbacks.analysis.trace.discover import MERGED_NAME
 from perf_callbacks.analysis.trace.events import load_rank
-from perf_callbacks.analysis.windows.merge import merge_ranks, pick_ranks
+from perf_callbacks.analysis.windows.merge import MERGED_FOLDER, merge_ranks, pick_ranks
 from perf_callbacks.cli import EXIT_FAILED, EXIT_OK, main
 from tests.analysis.synthetic_results import result as synthetic
 
@@ -48,7 +49,7 @@ def window(gloo_healthy_window: Path, tmp_path: Path) -> Path:
 
 def test_the_merged_file_holds_both_ranks_and_loads_with_our_reader(window: Path) -> None:
     merged = merge_ranks(analyze(window), "0,1")
-    assert merged == window / MERGED_NAME
+    assert merged == window / MERGED_FOLDER / MERGED_NAME
     events = _events(merged)
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert names == {0: "rank 0", 1: "rank 1"}
@@ -60,6 +61,32 @@ def test_the_merged_file_holds_both_ranks_and_loads_with_our_reader(window: Path
     trace = load_rank(merged)
     assert len(trace.comm_spans) == sum(len(load_rank(window / f"rank{r}.pt.trace.json").comm_spans) for r in (0, 1))
     assert len(analyze(window).ranks) == 2  # a later report of the folder does not take it for a third rank
+
+
+def _hta_ranks(folder: Path) -> dict[int, list[str]]:
+    """The files HTA's ``TraceAnalysis(trace_dir=folder)`` takes for each rank (hta.common.trace_file, 0.5.0): every
+    ``.json``/``.gz`` file directly in the folder, ranked by its first ``"rank": N``, else rank 0."""
+    found: dict[int, list[str]] = {}
+    for path in sorted(p for p in folder.iterdir() if p.name.endswith((".json", ".gz"))):
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            match = re.search(r'"rank":\s+(\d+)', f.read())
+        found.setdefault(int(match.group(1)) if match else 0, []).append(path.name)
+    return found
+
+
+def test_hta_reads_the_window_folder_as_its_ranks_and_the_merged_folder_as_one_trace(window: Path) -> None:
+    """HTA takes every trace file of a folder as one rank: the merged file, written beside the per-rank files, took
+    rank 0's place. It is written into its own folder, under the first chosen rank's ``distributedInfo``."""
+    merged = merge_ranks(analyze(window), "1,0")
+    assert _hta_ranks(window) == {0: ["rank0.pt.trace.json"], 1: ["rank1.pt.trace.json"]}
+    assert _hta_ranks(merged.parent) == {1: [MERGED_NAME]}
+    with gzip.open(merged, "rt") as f:
+        info = json.load(f)["distributedInfo"]
+    assert (info["rank"], info["world_size"], info["backend"]) == (1, 2, "gloo")
+    trace = load_rank(merged)  # our reader: one trace, under that rank, with both ranks' collectives
+    assert (trace.rank, trace.rank_source) == (1, "distributedInfo")
+    assert len(trace.comm_spans) == sum(len(load_rank(window / f"rank{r}.pt.trace.json").comm_spans) for r in (0, 1))
 
 
 def test_a_rank_on_another_host_is_put_back_on_one_clock_within_1_ms(window: Path) -> None:
