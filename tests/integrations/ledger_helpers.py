@@ -161,23 +161,38 @@ WORKER_START_S = 0.5
 
 
 class TimedLoader(DataLoader):  # type: ignore[type-arg]
-    """A DataLoader that times, on the test's clock, each epoch's ``iter()`` to its first batch (its workers' start)."""
+    """A DataLoader that times, on the test's clock, each epoch's ``iter()`` to its first batch (its workers' start)
+    and the ``next()`` that ends the epoch (workers that do not persist are shut down in it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.starts: list[float] = []
+        self.ends: list[float] = []
 
     def __iter__(self) -> Iterator[Any]:
         t0, batches = time.perf_counter(), super().__iter__()
         first = next(batches)
         self.starts.append(time.perf_counter() - t0)
-        yield first
-        yield from batches
+        t0 = 0.0
+        try:
+            yield first
+            while True:
+                t0 = time.perf_counter()
+                yield next(batches)
+                t0 = 0.0
+        except StopIteration:  # the epoch's end: workers that do not persist were shut down in that next()
+            self.ends.append(time.perf_counter() - t0)
+        finally:  # or the loop let go of the epoch's iterator without draining it: its workers stop now
+            if len(self.ends) < len(self.starts):
+                t0 = time.perf_counter()
+                del batches  # the last reference: the iterator's __del__ shuts its workers down
+                self.ends.append(time.perf_counter() - t0)
 
 
 def epochs_fit(tmp_path: Path, *, persistent: bool, epochs: int = 4, steps_per_epoch: int = 4) -> list[float]:
     """Fit ``epochs`` epochs of ``steps_per_epoch`` steps with one DataLoader worker that takes ``WORKER_START_S`` to
-    start; returns each epoch's time from ``iter()`` to its first batch, on the test's clock."""
+    start; returns each epoch's restart on the test's clock: from ``iter()`` to its first batch, and the previous
+    epoch's last ``next()`` (its workers' shutdown)."""
     cb = GPUPerfCallback(output_dir=str(tmp_path / "perf"), schedule={"skip_first": 10_000}, summary=False,
                          check_dataloaders=False)
     trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
@@ -186,4 +201,4 @@ def epochs_fit(tmp_path: Path, *, persistent: bool, epochs: int = 4, steps_per_e
     data = TimedLoader(loader(n=8 * steps_per_epoch).dataset, batch_size=8, num_workers=1,
                        persistent_workers=persistent, worker_init_fn=slow_start)
     trainer.fit(TinyModel(), data)
-    return data.starts
+    return [start + (data.ends[k - 1] if k else 0.0) for k, start in enumerate(data.starts)]
