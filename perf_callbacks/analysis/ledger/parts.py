@@ -57,7 +57,8 @@ class Ledger:
         rank: the rank.
         wall_s: from the origin (``origin``) to the end of close.
         parts: seconds by ``PARTS`` name.
-        origin: ``process`` (its start), ``callback`` (its construction: the process' start was not readable, or an
+        origin: ``process`` (its start), ``previous_run`` (the end of the run before it in the same process: a
+            sweep, several ``fit`` calls), ``callback`` (its construction: the process' start was not readable, or an
             interactive session, whose time before the run is the person's) or ``engine``.
         steps: completed steps.
         median_s: the median step time (data wait included).
@@ -123,6 +124,8 @@ def rank_ledger(record: StepRecord) -> Ledger | None:
 
 
 def _origin(st: dict[str, Any]) -> tuple[str, float]:
+    if st.get("previous_run_s") is not None:  # a later run of one process: from the end of the run before
+        return "previous_run", float(st["previous_run_s"])
     if st.get("process_start_s") is not None:
         return "process", float(st["process_start_s"])
     if st.get("callback_s") is not None:

@@ -110,7 +110,9 @@ def ledger_lines(ledgers: list[Ledger]) -> list[str]:
     lines += [f"  {led.resumed.text()}" + (f" (rank {led.rank})" if len(ledgers) > 1 else "")
               for led in ledgers if led.resumed is not None][:1]
     lines += [f"  advice: {a.text}" for a in ledger_advice(slowest) if not slowest.so_far]
-    if slowest.origin != "process":
+    if slowest.origin == "previous_run":
+        lines.append("  (a later run of its process: the ledger starts where the run before it ended)")
+    elif slowest.origin != "process":
         why = "an interactive session" if slowest.interactive else "the process' start was not readable"
         lines.append(f"  ({why}: the ledger starts at the {slowest.origin}'s construction)")
     return lines

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.intervals import IntervalLog
 from perf_callbacks.core.engine.ledger_line import console_line
-from perf_callbacks.core.engine.ledger_stamps import close_stamps, so_far
+from perf_callbacks.core.engine.ledger_stamps import close_stamps, closed, so_far
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
@@ -94,6 +94,7 @@ def close_engine(engine: Closing, exc: BaseException | None, batch: Any) -> None
     if exc is None and engine.is_main and state.steps_run:  # the ledger line (a failed run: report shows it)
         quiet(lambda: console_line(engine.steps))
     engine.record_no_windows()  # a hook that still calls a closed engine (a stale wrapper) starts no profiler
+    closed()  # a later run of this process starts its ledger here
 
 
 def _stamped_flush(engine: Closing, t_close: float) -> None:

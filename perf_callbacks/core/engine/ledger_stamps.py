@@ -18,20 +18,32 @@ from typing import Any
 
 from perf_callbacks.core.process_start import process_age_s
 
-__all__ = ["MAX_SO_FAR", "close_stamps", "interactive", "so_far", "start_stamps"]
+__all__ = ["MAX_SO_FAR", "close_stamps", "closed", "interactive", "so_far", "start_stamps"]
 MAX_SO_FAR = 64_000  # characters: the sidecar's --meta is one argument (Linux takes 128 KiB at most)
+
+
+_CLOSED: list[float] = []  # when this process' last engine finished closing (perf_counter)
 
 
 def start_stamps() -> dict[str, Any]:
     """The readings known at the engine's construction: the process' start (absent where it cannot be read).
 
     In an interactive session (a notebook's kernel, ``python -i``) the time since the process started is the
-    person's, not the run's: the ledger then starts at the callback's construction (``interactive``).
+    person's, not the run's: the ledger then starts at the callback's construction (``interactive``). A later run of
+    the same process (a sweep, several ``fit`` calls, a test suite) starts where the run before it finished closing
+    (``previous_run_s``): the time before that is the earlier runs'.
     """
     if interactive():
         return {"engine_s": 0.0, "interactive": True}
+    if _CLOSED:
+        return {"engine_s": 0.0, "previous_run_s": min(_CLOSED[-1] - time.perf_counter(), 0.0)}
     age = process_age_s()
     return {"engine_s": 0.0} if age is None else {"engine_s": 0.0, "process_start_s": -age}
+
+
+def closed() -> None:
+    """An engine of this process finished closing: the next run's ledger starts here."""
+    _CLOSED[:] = [time.perf_counter()]
 
 
 def interactive() -> bool:

@@ -13,6 +13,7 @@ from perf_callbacks.analysis.diff.steps import read_run
 from perf_callbacks.analysis.ledger.parts import rank_ledger
 from perf_callbacks.analysis.ledger.text import summary_line
 from perf_callbacks.core.context import RunContext
+from perf_callbacks.core.engine import ledger_stamps
 from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.process_start import process_age_s
 from tests.core.engine_helpers import FakeClock, fake_steps, make_engine
@@ -73,10 +74,32 @@ def test_an_epoch_boundary_and_its_loader_are_noted_and_a_strange_loader_is_neve
     assert log.stamps["loader"] == {"num_workers": 2, "persistent_workers": True}
 
 
-def test_the_process_age_is_read_and_counts_back_from_now() -> None:
+def test_the_process_age_is_read_and_counts_back_from_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ledger_stamps, "_CLOSED", [])  # the process' first run
     age = process_age_s()
     assert age is not None and age > 0  # pytest has run for a while
     assert "process_start_s" in StepLog(Path("x"), RunContext(Path("x"), "run")).stamps
+
+
+def test_a_later_run_of_the_process_starts_where_the_run_before_it_ended(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep, several fits, a test suite: the time before the previous run's end is that run's, not start-up."""
+    monkeypatch.setattr(ledger_stamps, "_CLOSED", [])
+    clock = FakeClock()
+    with mock.patch("time.perf_counter", clock):
+        first = make_engine(tmp_path / "first", schedule={"skip_first": 1000})
+        fake_steps(first, clock, 3, wait=0.0, work=1.0)
+        first.close()
+        clock.t += 7.0  # the next trial's model is built
+        second = make_engine(tmp_path / "second", schedule={"skip_first": 1000})
+        clock.t += 2.0  # the callback is made before training starts
+        fake_steps(second, clock, 3, wait=0.0, work=1.0)
+        second.close()
+    one, two = (rank_ledger(read_run(e.run_dir)[0]) for e in (first, second))
+    assert one is not None and one.origin == "process"
+    assert two is not None and two.origin == "previous_run"
+    assert two.parts["startup_before"] + two.parts["startup"] == pytest.approx(9.0, abs=1e-6)
+    assert two.wall_s == pytest.approx(9.0 + 3.0 + two.parts["own"], abs=0.5)
 
 
 def test_the_console_line_comes_at_a_clean_end_only_and_a_failed_run_keeps_its_ledger(
@@ -101,6 +124,7 @@ def test_an_interactive_session_starts_the_ledger_at_the_callback(monkeypatch: p
 
     from perf_callbacks.core.engine.ledger_stamps import start_stamps
 
+    monkeypatch.setattr(ledger_stamps, "_CLOSED", [])
     assert "process_start_s" in start_stamps()  # pytest: a script
     monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
     assert start_stamps() == {"engine_s": 0.0, "interactive": True}
