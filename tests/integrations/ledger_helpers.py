@@ -31,6 +31,7 @@ class Planted:
     t_end: float = 0.0  # the fit's teardown reached the callback after ours (ours closed)
     saves_s: float = 0.0  # ModelCheckpoint's saves, whole (the engine's checkpoint range lies inside each)
     validations_s: float = 0.0  # the validation loops, whole, from on_validation_start to on_validation_end
+    stalled_step_s: float = 0.0  # the stalled step, whole: its batch's start to its end (its sleep and its work)
     stall_steps: list[int] = field(default_factory=list)
 
 
@@ -40,8 +41,13 @@ class PlantedModel(TinyModel):
         self.planted, self.val_sleep, self.stall_at, self.stall_s = planted, val_sleep, stall_at, stall_s
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self.t_batch = time.perf_counter()
         if self.planted.t_first_batch is None:
-            self.planted.t_first_batch = time.perf_counter()
+            self.planted.t_first_batch = self.t_batch
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.trainer.global_step - 1 == self.stall_at:  # the step that slept has just stepped its optimizer
+            self.planted.stalled_step_s = time.perf_counter() - self.t_batch
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if self.trainer.global_step == self.stall_at:

@@ -64,7 +64,8 @@ def test_evaluation_every_few_steps_and_a_stalled_step_are_their_parts(tmp_path:
     assert planted.evaluation_s <= led.parts["evaluation"]  # the sleeps, and the loops around them on this machine:
     assert close_to(led.parts["evaluation"], planted.validations_s), (led.parts, planted)  # timed whole by the test
     assert led.counts["evaluation"] == 3
-    assert close_to(led.parts["anomalous"], planted.stall_s), led.parts
+    stalled = planted.stalled_step_s  # the stall and the step's own work, on a loaded machine its load too
+    assert planted.stall_s - 0.05 <= led.parts["anomalous"] <= stalled + 0.05, (led.parts, stalled)
     assert led.parts["checkpoint"] == 0 and led.parts["stalls"] == 0
     adds_up(led, planted)
 
