@@ -7,13 +7,16 @@ that may hold threads), and the number of processes is bounded by the memory tha
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import os
 import signal
 import struct
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -57,8 +60,9 @@ class Loaded:
 def analyze_file(path: Path, top_k: int = 10) -> Loaded:
     """Parse and analyse one trace file; never raises for a bad file (the reason goes to ``error``)."""
     try:
-        trace = load_rank(path)
-        result = analyze_rank(trace, top_k)
+        with paused_gc():
+            trace = load_rank(path)
+            result = analyze_rank(trace, top_k)
     except TraceError as err:
         return Loaded(path, error=str(err))
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:
@@ -69,6 +73,23 @@ def analyze_file(path: Path, top_k: int = 10) -> Loaded:
     judge_rank(result)
     result.flops = flops_meta(trace.meta)
     return Loaded(path, result=result)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a trace is read and analysed, then restore it.
+
+    The events and the tuples made of them hold no cycles, and they are many: every full collection on the way walks
+    all of them again (23 on the 65 MB ``input_bound`` trace, half the time of its reading). Reference counting
+    still frees everything as usual; only cycles wait until the collector runs again.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars: bool = True) -> dict[Path, Loaded]:
