@@ -156,7 +156,7 @@ def hbars(rows: Iterable[tuple[str, float, str]], unit: str, kind: str, fill: st
     return svg("".join(body) + axis(scale, height + 2), height + AXIS_H, kind)
 
 
-def short(name: str, limit: int = 26, px: float = LEFT - 12) -> str:
+def short(name: str, limit: int = 26, px: float = LEFT - 8) -> str:
     """A long kernel or op name cut to its head and its tail, joined by an ellipsis.
 
     At most ``limit`` characters and ``px`` pixels at the charts' 11 px font, the width as ``text_px`` puts it (a wide
@@ -166,7 +166,7 @@ def short(name: str, limit: int = 26, px: float = LEFT - 12) -> str:
         >>> short("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(...)")
         'void cutlass::K…ign8>(...)'
         >>> short("aten::mm"), short("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN")
-        ('aten::mm', 'nvjet_sm90_t…oopA_NTN')
+        ('aten::mm', 'nvjet_sm90_t…coopA_NTN')
     """
     if len(name) <= limit and text_px(name) <= px:
         return name
