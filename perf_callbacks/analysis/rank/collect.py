@@ -7,16 +7,13 @@ that may hold threads), and the number of processes is bounded by the memory tha
 
 from __future__ import annotations
 
-import gc
 import logging
 import multiprocessing
 import os
 import signal
 import struct
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -28,7 +25,7 @@ from perf_callbacks.analysis.rank.rank import analyze_rank
 from perf_callbacks.analysis.rank.sidecar_check import rank_from_sidecar
 from perf_callbacks.analysis.results.result import RankResult
 from perf_callbacks.analysis.trace.events import load_rank
-from perf_callbacks.analysis.trace.loader import TraceError
+from perf_callbacks.analysis.trace.loader import TraceError, paused_gc
 from perf_callbacks.analysis.trace.sidecar_store import load_sidecar, read_sidecar, sidecar_path
 
 log = logging.getLogger(__name__)
@@ -73,23 +70,6 @@ def analyze_file(path: Path, top_k: int = 10) -> Loaded:
     judge_rank(result)
     result.flops = flops_meta(trace.meta)
     return Loaded(path, result=result)
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a trace is read and analysed, then restore it.
-
-    The events and the tuples made of them hold no cycles, and they are many: every full collection on the way walks
-    all of them again (23 on the 65 MB ``input_bound`` trace, half the time of its reading). Reference counting
-    still frees everything as usual; only cycles wait until the collector runs again.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def load_all(groups: list[list[Path]], top_k: int = 10, jobs: int = 1, sidecars: bool = True) -> dict[Path, Loaded]:

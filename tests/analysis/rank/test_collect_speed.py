@@ -39,3 +39,21 @@ def test_the_collector_is_paused_while_a_trace_is_read_and_analysed(tmp_path: Pa
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_reading_alone_pauses_the_collector_too() -> None:
+    """``read_trace`` pauses it for any caller (a merge, a hang report), not only for ``analyze_file``."""
+    from perf_callbacks.analysis.trace.loader import read_trace
+
+    class Sink:
+        seen: list[bool] = []
+
+        def add(self, events: list) -> None:  # noqa: ARG002 - the events are not needed
+            self.seen.append(gc.isenabled())
+
+        def reset(self) -> None:
+            self.seen.clear()
+
+    sink = Sink()
+    read_trace(fixture_trace("sync_bound"), sink)
+    assert sink.seen and not any(sink.seen) and gc.isenabled()
