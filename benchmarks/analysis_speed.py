@@ -1,113 +1,154 @@
-"""Speed and memory of perf_callbacks.analysis on the 65 MB input_bound trace, against a bare parse.
+"""CPU time of ``perf-callbacks report --json`` against a bare load of the same trace, and against HTA and TraceLens.
 
-Each measurement runs in a fresh interpreter so peak RSS is its own. Prints a table and writes JSON.
+Every measurement is one fresh interpreter (start-up counts, as it does for a user), timed as the child's CPU time
+(user + system, from ``os.wait4``), so a busy machine slows the wall clock but hardly the ratio. The commands
+alternate (bare, report, bare, report...) and each row is the median of ``--repeat`` runs.
 
-    python benchmarks/analysis_speed.py [TRACE] [--out benchmarks/analysis_speed.json] [--repeat 3]
-        [--hta-python /path/to/venv/bin/python]
+    python benchmarks/analysis_speed.py [TRACE ...] [--repeat 7] [--out benchmarks/analysis_speed.json]
+        [--hta-python /tmp/hta/bin/python] [--tracelens-python /tmp/hta/bin/python]
 
-HTA is not a dependency (about 100 packages): to measure it in the same run, install it into a separate venv
-(``python -m venv /tmp/hta && /tmp/hta/bin/pip install HolisticTraceAnalysis``) and pass ``--hta-python``.
-Otherwise issue 4's 5.6 s figure is used.
+The bare load is ``gzip`` + ``orjson.loads`` of the whole file. HTA (``TraceAnalysis`` of the trace as a one-rank
+folder) and TraceLens (``TreePerfAnalyzer.from_file``) are not dependencies (about 100 packages): install them into a
+separate venv (``python -m venv /tmp/hta && /tmp/hta/bin/pip install HolisticTraceAnalysis TraceLens``) and pass
+its interpreter; without one the script says so and prints the bare-load ratio only. With several traces the ratios'
+geometric mean is printed too. Written byte code is used (a first, untimed run of each command writes it).
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
+import math
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-DEFAULT = Path(__file__).parents[1] / "tests" / "data" / "gpu_traces" / "input_bound.pt.trace.json.gz"
-HTA_LOAD_S = 5.6  # issue 4's figure for HolisticTraceAnalysis TraceAnalysis load on this file (not re-measured)
+REPO = Path(__file__).parents[1]
+DEFAULT = REPO / "tests" / "data" / "gpu_traces" / "input_bound.pt.trace.json.gz"
+TARGET_BARE = 1.2
+"""``report --json`` at most this many times the bare load's CPU time (issue 53)."""
+TARGET_TOOLS = 5.0
+"""``report --json`` at least this many times faster than HTA and TraceLens (issue 53)."""
 
-_CHILD = """
-import gzip, json, sys, time, tracemalloc
-path, what, traced = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-if what == "analyze":
-    from perf_callbacks.analysis import analyze
-else:
-    import orjson
-if traced:
-    tracemalloc.start()
-t = time.perf_counter()
-if what == "analyze":
-    analyze(path)
-else:
-    raw = gzip.open(path).read() if path.endswith(".gz") else open(path, "rb").read()
-    (orjson.loads if what == "orjson" else json.loads)(raw)
-el = time.perf_counter() - t
-peak = tracemalloc.get_traced_memory()[1] / 1e6 if traced else 0.0
-import resource
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
-print(json.dumps({"seconds": el, "peak_mb": peak, "rss_peak_mb": rss}))
-"""
-
-_HTA_CHILD = """
-import logging, sys, time, warnings
+_BARE = "import gzip, sys, orjson; p = sys.argv[1]; orjson.loads(gzip.open(p).read() if p.endswith('.gz') else " \
+        "open(p, 'rb').read())"
+_HTA = """
+import logging, shutil, sys, tempfile, warnings
 warnings.simplefilter("ignore"); logging.disable(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
-t = time.perf_counter()
-TraceAnalysis(trace_dir=sys.argv[1])
-print(time.perf_counter() - t)
+folder = tempfile.mkdtemp()
+shutil.copy(sys.argv[1], folder + "/rank0.pt.trace.json" + (".gz" if sys.argv[1].endswith(".gz") else ""))
+TraceAnalysis(trace_dir=folder)
+"""
+_TRACELENS = """
+import logging, sys, warnings
+warnings.simplefilter("ignore"); logging.disable(logging.CRITICAL)
+from TraceLens import TreePerfAnalyzer
+TreePerfAnalyzer.from_file(sys.argv[1])
 """
 
 
-def measure(path: Path, what: str, repeat: int) -> dict[str, float]:
-    """Best time of ``repeat`` untraced runs, and the tracemalloc peak of one more (traced) run."""
-    cmd = [sys.executable, "-c", _CHILD, str(path), what]
-    runs = [json.loads(subprocess.run([*cmd, "0"], capture_output=True, text=True, check=True).stdout)
-            for _ in range(repeat)]
-    traced = json.loads(subprocess.run([*cmd, "1"], capture_output=True, text=True, check=True).stdout)
-    return {"seconds": min(r["seconds"] for r in runs), "peak_mb": traced["peak_mb"],
-            "rss_peak_mb": min(r["rss_peak_mb"] for r in runs)}
+def cpu_seconds(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Run ``cmd`` (its output dropped) and return its CPU seconds (user + system) and its peak RSS in MB."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{cmd[:3]} exited {proc.returncode}: {err[-500:]}")
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1e3
 
 
-def measure_hta(python: str, path: Path, repeat: int) -> float:
-    """Best time of ``repeat`` HTA ``TraceAnalysis`` loads of ``path`` (copied as a one-rank trace folder)."""
-    with tempfile.TemporaryDirectory() as folder:
-        shutil.copy(path, Path(folder) / f"rank0{''.join(path.suffixes[-4:])}")
-        return min(float(subprocess.run([python, "-c", _HTA_CHILD, folder], capture_output=True, text=True,
-                                        check=True).stdout.split()[-1]) for _ in range(repeat))
+def commands(trace: Path, hta: str | None, tracelens: str | None) -> dict[str, list[str]]:
+    """The commands timed on ``trace``: the bare load, the report, and HTA / TraceLens where an interpreter is given."""
+    out = {"bare": [sys.executable, "-c", _BARE, str(trace)],
+           "report": [sys.executable, "-m", "perf_callbacks.cli", "report", "--json", str(trace)]}
+    if hta:
+        out["hta"] = [hta, "-c", _HTA, str(trace)]
+    if tracelens:
+        out["tracelens"] = [tracelens, "-c", _TRACELENS, str(trace)]
+    return out
+
+
+def measure(trace: Path, repeat: int, hta: str | None, tracelens: str | None) -> dict[str, dict[str, float]]:
+    """Median CPU seconds and peak RSS of each command, the commands alternating run by run."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    cmds = commands(trace, hta, tracelens)
+    for what, cmd in list(cmds.items()):  # untimed: writes the byte code, warms the page cache
+        try:
+            cpu_seconds(cmd, env)
+        except RuntimeError as err:  # another tool that cannot read this trace: left out of its ratio
+            if what in ("bare", "report"):
+                raise
+            print(f"{trace.name}: {what} failed, left out ({str(err).splitlines()[-1][:100]})")
+            del cmds[what]
+    runs: dict[str, list[tuple[float, float]]] = {what: [] for what in cmds}
+    for _ in range(repeat):
+        for what, cmd in cmds.items():
+            runs[what].append(cpu_seconds(cmd, env))
+    return {what: {"cpu_s": statistics.median(r[0] for r in rs), "rss_mb": statistics.median(r[1] for r in rs),
+                   "runs_cpu_s": [round(r[0], 3) for r in rs]} for what, rs in runs.items()}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("trace", nargs="?", default=str(DEFAULT))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("traces", nargs="*", default=[str(DEFAULT)])
     parser.add_argument("--out", default=str(Path(__file__).with_suffix(".json")))
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--hta-python", help="an interpreter with HolisticTraceAnalysis installed, to time HTA too")
+    parser.add_argument("--tracelens-python", help="an interpreter with TraceLens installed, to time TraceLens too")
     args = parser.parse_args()
-    path = Path(args.trace)
-    with gzip.open(path) if path.name.endswith(".gz") else path.open("rb") as f:
-        unzipped_mb = len(f.read()) / 1e6
-    rows = {what: measure(path, what, args.repeat) for what in ("json", "orjson", "analyze")}
-    floor = rows["orjson"]["seconds"]
-    hta_s = measure_hta(args.hta_python, path, args.repeat) if args.hta_python else HTA_LOAD_S
-    hta_note = "measured in this run" if args.hta_python else "quoted from issue 4, not measured in this run"
-    report = {
-        "trace": str(path),
-        "unzipped_mb": unzipped_mb,
-        "rows": rows,
-        "analyze_over_floor": rows["analyze"]["seconds"] / floor,
-        "hta_load_s": hta_s,
-        "hta_note": hta_note,
-        "analyze_over_hta": rows["analyze"]["seconds"] / hta_s,
-        "peak_over_unzipped": rows["analyze"]["peak_mb"] / unzipped_mb,
-    }
-    print(f"trace {path.name}: {unzipped_mb:.1f} MB unzipped; best of {args.repeat}, fresh interpreter each")
-    print(f"{'what':<32}{'seconds':>10}{'peak MB':>10}{'RSS MB':>10}  (peak: tracemalloc heap; RSS: whole process)")
-    for what, label in (("json", "gunzip + json.loads"), ("orjson", "gunzip + orjson.loads (floor)"),
-                        ("analyze", "analyze() (whole analysis)")):
-        print(f"{label:<32}{rows[what]['seconds']:>10.2f}{rows[what]['peak_mb']:>10.0f}{rows[what]['rss_peak_mb']:>10.0f}")
-    print(f"{'HTA TraceAnalysis load':<32}{hta_s:>10.2f}  ({hta_note})")
-    print(f"analyze / floor = {report['analyze_over_floor']:.2f}x (target <= 1.5x)")
-    print(f"analyze / HTA = {report['analyze_over_hta']:.2f} (target <= 0.33)")
-    print(f"peak / unzipped = {report['peak_over_unzipped']:.2f}x (target <= 3x)")
+    hta, tracelens = _usable(args.hta_python, "hta"), _usable(args.tracelens_python, "TraceLens")
+    report: dict[str, object] = {"repeat": args.repeat, "traces": {}}
+    ratios: dict[str, list[float]] = {"bare": [], "hta": [], "tracelens": []}
+    print(f"CPU seconds of a fresh interpreter, median of {args.repeat} alternated runs")
+    print(f"{'trace':<36}{'bare':>8}{'report':>8}{'HTA':>8}{'TrLens':>8}  report/bare  HTA/report  TraceLens/report")
+    for name in args.traces:
+        path = Path(name)
+        rows = measure(path, args.repeat, hta, tracelens)
+        rep = rows["report"]["cpu_s"]
+        ratios["bare"].append(rep / rows["bare"]["cpu_s"])
+        line = f"{path.name[:35]:<36}{rows['bare']['cpu_s']:>8.2f}{rep:>8.2f}"
+        line += "".join(f"{rows[k]['cpu_s']:>8.2f}" if k in rows else f"{'-':>8}" for k in ("hta", "tracelens"))
+        line += f"  {ratios['bare'][-1]:>10.2f}x"
+        for k in ("hta", "tracelens"):
+            if k in rows:
+                ratios[k].append(rows[k]["cpu_s"] / rep)
+            line += f"  {rows[k]['cpu_s'] / rep:>9.2f}x" if k in rows else f"  {'-':>10}"
+        print(line)
+        report["traces"][str(path)] = rows  # type: ignore[index]
+    summary = {k: math.exp(statistics.fmean(map(math.log, v))) for k, v in ratios.items() if v}
+    report["geomean"] = summary
+    over = f" (geometric mean over {len(args.traces)} traces)" if len(args.traces) > 1 else ""
+    for name, rows in report["traces"].items():  # type: ignore[attr-defined]
+        if Path(name).name == DEFAULT.name:
+            ratio = rows["report"]["cpu_s"] / rows["bare"]["cpu_s"]
+            print(f"report / bare load on {DEFAULT.name} = {ratio:.2f}x (target <= {TARGET_BARE}x)")
+    print(f"report / bare load{over} = {summary['bare']:.2f}x")
+    for key, label, given in (("hta", "HTA", hta), ("tracelens", "TraceLens", tracelens)):
+        if given:
+            print(f"{label} / report{over} = {summary[key]:.2f}x (target >= {TARGET_TOOLS}x)")
+        else:
+            print(f"{label} / report: not measured (no --{key}-python interpreter with {label} installed)")
     Path(args.out).write_text(json.dumps(report, indent=2))
+
+
+def _usable(python: str | None, module: str) -> str | None:
+    """``python`` if it imports ``module``, else None (with one line that says why)."""
+    if not python:
+        return None
+    if shutil.which(python) is None and not Path(python).exists():
+        print(f"{python}: not found; {module} not measured")
+        return None
+    if subprocess.run([python, "-c", f"import {module}"], capture_output=True, cwd=tempfile.gettempdir()).returncode:
+        print(f"{python} cannot import {module}; not measured")
+        return None
+    return python
 
 
 if __name__ == "__main__":

@@ -93,3 +93,18 @@ def test_html_speed_runs_and_writes_json(tmp_path: Path) -> None:
     assert [p["page"] for p in pages] == ["sync_bound.pt.trace.json.gz", "64 ranks, alternating strips"]
     assert all(p["load_ms_median"] > 0 for p in pages)
     assert pages[1]["bytes"] < 2_000_000  # the 64 ranks' strips are merged to about 6000 rectangles
+
+
+def test_analysis_speed_prints_the_ratio_to_a_bare_load_and_says_what_it_did_not_measure(tmp_path: Path) -> None:
+    """``benchmarks/analysis_speed.py`` times ``report --json`` against a bare load in one run; without an HTA or
+    TraceLens interpreter it says so instead of a ratio."""
+    out = tmp_path / "speed.json"
+    trace = REPO / "tests" / "data" / "gpu_traces" / "sync_bound.pt.trace.json.gz"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "analysis_speed.py"), str(trace), "--repeat", "1",
+                           "--out", str(out), "--hta-python", str(tmp_path / "missing-python")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "report / bare load = " in proc.stdout
+    assert "HTA / report: not measured" in proc.stdout and "TraceLens / report: not measured" in proc.stdout
+    rows = json.loads(out.read_text())["traces"][str(trace)]
+    assert set(rows) == {"bare", "report"} and all(r["cpu_s"] > 0 for r in rows.values())

@@ -84,7 +84,7 @@ def test_slower_input_pipeline_is_a_significant_regression_led_by_data_wait(
     assert d["causes"]["input"]["change"] > 120  # 16 samples x 10 ms of sleep: 160 ms, less the fast run's own wait
     assert d["data_wait_fraction"]["change"] > 0
     assert d["base"]["window"].endswith("window-000003-000062") and d["base"]["complete"] and d["new"]["n_steps"] == 60
-    assert "significant regression): data wait +" in d["summary"]
+    assert "significant regression): input +" in d["summary"]
     assert main(["diff", str(runs["fast"]), str(runs["slow"]), "--fail-on-regression", "1000000", "--windows"]) == 0
 
 
@@ -100,7 +100,7 @@ def test_an_improvement_is_reported_as_one(runs: dict[str, Path], capsys: pytest
     code, d = _diff(capsys, str(runs["slow"]), str(runs["fast"]), "--fail-on-regression", "0")
     assert d["outcome"] == "improvement" and d["step_time_ms"]["significant"] and d["step_time_ms"]["change"] < 0
     assert not d["regression"] and code == 0
-    assert "significant improvement): data wait -" in d["summary"]
+    assert "significant improvement): input -" in d["summary"]
 
 
 def test_text_and_html_output(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -227,3 +227,21 @@ def test_closed_stdout_ends_quietly(json_out: bool) -> None:
     proc.stdout.close()
     err = proc.communicate(timeout=120)[1]
     assert (proc.returncode, err.decode()) == (141, "")  # 128 + SIGPIPE, as a shell reports for Unix tools
+
+
+def test_report_json_loads_no_renderer_it_does_not_print(tmp_path: Path) -> None:
+    """``report --json`` renders no text and no page: the text report's, the HTML's and the diff's modules stay unloaded
+    (start-up is most of a small trace's report), while the text report loads its renderer."""
+    probe = ("import runpy, sys; sys.argv = ['perf-callbacks', 'report', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('perf_callbacks.cli', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('perf_callbacks.analysis.html', "
+             "'perf_callbacks.analysis.render.text', 'perf_callbacks.analysis.diff.text'))), file=sys.stderr)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    trace = str(fixture_trace("sync_bound"))
+    runs = {flag: subprocess.run([sys.executable, "-c", probe, trace, *flag], capture_output=True, text=True,
+                                 timeout=120, check=False, env=env) for flag in ((), ("--json",))}
+    as_json = runs[("--json",)]
+    assert json.loads(as_json.stdout)["verdict"] == "sync_bound"
+    assert as_json.stderr.strip().splitlines()[-1] == "[]"
+    assert "perf_callbacks.analysis.render.text" in runs[()].stderr  # the probe sees what the text report loads

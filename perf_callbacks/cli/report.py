@@ -114,7 +114,7 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
     """Analyse ``args.path``; ``shown`` names the paths in what is printed (a remote URL for its local mirror)."""
     import json
 
-    from perf_callbacks.analysis import analyze, format_text, render_html
+    from perf_callbacks.analysis import analyze
     from perf_callbacks.analysis.windows.hang import hang_only
 
     try:
@@ -139,19 +139,28 @@ def _report(args: argparse.Namespace, shown: Callable[[str], str] = str) -> int:
         print(shown(f"perf-callbacks report: wrote {result.merged_trace}"), file=sys.stderr)
     ledgers, out = _ledgers(args.path), result.to_dict()
     if args.html:
+        from perf_callbacks.analysis import render_html
         from perf_callbacks.analysis.ledger.bars import ledger_section
 
         page = render_html(result).replace("</body>", ledger_section(ledgers) + "</body>", 1)  # a bar per rank
         Path(args.html).write_text(shown(page), encoding="utf-8")
         print(f"perf-callbacks report: wrote {Path(args.html).resolve()}", file=sys.stderr)
-    text = format_text(result, top_k=args.top, sort=args.sort)
     if ledgers:  # every second of the run by part, per rank (analysis/ledger/)
-        from perf_callbacks.analysis.ledger.text import ledger_json, ledger_lines
+        from perf_callbacks.analysis.ledger.text import ledger_json
 
         out["ledger"] = ledger_json(ledgers)
-        text += "".join(f"{line}\n" for line in ledger_lines(ledgers))
-    print(shown(json.dumps(out, indent=2) if args.json else text), end="\n" if args.json else "")
+    text = json.dumps(out, indent=2) if args.json else _text(args, result, ledgers)
+    print(shown(text), end="\n" if args.json else "")
     return EXIT_PARTIAL if result.errors else EXIT_OK
+
+
+def _text(args: argparse.Namespace, result: Any, ledgers: list[Any]) -> str:
+    """The text report (only where it is printed: ``--json`` renders none), the ledger's lines after it."""
+    from perf_callbacks.analysis import format_text
+    from perf_callbacks.analysis.ledger.text import ledger_lines
+
+    lines = ledger_lines(ledgers) if ledgers else []
+    return format_text(result, top_k=args.top, sort=args.sort) + "".join(f"{line}\n" for line in lines)
 
 
 def _ledgers(path: str) -> list[Any]:

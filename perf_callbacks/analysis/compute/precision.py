@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from functools import lru_cache
 from statistics import median
 from typing import Any
 
@@ -31,8 +32,9 @@ _FP32_MATH = re.compile(r"sgemm|simt|f32f32|gemmsn_\w*<float|fmha\w*_f32_", re.I
 _SETTINGS = ("float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32", "mixed_precision")
 
 
+@lru_cache(maxsize=4096)
 def fp32_math(kernel: str) -> bool:
-    """Whether a kernel's name says fp32 matrix math on CUDA cores (no tensor cores).
+    """Whether a kernel's name says fp32 matrix math on CUDA cores (no tensor cores); asked once per name.
 
     Example:
         >>> fp32_math("cutlass_80_simt_sgemm_256x128_8x4_nt_align1"), fp32_math("cutlass_80_tensorop_s1688tf32gemm")

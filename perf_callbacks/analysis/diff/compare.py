@@ -32,7 +32,6 @@ from perf_callbacks.analysis.results.result import AnalysisResult, RankResult
 from perf_callbacks.analysis.results.verdicts import Verdict
 from perf_callbacks.analysis.trace.timeline import CAUSES
 
-CAUSE_LABELS = {"input": "data wait", "sync": "host-device syncs", "host": "host launch overhead"}
 _UNCHANGED = 0.05
 
 
@@ -156,7 +155,7 @@ def summarize(d: DiffResult) -> str:
             break
         changed = i == 0 and d.verdict["base"] != d.verdict["new"]
         now = f" ({d.verdict['new'].replace('_', '-')} now)" if changed else ""
-        parts.append(f"{CAUSE_LABELS.get(c['name'], c['name'])} {c['change_ms']:+.1f} ms/step{now}")
+        parts.append(f"{c['name']} {c['change_ms']:+.1f} ms/step{now}")  # the cause's one name (JSON's key)
     op = _op_phrase(d)
     if op:
         parts.append(op)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perf_callbacks.analysis.diff.compare import CAUSE_LABELS, DiffResult
+from perf_callbacks.analysis.diff.compare import DiffResult
 from perf_callbacks.analysis.diff.gains import estimate_lines
 from perf_callbacks.analysis.diff.measures import measure_diff_lines
 from perf_callbacks.analysis.diff.memory import category_diff_lines, changed_line
@@ -75,8 +75,7 @@ def _causes(d: DiffResult) -> list[str]:
     for c in (x for x in d.contributors if x["kind"] == "cause"):
         v = d.causes[c["name"]]
         if v["base"] or v["new"]:
-            label = CAUSE_LABELS.get(c["name"], c["name"])
-            out.append(f"  {label:22} {v['base']:10.2f} -> {v['new']:10.2f}   {v['change']:+.2f}")
+            out.append(f"  {c['name']:22} {v['base']:10.2f} -> {v['new']:10.2f}   {v['change']:+.2f}")
     return out
 
 

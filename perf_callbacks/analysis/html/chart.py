@@ -156,19 +156,55 @@ def hbars(rows: Iterable[tuple[str, float, str]], unit: str, kind: str, fill: st
     return svg("".join(body) + axis(scale, height + 2), height + AXIS_H, kind)
 
 
-def short(name: str, limit: int = 26) -> str:
-    """A long kernel or op name cut to ``limit`` characters: its head and its tail, joined by an ellipsis.
+def short(name: str, limit: int = 26, px: float = LEFT - 8) -> str:
+    """A long kernel or op name cut to its head and its tail, joined by an ellipsis.
+
+    At most ``limit`` characters and ``px`` pixels at the charts' 11 px font, the width as ``text_px`` puts it (a wide
+    font's), so that a label drawn to end at the plotting area never starts left of the chart.
 
     Example:
         >>> short("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(...)")
         'void cutlass::K…ign8>(...)'
-        >>> short("aten::mm")
-        'aten::mm'
+        >>> short("aten::mm"), short("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN")
+        ('aten::mm', 'nvjet_sm90_t…coopA_NTN')
     """
-    if len(name) <= limit:
+    if len(name) <= limit and text_px(name) <= px:
         return name
-    head = (limit - 1) * 3 // 5
-    return name[:head] + "…" + name[len(name) - (limit - 1 - head):]
+    for n in range(min(limit, len(name)) - 1, 1, -1):
+        head = n * 3 // 5
+        cut = name[:head] + "…" + name[len(name) - (n - head):]
+        if text_px(cut) <= px:
+            return cut
+    return name[:1] + "…"
+
+
+_EM = {**dict.fromkeys("ijl|.,:;'!", 0.32), **dict.fromkeys("ftr()[]{} -/", 0.46), **dict.fromkeys("mwMW@%", 0.98),
+       **dict.fromkeys("abcdeghknopqsuvxyz0123456789_", 0.64), **dict.fromkeys("ABCDEFGHIJKLNOPQRSTUVXYZ", 0.78)}
+"""Widths of characters in ems, rounded up from DejaVu Sans (one of the widest fonts a browser picks for
+``sans-serif``); any other character counts as 1 em."""
+
+
+def text_px(text: str, font_px: float = 11.0) -> float:
+    """The width of ``text`` in pixels at ``font_px``, an upper estimate (``_EM``).
+
+    Example:
+        >>> round(text_px("aten::mm"), 1)
+        54.8
+    """
+    return font_px * sum(_EM.get(c, 1.0) for c in text)
+
+
+def byte_unit(top: float) -> tuple[float, str]:
+    """The decimal unit to draw bytes up to ``top`` in, as ``(bytes per unit, unit)``: the largest unit ``top`` reaches.
+
+    Example:
+        >>> byte_unit(22.6e9), byte_unit(50.3e6), byte_unit(512)
+        ((1000000000.0, 'GB'), (1000000.0, 'MB'), (1.0, 'B'))
+    """
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(top) >= scale:
+            return scale, unit
+    return 1.0, "B"
 
 
 def value_text(v: float) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
-from perf_callbacks.analysis.diff.compare import CAUSE_LABELS, DiffResult
+from perf_callbacks.analysis.diff.compare import DiffResult
 from perf_callbacks.analysis.html.chart import (
     AXIS_H,
     COLORS,
@@ -69,7 +69,7 @@ def change_chart(d: DiffResult) -> str:
             f'<line x1="{zero:.1f}" y1="0" x2="{zero:.1f}" y2="{len(rows) * _ROW}" stroke="#333"/>']
     for i, (cause, ms) in enumerate(rows):
         y = i * _ROW
-        name = CAUSE_LABELS.get(cause, cause)
+        name = cause
         base, new = d.causes[cause]["base"], d.causes[cause]["new"]
         x = zero if ms > 0 else zero - scale.length(-ms)
         body.append(f'<rect x="{LEFT - 16}" y="{y + 6}" width="10" height="10" fill="{COLORS.get(cause, "#999")}"/>')

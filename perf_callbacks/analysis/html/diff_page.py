@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from perf_callbacks.analysis.diff.compare import CAUSE_LABELS, DiffResult
+from perf_callbacks.analysis.diff.compare import DiffResult
 from perf_callbacks.analysis.diff.gains import estimate_lines
 from perf_callbacks.analysis.diff.measures import measure_diff_html
 from perf_callbacks.analysis.diff.memory import category_diff_lines
@@ -14,6 +14,7 @@ from perf_callbacks.analysis.html.diff_charts import change_chart, step_time_cha
 from perf_callbacks.analysis.html.page import COLORS
 from perf_callbacks.analysis.html.run import window_mean
 from perf_callbacks.analysis.html.window import drawn_causes
+from perf_callbacks.analysis.measures.text import size
 from perf_callbacks.analysis.results.result import AnalysisResult, RankResult, StepResult
 from perf_callbacks.analysis.trace.timeline import CAUSES
 
@@ -92,15 +93,15 @@ def _figures(d: DiffResult) -> str:
         rows.append((name, _pct(f["base"]), _pct(f["new"]), _signed(None if f["change"] is None else f["change"] * 100,
                                                                     " pts")))
     mem = d.peak_memory_bytes
-    rows.append(("peak memory", _gb(mem["base"]), _gb(mem["new"]),
-                 _signed(None if mem["change"] is None else mem["change"] / 1e9, " GB")))
+    rows.append(("peak memory", size(mem["base"]), size(mem["new"]),
+                 "n/a" if mem["change"] is None else ("+" if mem["change"] > 0 else "") + size(mem["change"])))
     body = "".join(f"<tr><td>{n}</td><td class=n>{a}</td><td class=n>{b}</td><td class=n>{c}</td></tr>"
                    for n, a, b, c in rows)
-    return f"<table><tr><th></th><th>base</th><th>new</th><th>change</th></tr>{body}</table>"
+    return f"<table><tr><th>figure</th><th>base</th><th>new</th><th>change</th></tr>{body}</table>"
 
 
 def _legend() -> str:
-    items = "".join(f'<span><i class="sw" style="background:{COLORS[c]}"></i>{CAUSE_LABELS.get(c, c)}</span>'
+    items = "".join(f'<span><i class="sw" style="background:{COLORS[c]}"></i>{c}</span>'
                     for c in CAUSES)
     return f'<p class="key">{items}</p>'
 
@@ -153,16 +154,17 @@ def _bar(causes: dict[str, float], x: float, y: int, scale: Scale, side: str) ->
         w = scale.length(causes.get(cause, 0.0))
         if w > 0:
             out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{_ROW - 4}" fill="{COLORS[cause]}">'
-                       f"<title>{side}: {CAUSE_LABELS.get(cause, cause)} {causes[cause]:.2f} ms</title></rect>")
+                       f"<title>{side}: {cause} {causes[cause]:.2f} ms</title></rect>")
             x += w
     return out
 
 
 def _ops_table(d: DiffResult, top_k: int) -> str:
-    tagged = [(t, o) for t, key in (("", "matched"), ("new", "added"), ("gone", "removed")) for o in d.ops[key]]
+    tagged = [(t, o) for t, key in (("both", "matched"), ("new only", "added"), ("base only", "removed"))
+              for o in d.ops[key]]
     tagged.sort(key=lambda to: -abs(to[1]["change_ms"]))
     body = "".join(_op_row(tag, o) for tag, o in tagged[:top_k])
-    head = "<tr><th>op</th><th>device</th><th></th><th>base ms/step</th><th>new ms/step</th><th>change</th>" \
+    head = "<tr><th>op</th><th>device</th><th>in</th><th>base ms/step</th><th>new ms/step</th><th>change</th>" \
            "<th>calls</th><th>ms per call</th></tr>"
     more = f"<p>{len(tagged) - top_k} more ops in --json</p>" if len(tagged) > top_k else ""
     return f"<table>{head}{body}</table>{more}"
@@ -179,10 +181,6 @@ def _op_row(tag: str, o: dict[str, Any]) -> str:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1%}"
-
-
-def _gb(x: float | None) -> str:
-    return "n/a" if x is None else f"{x / 1e9:.2f} GB"
 
 
 def _signed(x: float | None, unit: str) -> str:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from html import escape
 
-from perf_callbacks.analysis.html.chart import figure, hbars, scale_to
+from perf_callbacks.analysis.html.chart import byte_unit, figure, hbars, scale_to
 from perf_callbacks.analysis.html.ranks import mean_causes
 from perf_callbacks.analysis.html.window import legend, stacked
+from perf_callbacks.analysis.measures.text import size
 from perf_callbacks.analysis.results.result import AnalysisResult
 from perf_callbacks.analysis.trace.timeline import CAUSES
 
@@ -63,11 +64,12 @@ def run_overview(results: list[AnalysisResult], anchors: dict[int, str] | None =
     if mfu:
         parts.append(figure("MFU, per window", "Model FLOPs utilization of each window: a falling bar is a run that "
                             "degrades.", hbars(mfu, "%", "windows-mfu", "#455a64", fmt="{:.1f}")))
-    mem = [(n, r.memory.peak_bytes / 1e9, f"{r.memory.peak_bytes / 1e9:.2f} GB peak allocated")
-           for n, r in zip(names, ordered, strict=True) if r.memory.peak_bytes]
+    peaks = [(n, r.memory.peak_bytes) for n, r in zip(names, ordered, strict=True) if r.memory.peak_bytes]
+    per, unit = byte_unit(max((b for _, b in peaks), default=0))
+    mem = [(n, b / per, f"{size(b)} peak allocated") for n, b in peaks]
     if mem:
         parts.append(figure("Peak memory, per window", "Peak allocated memory of each window: a bar that grows window "
-                            "after window is memory that is never freed.", hbars(mem, "GB", "windows-memory",
+                            "after window is memory that is never freed.", hbars(mem, unit, "windows-memory",
                                                                                  "#00838f")))
     return "".join(parts)
 

@@ -17,6 +17,7 @@ from perf_callbacks.analysis.html.chart import (
     LEFT,
     Scale,
     axis,
+    byte_unit,
     figure,
     grid,
     hbars,
@@ -102,8 +103,7 @@ def step_chart(result: AnalysisResult) -> str:
     """Time by cause of every step, every rank on one scale (the longest step over all ranks sets it)."""
     ranks = _shown_ranks(result)
     waits = {r.rank: ((r.loader or {}).get("wait_split") or {}).get("waiting_for_cpu", 0.0) for r in ranks}
-    # on a device its causes are the device's
-    host = {r.rank: r.load if r.gpu_utilization is None else {} for r in ranks}
+    host = {r.rank: r.load if r.gpu_utilization is None else {} for r in ranks}  # on a device: the device's causes
     rows = [(f"rank {r.rank} · step {s.step}", contended(s, host[r.rank], waits[r.rank]),
              f"rank {r.rank} step {s.step} ({s.time_ms:.1f} ms): ",
              "straggler" if r.rank in result.stragglers else "")
@@ -261,14 +261,15 @@ def _memory(ranks: list[RankResult], scale: Scale) -> str:
     if not curves:
         return ""
     top = max(b for r in curves for _, b in r.memory.curve) or 1.0
-    gb = scale_to(top / 1e9, "GB")
+    per, unit = byte_unit(top)
+    levels = scale_to(top / per, unit)
     height = 140
     lines = [grid(scale, 0, height)]
-    for v in gb.ticks():
-        y = height - v / gb.hi * (height - 10)
-        lines.append(label(LEFT - 6, y + 4, f"{v:g} GB"))
+    for v in levels.ticks():
+        y = height - v / levels.hi * (height - 10)
+        lines.append(label(LEFT - 6, y + 4, f"{v:g} {unit}"))
     for i, r in enumerate(curves):
-        xy = " ".join(f"{scale(t):.1f},{height - b / 1e9 / gb.hi * (height - 10):.1f}" for t, b in r.memory.curve)
+        xy = " ".join(f"{scale(t):.1f},{height - b / per / levels.hi * (height - 10):.1f}" for t, b in r.memory.curve)
         lines.append(f'<polyline fill="none" stroke="{_LINES[i % len(_LINES)]}" stroke-width="1.5" points="{xy}">'
                      f"<title>rank {r.rank}: peak {escape(size(max(b for _, b in r.memory.curve)))}</title>"
                      "</polyline>")

@@ -37,7 +37,7 @@ from perf_callbacks.analysis.trace.extra_events import (
     HostComm,
     Nccl,
 )
-from perf_callbacks.analysis.trace.intervals import Span, clip, intersect, total, union
+from perf_callbacks.analysis.trace.intervals import Holders, Span, clip, intersect, total, union
 from perf_callbacks.analysis.trace.schema import collective_name, nccl_collective
 from perf_callbacks.analysis.trace.timeline import Timeline
 from perf_callbacks.analysis.trace.window import InWindow, element_bytes, gbps, number, tensor_bytes
@@ -187,11 +187,13 @@ def _annotations(trace: RankTrace, kernels: list[Nccl]) -> dict[int, HostComm | 
     if not spans:
         return {}
     found: dict[int, HostComm] = {}
+    holders = {tid: Holders(rows) for tid, rows in spans.items()}
     for k in kernels:
         corr = k[NCCL_CORRELATION]
         launched = trace.launches.get(corr) if isinstance(corr, int) else None
-        if launched is not None:
-            span = _holding(spans.get(trace.launch_tids.get(corr), []), launched[0])
+        holder = holders.get(trace.launch_tids.get(corr)) if launched is not None else None
+        if holder is not None:
+            span = holder.at(launched[0])
             if span is not None:
                 found[id(k)] = span
     uses = Counter(id(s) for s in found.values())
@@ -234,8 +236,8 @@ def _gathered(trace: RankTrace, k: Nccl, call: Call) -> Call:
 def _before(trace: RankTrace, k: Nccl, lo: float, first: float | None) -> bool:
     """Whether ``k`` was launched before the window.
 
-    Its launch call is before ``lo``, or, not in the trace, ``k`` started before the trace's ``first`` launch call
-    (a kernel runs after its launch).
+    Its launch call is before ``lo``, or, not in the trace, ``k`` started before the trace's ``first`` launch call (a
+    kernel runs after its launch).
     """
     launched = trace.launches.get(k[NCCL_CORRELATION])
     return launched[0] < lo if launched is not None else first is not None and k[0] < first

@@ -25,7 +25,7 @@ from perf_callbacks.analysis.rank.rank import analyze_rank
 from perf_callbacks.analysis.rank.sidecar_check import rank_from_sidecar
 from perf_callbacks.analysis.results.result import RankResult
 from perf_callbacks.analysis.trace.events import load_rank
-from perf_callbacks.analysis.trace.loader import TraceError
+from perf_callbacks.analysis.trace.loader import TraceError, paused_gc
 from perf_callbacks.analysis.trace.sidecar_store import load_sidecar, read_sidecar, sidecar_path
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,9 @@ class Loaded:
 def analyze_file(path: Path, top_k: int = 10) -> Loaded:
     """Parse and analyse one trace file; never raises for a bad file (the reason goes to ``error``)."""
     try:
-        trace = load_rank(path)
-        result = analyze_rank(trace, top_k)
+        with paused_gc():
+            trace = load_rank(path)
+            result = analyze_rank(trace, top_k)
     except TraceError as err:
         return Loaded(path, error=str(err))
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as err:

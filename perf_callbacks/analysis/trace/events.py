@@ -40,6 +40,9 @@ MAX_TS_US = 1e17
 MAX_DUR_US = 7 * 86400e6
 """The longest event believed, in microseconds (a week): a longer ``dur`` (``1e300``) sets its event aside."""
 _COMM_PREFIXES = ("gloo:", "nccl:")
+_SPAN_PREFIXES = (OWN_SPAN_PREFIX, "ProfilerStep#", "enumerate(DataLoader)")
+"""What every cpu op that is a span (ours, a step, a DataLoader fetch) starts with: one test sends the rest on."""
+_NUMBERS = (int, float)
 
 Span = tuple[float, float]
 
@@ -104,32 +107,40 @@ class _Collector:
         self.trace = RankTrace(self.trace.path)
 
     def add(self, events: list[dict[str, Any]]) -> None:
+        """Sort one slice of events (a hot loop: each field read once, no call for the common checks).
+
+        An event is believed when its ``ts`` is a number within :data:`MAX_TS_US` of 0 and its ``dur`` is absent, not a
+        number, or at most :data:`MAX_DUR_US` (a ``dur`` that is not a positive number counts as 0, an instant).
+        """
         t = self.trace
         t.events += len(events)
+        category = CATEGORY.get
         for e in events:
-            if not isinstance(e, dict):
+            if e.__class__ is not dict:
                 t.bad_events += 1
                 continue
             cat = e.get("cat")
-            kind = CATEGORY.get(cat) if isinstance(cat, str) else None
+            kind = category(cat) if cat.__class__ is str else None
             if kind is None:
                 continue
-            if not _in_range(e.get("ts"), e.get("dur")):
+            ts, dur = e.get("ts"), e.get("dur")
+            if ts.__class__ not in _NUMBERS or not -MAX_TS_US <= ts <= MAX_TS_US or (
+                    dur.__class__ in _NUMBERS and not (dur <= MAX_DUR_US and dur == dur)):  # noqa: PLR0124 - NaN
                 t.bad_events += 1
                 continue
             if kind == "cpu_op":
-                self._cpu_op(e)
+                self._cpu_op(e, ts, dur)
             elif kind == "gpu":
-                self._gpu(e, GPU_CATS[e["cat"]])
+                self._gpu(e, GPU_CATS[cat])
             elif kind == "runtime":
                 self._runtime(e)
             elif kind == "annotation":
                 self._annotation(e)
             else:
-                self._rare(kind, e)
+                self._other(e, kind)
 
-    def _rare(self, kind: str, e: dict[str, Any]) -> None:
-        """The less frequent categories: profiler ranges, Python events (module spans of foreign traces), memory."""
+    def _other(self, e: dict[str, Any], kind: str) -> None:
+        """A CUPTI range, a Python function or an instant event (``[memory]``)."""
         t = self.trace
         if kind == "profiler_range":
             t.profiler_ranges += 1
@@ -141,33 +152,40 @@ class _Collector:
             self._memory(e["args"])
             t.extra.memory_event(e)
 
-    def _cpu_op(self, e: dict[str, Any]) -> None:
-        t, name, ts = self.trace, str(e.get("name", "")), e["ts"]
-        if name.startswith(OWN_SPAN_PREFIX) or _STEP.fullmatch(name) or is_loader_next(name):
+    def _cpu_op(self, e: dict[str, Any], ts: float, dur: Any) -> None:
+        name = e.get("name", "")
+        if name.__class__ is not str:
+            name = str(name)
+        if name.startswith(_SPAN_PREFIXES) and (name.startswith(OWN_SPAN_PREFIX) or _STEP.fullmatch(name)
+                                                or is_loader_next(name)):
             self._annotation(e)  # our phase spans (fast record function), and PyTorch 1.8/1.9's `Operator` ranges
             return
-        end = ts + _dur(e)
+        t = self.trace
+        end = ts + (dur if dur.__class__ in _NUMBERS and dur > 0 and isfinite(dur) else 0.0)
         if name.endswith(COMPILE_SUFFIX):  # torch.compile compiling: set aside, as validation, never an operator
             t.aside_spans.append((ts, end, COMPILING))
             return
-        args = _args(e)
+        args = e.get("args")
+        if args.__class__ is not dict:
+            args = {}
+        tid = e.get("tid")
         if name == "record_param_comms" and args.get("Collective name"):
             name = f"record_param_comms ({collective_name(str(args['Collective name']))})"
             t.extra.cpu_op(args)
-        t.cpu_ops.append((ts, end, e.get("tid"), name))
-        ext = args.get("External id", args.get("external id"))
+        t.cpu_ops.append((ts, end, tid, name))
+        ext = args["External id"] if "External id" in args else args.get("external id")
         if ext is not None:
             t.ext_names[ext] = name
-            t.ext_spans[ext] = (ts, end, e.get("tid"))
+            t.ext_spans[ext] = (ts, end, tid)
             if name in SHAPED_OPS and "Input Dims" in args:
                 t.extra.shapes[ext] = (args["Input Dims"], args.get("Input type"), args.get("Concrete Inputs"))
         if name in SYNC_CALLS:
             t.syncs.append((ts, end, name))
         elif name in GATHER_OPS and "Input Dims" in args:
-            t.extra.gather_ops.append((ts, end, name, args["Input Dims"], args.get("Input type"), e.get("tid")))
+            t.extra.gather_ops.append((ts, end, name, args["Input Dims"], args.get("Input type"), tid))
         seq = args.get("Sequence number")
         if seq is not None:
-            t.extra.seq_op(ts, end, e.get("tid"), name, seq)
+            t.extra.seq_op(ts, end, tid, name, seq)
 
     def _gpu(self, e: dict[str, Any], kind: str) -> None:
         args = _args(e)
@@ -266,16 +284,6 @@ def load_rank(path: Path) -> RankTrace:
         trace.extra.module_spans = nested_paths(trace.extra.foreign_modules)
     trace.data_spans, trace.data_names = training_input(trace.own_data_spans, trace.loader_spans, trace.aside_spans)
     return trace
-
-
-def _in_range(ts: Any, dur: Any) -> bool:
-    """A numeric ``ts`` within :data:`MAX_TS_US` of 0, and a ``dur`` that is absent, not a number, or at most a week.
-
-    A ``dur`` that is not a positive number counts as 0 (an instant), as it always has.
-    """
-    if type(ts) not in (int, float) or not -MAX_TS_US <= ts <= MAX_TS_US:
-        return False
-    return type(dur) not in (int, float) or dur <= MAX_DUR_US and dur == dur  # noqa: PLR0124 - NaN is not equal
 
 
 def _dur(e: dict[str, Any]) -> float:

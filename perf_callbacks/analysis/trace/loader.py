@@ -12,12 +12,14 @@ files are opened (:mod:`~perf_callbacks._input_files`).
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
@@ -147,11 +149,29 @@ def read_trace(path: Path, sink: EventSink) -> dict[str, Any]:
         TraceError: when the file cannot be read or parsed (truncated gzip, invalid JSON, wrong top level).
     """
     try:
-        return _read(path, sink)
+        with paused_gc():
+            return _read(path, sink)
     except TraceError:
         raise
     except _READ_ERRORS as err:
         raise TraceError(f"{path}: {_reason(err)}") from None
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a trace is read and analysed, then restore it.
+
+    The events and the tuples made of them hold no cycles, and they are many: every full collection on the way walks
+    all of them again (23 on the 65 MB ``input_bound`` trace, half the time of its reading). Reference counting
+    still frees everything as usual; only cycles wait until the collector runs again.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _read(path: Path, sink: EventSink) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def test_compute_bound_against_input_bound_every_figure_moves_the_right_way(comp
     assert {o["name"] for o in d.ops["removed"]} >= {"aten::_cudnn_attention_backward"}
     assert all(o["change_ms"] < 0 for o in d.ops["removed"]) and all(o["change_ms"] > 0 for o in d.ops["added"])
     assert d.summary.startswith("step time +289.")
-    assert "significant regression): data wait +558.2 ms/step (input-bound now)" in d.summary
+    assert "significant regression): input +558.2 ms/step (input-bound now)" in d.summary
 
 
 def test_a_trace_against_itself_changes_nothing() -> None:
@@ -86,7 +86,7 @@ def test_json_contract_keys(compute_vs_input) -> None:  # type: ignore[no-untype
 def test_html_has_both_sides_step_bars_and_op_deltas(compute_vs_input) -> None:  # type: ignore[no-untyped-def]
     page = render_diff_html(compute_vs_input)
     assert page.startswith("<!DOCTYPE html>") and "http" not in page and "<script" not in page
-    assert page.count("<rect") > 6 and "base: data wait 558.16 ms" not in page and "new: data wait 558.16 ms" in page
+    assert page.count("<rect") > 6 and "base: input 558.16 ms" not in page and "new: input 558.16 ms" in page
     assert "rank 0: base | new, step by step" in page and "#4 " in page
     assert "aten::mm" in page and "-56.458" in page and 'class="summary regression"' in page
 
