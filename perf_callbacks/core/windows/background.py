@@ -184,7 +184,15 @@ def _write_page(run_dir: Path, failures: list[tuple[str, BaseException | str, Pa
 
 
 def start_worker() -> None:
-    """Start this process's worker thread now, before training (idempotent)."""
+    """Start this process's worker thread now, before training (idempotent).
+
+    The modules its jobs use are imported now too: a window flushed at exit (a hook never closed, ``atexit``) must
+    import nothing then, as a module that registers a thread's exit hook (``concurrent.futures``) cannot be imported
+    once the interpreter has begun to shut down (``RuntimeError: can't register atexit after shutdown``).
+    """
+    import perf_callbacks.analysis.html.run_page
+    import perf_callbacks.analysis.sidecar  # noqa: F401
+
     _runner()
 
 
