@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from perf_callbacks.core.engine.captures import EngineCaptures
 from perf_callbacks.core.engine.intervals import IntervalLog
 from perf_callbacks.core.engine.ledger_line import console_line
-from perf_callbacks.core.engine.ledger_stamps import close_stamps, closed, so_far
+from perf_callbacks.core.engine.ledger_stamps import close_stamps, closed, so_far_of
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.step_log import StepLog
 from perf_callbacks.core.engine.step_state import StepState
@@ -29,7 +29,7 @@ from perf_callbacks.core.spans import exit_span
 from perf_callbacks.core.warn import quiet
 from perf_callbacks.core.windows.recorder import WindowRecorder
 
-__all__ = ["close_engine", "so_far"]  # so_far: the run so far, as a window closes (the engine hands it to its windows)
+__all__ = ["close_engine", "so_far_of"]  # so_far_of: the run so far as a window closes (handed to its windows)
 
 CLOSE_WAIT_S = 120.0
 """How long close waits for the last window's background job (compression, analysis).

@@ -28,7 +28,7 @@ from perf_callbacks.config import PerfConfig
 from perf_callbacks.core.context import MetricsFn, RunContext, TextFn
 from perf_callbacks.core.engine.aside import SetAside
 from perf_callbacks.core.engine.captures import EngineCaptures
-from perf_callbacks.core.engine.closing import close_engine, so_far
+from perf_callbacks.core.engine.closing import close_engine, so_far_of
 from perf_callbacks.core.engine.intervals import IntervalLog, interval_rates
 from perf_callbacks.core.engine.phases import PhaseRanges
 from perf_callbacks.core.engine.run_files import RunFiles
@@ -101,7 +101,7 @@ class PerfEngine:
                                      MemorySampler(ctx.device, nvml=config.nvml) if config.memory else None, growth,
                                      self.mem, self.captures, self.windows, self.outputs, warn, ctx.log_min_interval_s,
                                      steps)
-        self.windows.handoff.ledger_so_far = partial(so_far, self)  # each window's sidecar: the run's ledger so far
+        self.windows.handoff.ledger_so_far = so_far_of(self)  # each window's sidecar: the run's ledger so far
         self._flops_on = self.flops.wants_hooks  # until the FLOPs are known: then no cost on the hot path
         self._log_every, self._nsys_steps, self._step_row = ctx.log_every_n_steps, config.nsys_steps, steps.rows.append
         # the verbs a part answers for the engine: bound once (no call in between on the hot path)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from perf_callbacks.core.process_start import process_age_s
 
-__all__ = ["MAX_SO_FAR", "close_stamps", "closed", "interactive", "so_far", "start_stamps"]
+__all__ = ["MAX_SO_FAR", "close_stamps", "closed", "interactive", "so_far", "so_far_of", "start_stamps"]
 MAX_SO_FAR = 64_000  # characters: the sidecar's --meta is one argument (Linux takes 128 KiB at most)
 
 
@@ -65,6 +67,12 @@ def close_stamps(engine: Any, t_close: float, t0: float) -> dict[str, Any]:
                             "elapsed_s": state.last_elapsed, "wait_s": state.wait, "aside_s": state.aside,
                             "own_s": state.ours}
     return out
+
+
+def so_far_of(engine: Any) -> Callable[[float], dict[str, Any] | None]:
+    """:func:`so_far` of ``engine`` through a weak reference: its windows hold it, and must not keep it alive."""
+    ref = weakref.ref(engine)
+    return lambda t_finish: so_far(e, t_finish) if (e := ref()) is not None else None
 
 
 def so_far(engine: Any, t_finish: float) -> dict[str, Any] | None:
